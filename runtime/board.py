@@ -1,0 +1,90 @@
+"""Small tables in shared memory that the supervisor reads without asking a worker.
+
+* :class:`Board` – one per worker: what it is doing now (batch, since when), its
+  heartbeat and counters. Written by the worker, read by the supervisor.
+* :class:`EpochTable` – one per run: the current epoch of each partition slot. Written by
+  the supervisor (fencing on revoke), read by workers before they start a batch.
+
+All fields are native 8-byte words, written with single aligned stores.
+"""
+
+from __future__ import annotations
+
+import time
+
+BOARD_BYTES = 128
+_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY = range(7)
+
+
+class Board:
+    def __init__(self, region: memoryview) -> None:
+        self._w = region[:BOARD_BYTES].cast("q")
+
+    # worker side
+    def begin(self, batch_id: int, slot: int) -> None:
+        self._w[_STARTED_NS] = time.monotonic_ns()
+        self._w[_CURRENT_SLOT] = slot
+        self._w[_CURRENT_BATCH] = batch_id
+
+    def end(self, records: int) -> None:
+        self._w[_CURRENT_BATCH] = 0
+        self._w[_CURRENT_SLOT] = -1
+        self._w[_BATCHES] += 1
+        self._w[_RECORDS] += records
+
+    def beat(self) -> None:
+        self._w[_HEARTBEAT_NS] = time.monotonic_ns()
+
+    def set_ready(self) -> None:
+        self._w[_READY] = 1
+
+    # supervisor side
+    def reset(self) -> None:
+        for i in range(len(self._w)):
+            self._w[i] = 0
+        self._w[_CURRENT_SLOT] = -1
+
+    @property
+    def current(self) -> tuple[int, int]:
+        """(batch_id, slot) in progress; batch_id 0 when idle."""
+        return self._w[_CURRENT_BATCH], self._w[_CURRENT_SLOT]
+
+    @property
+    def busy_for_s(self) -> float:
+        if self._w[_CURRENT_BATCH] == 0:
+            return 0.0
+        return (time.monotonic_ns() - self._w[_STARTED_NS]) / 1e9
+
+    @property
+    def heartbeat_age_s(self) -> float:
+        return (time.monotonic_ns() - self._w[_HEARTBEAT_NS]) / 1e9
+
+    @property
+    def batches(self) -> int:
+        return self._w[_BATCHES]
+
+    @property
+    def records(self) -> int:
+        return self._w[_RECORDS]
+
+    @property
+    def ready(self) -> bool:
+        return self._w[_READY] == 1
+
+    def release(self) -> None:
+        self._w.release()
+
+
+class EpochTable:
+    def __init__(self, region: memoryview) -> None:
+        self._e = region.cast("q")
+        self.slots = len(self._e)
+
+    def get(self, slot: int) -> int:
+        return self._e[slot]
+
+    def set(self, slot: int, epoch: int) -> None:
+        self._e[slot] = epoch
+
+    def release(self) -> None:
+        self._e.release()

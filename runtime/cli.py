@@ -1,0 +1,131 @@
+"""The ``ringmaster`` command: run, check, broker.
+
+Errors the user can fix (config, plugin, shared memory) print one line on stderr and exit
+non-zero, without a traceback, before anything touches Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runtime.config import Settings, load_settings, redacted
+from runtime.errors import RingmasterError
+from runtime.logs import configure_logging
+
+log = logging.getLogger("ringmaster")
+
+
+def _fail(exc: RingmasterError) -> None:
+    click.echo(f"ringmaster: error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+def _load(config: str | None) -> Settings:
+    try:
+        return load_settings(config)
+    except RingmasterError as exc:
+        _fail(exc)
+        raise  # unreachable
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kafka-ringmaster")
+def main() -> None:
+    """Turn a Kafka topic into CPU-bound work on every core, without losing a record."""
+
+
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True,
+              help="TOML config file (RINGMASTER__SECTION__KEY variables override it).")
+@click.option("--progress/--no-progress", default=None,
+              help="Live progress display (default: on when stderr is a terminal).")
+@click.option("--until-caught-up", is_flag=True,
+              help="Stop by itself once every assigned partition is processed and committed.")
+@click.option("--summary", "summary", is_flag=True, help="Print a summary table at the end.")
+@click.option("--summary-json", type=click.Path(dir_okay=False), default=None,
+              help="Write the final status snapshot as JSON to this file.")
+@click.option("--expect-records", type=int, default=None, hidden=True,
+              help="Total shown in the progress display.")
+def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool,
+        summary_json: str | None, expect_records: int | None) -> None:
+    """Run the supervisor daemon."""
+    settings = _load(config)
+    if until_caught_up:
+        settings = settings.model_copy(update={"supervisor": settings.supervisor.model_copy(
+            update={"stop_when_caught_up": True})})
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
+    from runtime.progress import ProgressDisplay, summary_table
+    from runtime.supervisor import Supervisor
+
+    display = None
+    if progress or (progress is None and sys.stderr.isatty()):
+        display = ProgressDisplay(expect_records)
+    supervisor = Supervisor(settings, on_status=display.update if display else None)
+    try:
+        code = supervisor.run()
+    except RingmasterError as exc:
+        if display:
+            display.close()
+        log.critical(str(exc))
+        _fail(exc)
+        return
+    finally:
+        # a second Ctrl-C during cleanup must not leave segments behind
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if display:
+        display.close()
+    final: dict[str, Any] = getattr(supervisor, "final_status", None) or {}
+    if summary and final:
+        from rich.console import Console
+        Console().print(summary_table(final))
+    if summary_json and final:
+        Path(summary_json).write_text(json.dumps(final, indent=2))
+    sys.exit(code)
+
+
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+def check(config: str) -> None:
+    """Validate a config (and import its plugin); print the effective settings, secrets
+    redacted."""
+    settings = _load(config)
+    click.echo(json.dumps(redacted(settings), indent=2))
+    click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
+               err=True)
+
+
+@main.command()
+@click.option("--port", type=int, default=9092, show_default=True)
+def broker(port: int) -> None:
+    """Run the embedded development broker (Tansu, memory-only) in the foreground."""
+    import time
+
+    from runtime.devbroker import DevBroker
+
+    try:
+        b = DevBroker(port).start()
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)",
+               err=True)
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+    try:
+        while not stop and b.proc is not None and b.proc.poll() is None:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        b.stop()
+
+
+if __name__ == "__main__":
+    main()

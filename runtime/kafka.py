@@ -1,0 +1,241 @@
+"""The only module that imports confluent_kafka.
+
+Runs in: supervisor (GroupConsumer, the dead-letter Producer) and workers (Producer).
+Rebalance callbacks run inside ``consume()`` on the supervisor's one thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka import KafkaError as _CKError
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from runtime.errors import KafkaError
+
+log = logging.getLogger(__name__)
+TP = tuple[str, int]
+
+
+class ConsumerState(enum.Enum):
+    CREATED = "created"
+    CONSUMING = "consuming"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one consume() call returned, grouped by partition, in offset order."""
+
+    rows: dict[TP, list[list[Any]]] = field(default_factory=dict)
+    eof: dict[TP, int] = field(default_factory=dict)
+    count: int = 0
+
+
+# Errors that librdkafka reports but recovers from by itself.
+_TRANSIENT = {
+    _CKError._TRANSPORT, _CKError._ALL_BROKERS_DOWN, _CKError._TIMED_OUT,
+    _CKError._MSG_TIMED_OUT, _CKError._RESOLVE, _CKError.NOT_COORDINATOR,
+    _CKError.COORDINATOR_NOT_AVAILABLE, _CKError.REBALANCE_IN_PROGRESS,
+    _CKError.UNKNOWN_TOPIC_OR_PART, _CKError.LEADER_NOT_AVAILABLE,
+    _CKError.NOT_LEADER_FOR_PARTITION, _CKError._NO_OFFSET,
+}
+
+
+class GroupConsumer:
+    """A group member. Callbacks receive lists of (topic, partition) tuples."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        props = dict(props)
+        props["error_cb"] = self._on_error
+        self.fatal: str | None = None
+        self._c = Consumer(props)
+        self.state = ConsumerState.CREATED
+        self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
+
+    def _check(self) -> None:
+        if self.state is ConsumerState.CLOSED:
+            raise KafkaError("the consumer is closed")
+
+    def _on_error(self, err: _CKError) -> None:
+        if err.fatal():
+            self.fatal = str(err)
+        log.warning("kafka client error", extra={"error": str(err)})
+
+    def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
+                  on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
+        self._check()
+
+        def assign_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            tps = [(p.topic, p.partition) for p in parts]
+            # INVARIANT: assign before the runtime re-applies its pause state; a pause on a
+            # partition that is not yet assigned is silently ignored by librdkafka.
+            if self.cooperative:
+                consumer.incremental_assign(parts)
+            else:
+                consumer.assign(parts)
+            on_assign(tps)
+
+        def revoke_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            on_revoke([(p.topic, p.partition) for p in parts])
+
+        def lost_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            on_lost([(p.topic, p.partition) for p in parts])
+
+        self._c.subscribe(topics, on_assign=assign_cb, on_revoke=revoke_cb, on_lost=lost_cb)
+        self.state = ConsumerState.CONSUMING
+
+    def consume(self, max_records: int, timeout_s: float) -> Fetched:
+        self._check()
+        out = Fetched()
+        for m in self._c.consume(max_records, timeout_s):
+            err = m.error()
+            if err is not None:
+                self._handle_message_error(m, err, out)
+                continue
+            tp = (m.topic(), m.partition())
+            rows = out.rows.get(tp)
+            if rows is None:
+                rows = out.rows[tp] = []
+            rows.append(_row(m))
+        out.count = sum(len(r) for r in out.rows.values())
+        if self.fatal:
+            raise KafkaError(f"fatal Kafka client error: {self.fatal}")
+        return out
+
+    def _handle_message_error(self, m: Message, err: _CKError, out: Fetched) -> None:
+        if err.code() == _CKError._PARTITION_EOF:
+            out.eof[(m.topic(), m.partition())] = m.offset()
+        elif err.fatal():
+            raise KafkaError(f"fatal Kafka client error: {err}")
+        elif err.code() in _TRANSIENT:
+            log.warning("transient consume error", extra={"error": str(err)})
+        else:
+            log.error("consume error", extra={"error": str(err)})
+
+    def pause(self, tps: Iterable[TP]) -> None:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts:
+            self._c.pause(parts)
+
+    def resume(self, tps: Iterable[TP]) -> None:
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts:
+            self._c.resume(parts)
+
+    def commit(self, offsets: Mapping[TP, int], asynchronous: bool) -> bool:
+        """Commit next-offsets; False (logged) when the broker refused. Never raises for
+        commit errors: an uncommitted offset is only a duplicate later, never a loss."""
+        if not offsets or self.state is not ConsumerState.CONSUMING:
+            return False
+        parts = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        try:
+            result = self._c.commit(offsets=parts, asynchronous=asynchronous)
+        except KafkaException as exc:
+            log.warning("commit failed", extra={"error": str(exc.args[0]), "partitions": len(parts)})
+            return False
+        if not asynchronous and result:
+            failed = [p for p in result if p.error]
+            if failed:
+                log.warning("commit failed for some partitions",
+                            extra={"error": str(failed[0].error), "partitions": len(failed)})
+                return False
+        return True
+
+    def committed(self, tps: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, int | None]:
+        parts = self._c.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout_s)
+        return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID else p.offset)
+                for p in parts}
+
+    def high_watermark(self, tp: TP) -> int | None:
+        """The high watermark cached from fetch responses (never a ListOffsets look-up)."""
+        try:
+            _, high = self._c.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        except KafkaException:
+            return None
+        return high if high >= 0 else None
+
+    def close(self) -> None:
+        """Leave the group (runs the revoke callback for the current assignment)."""
+        if self.state is ConsumerState.CLOSED:
+            return
+        try:
+            self._c.close()
+        finally:
+            self.state = ConsumerState.CLOSED
+
+
+def _row(m: Message) -> list[Any]:
+    ts_type, ts = m.timestamp()
+    return [m.offset(), m.key(), m.value(), m.headers(), ts_type, ts]
+
+
+class DeliveryFailed(KafkaError):
+    pass
+
+
+class OutputProducer:
+    """Produce and wait for delivery. Runs in: a worker (outputs, dead letters) or the
+    supervisor (dead letters of records that crash workers)."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        props = dict(props)
+        props["error_cb"] = self._on_error
+        self._p = Producer(props)
+        self._failures: list[str] = []
+        self.fatal: str | None = None
+
+    def _on_error(self, err: _CKError) -> None:
+        if err.fatal():
+            self.fatal = str(err)
+        log.warning("kafka producer error", extra={"error": str(err)})
+
+    def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append(f"{msg.topic()}: {err}")
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                headers: list[tuple[str, bytes | None]] | None = None) -> None:
+        while True:
+            try:
+                self._p.produce(topic, value, key, headers=headers, on_delivery=self._on_delivery)
+                return
+            except BufferError:
+                self._p.poll(0.05)  # local queue full: let deliveries drain, then retry
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until every produced message is acknowledged; raise DeliveryFailed if any
+        was refused or the wait timed out (the caller must not acknowledge its batch)."""
+        remaining = self._p.flush(timeout_s)
+        failures, self._failures = self._failures, []
+        if remaining:
+            failures.append(f"{remaining} message(s) still undelivered after {timeout_s:.0f} s")
+        if failures or self.fatal:
+            raise DeliveryFailed(f"delivery failed: {(failures or [self.fatal])[0]}"
+                                 f" ({len(failures)} failure(s))")
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
+                  extra: Mapping[str, Any] | None = None, timeout_s: float = 30.0) -> None:
+    """Create topics that do not exist (used by the demo, tests and bench)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
+    futures = admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1)
+                                   for t in topics], operation_timeout=timeout_s)
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].code() != _CKError.TOPIC_ALREADY_EXISTS:
+                raise KafkaError(f"cannot create topic {topic!r}: {exc.args[0]}") from None

@@ -1,0 +1,142 @@
+"""A single-producer single-consumer byte ring in shared memory, and its doorbell.
+
+    supervisor (writer)                         worker (reader)
+    try_write(frame) ──▶ [len|payload|pad]... ──▶ peek() → memoryview, advance()
+         └── doorbell.ring() ───── semaphore ────▶ doorbell.wait(timeout)
+
+Layout of the region handed to the ring: a 128-byte header with two 8-byte positions on
+separate cache lines (``write_pos`` owned by the writer, ``read_pos`` by the reader; both
+are byte counts that only grow), then the data area. A frame is a 4-byte length and the
+payload, padded to 8 bytes; a frame that does not fit before the end of the data area
+is preceded by a wrap marker (or by a tail too short to hold one) and starts at 0.
+
+The ring knows nothing of Kafka; it moves opaque frames.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from runtime.errors import FrameTooLarge
+
+HEADER_BYTES = 128
+_WRITE = 0  # index in the header viewed as 8-byte words
+_READ = 8  # 64 bytes later: a different cache line from _WRITE
+_WRAP = 0xFFFFFFFF
+
+
+def _align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class Ring:
+    """One side of the ring over ``region`` (a writable memoryview of a shared segment)."""
+
+    def __init__(self, region: memoryview) -> None:
+        if len(region) < HEADER_BYTES + 64:
+            raise ValueError("ring region too small")
+        # Native 'Q' items are stored with one aligned 8-byte move, so the other process
+        # never sees a torn position.
+        self._pos = region[:HEADER_BYTES].cast("Q")
+        self._data = region[HEADER_BYTES:]
+        self.capacity = len(self._data) & ~7
+        # Largest frame that always fits once the ring is empty, wherever the writer is.
+        self.max_frame = self.capacity // 2 - 8
+        self._w = self._pos[_WRITE]
+        self._r = self._pos[_READ]
+        self._peeked = 0
+
+    # -- writer side (supervisor) -------------------------------------------------
+    def used_bytes(self) -> int:
+        return self._w - self._pos[_READ]
+
+    def fill(self) -> float:
+        return self.used_bytes() / self.capacity
+
+    def try_write(self, payload: bytes | memoryview) -> bool:
+        """Append one frame; False when there is no room now (the caller keeps it)."""
+        n = len(payload)
+        if n > self.max_frame:
+            raise FrameTooLarge(f"frame of {n} bytes exceeds the ring's limit of {self.max_frame}")
+        need = _align8(4 + n)
+        w = self._w
+        used = w - self._pos[_READ]
+        off = w % self.capacity
+        tail = self.capacity - off
+        if need > tail:
+            if used + tail + need > self.capacity:
+                return False
+            if tail >= 4:
+                self._data[off:off + 4] = _WRAP.to_bytes(4, "little")
+            w += tail
+            off = 0
+        elif used + need > self.capacity:
+            return False
+        self._data[off:off + 4] = n.to_bytes(4, "little")
+        self._data[off + 4:off + 4 + n] = payload
+        self._w = w + need
+        # INVARIANT: the position is published only after the payload is written, so the
+        # reader never sees a frame before its bytes (the doorbell's semaphore then orders
+        # memory between the processes).
+        self._pos[_WRITE] = self._w
+        return True
+
+    def reset(self) -> None:
+        """Forget every frame. Only when no reader is attached (its worker is dead)."""
+        self._pos[_READ] = 0
+        self._pos[_WRITE] = 0
+        self._w = 0
+
+    # -- reader side (worker) -----------------------------------------------------
+    def peek(self) -> memoryview | None:
+        """The next frame's payload without consuming it, or None when empty."""
+        r = self._r
+        if r == self._pos[_WRITE]:
+            return None
+        off = r % self.capacity
+        tail = self.capacity - off
+        if tail < 4 or int.from_bytes(self._data[off:off + 4], "little") == _WRAP:
+            r += tail
+            off = 0
+        n = int.from_bytes(self._data[off:off + 4], "little")
+        self._peeked = (r - self._r) + _align8(4 + n)
+        return self._data[off + 4:off + 4 + n]
+
+    def advance(self) -> None:
+        """Release the frame returned by the last peek (its view must no longer be used)."""
+        self._r += self._peeked
+        self._peeked = 0
+        self._pos[_READ] = self._r
+
+    def release(self) -> None:
+        self._pos.release()
+        self._data.release()
+
+
+class Doorbell:
+    """Wakes the reader when a frame is written. A counting semaphore: ``ring`` never
+    blocks and costs a syscall only when the reader sleeps; ``wait`` spins briefly (cheap
+    when frames come back to back) before sleeping. Spurious wake-ups are harmless: the
+    reader always re-checks the ring."""
+
+    def __init__(self, semaphore: Any) -> None:
+        self._sem = semaphore
+
+    def ring(self) -> None:
+        self._sem.release()
+
+    def wait(self, ring: Ring, timeout: float, spin_s: float = 0.0002) -> bool:
+        """Return True when the ring has a frame, False on timeout."""
+        deadline = time.monotonic() + spin_s
+        while time.monotonic() < deadline:
+            if ring.peek() is not None:
+                return True
+        # Drain stale rings first, then re-check: a write after the re-check rings again,
+        # so no wake-up is lost.
+        while self._sem.acquire(False):
+            pass
+        if ring.peek() is not None:
+            return True
+        self._sem.acquire(True, timeout)
+        return ring.peek() is not None

@@ -1,0 +1,285 @@
+"""The loop inside a worker process.
+
+    ring ──peek──▶ fence check (under the worker lock) ──▶ decode ──▶ plugin.process
+         ◀─advance─┘                                                   │
+    result pipe ◀── DONE / FENCED / BLOCKED ◀── flush (outputs + dead letters acked) ◀┘
+
+Runs in: a worker process started with spawn/forkserver (never forked from a process that
+holds a librdkafka client). It never talks to the consumer group; it only produces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.board import BOARD_BYTES, Board, EpochTable
+from runtime.deadletter import dead_letter_headers
+from runtime.errors import PluginError
+from runtime.frames import (
+    BLOCKED,
+    DONE,
+    FATAL,
+    FENCED,
+    BatchFrame,
+    Result,
+    decode_frame,
+    encode_result,
+    peek_header,
+)
+from runtime.kafka import DeliveryFailed, OutputProducer
+from runtime.logs import configure_logging
+from runtime.plugin import Context, Output, Plugin, Record, Reject, load_plugin, normalize_output
+from runtime.ring import Doorbell, Ring
+from runtime.shm import Segment
+
+log = logging.getLogger("ringmaster.worker")
+
+# Reserved exit codes (like gunicorn's): the supervisor reads them to tell a broken
+# deployment, which must stop the daemon, from a crash, which is retried.
+EXIT_PLUGIN = 3
+EXIT_DELIVERY = 75
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    incarnation: int
+    segment_path: str
+    epochs_path: str
+    plugin: str
+    settings: dict[str, Any]
+    output_topic: str | None
+    dead_letter_topic: str | None
+    producer_props: dict[str, Any]
+    max_attempts: int
+    retry_backoff_s: float
+    retry_backoff_max_s: float
+    parent_pid: int
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+    @property
+    def name(self) -> str:
+        return f"worker-{self.index}.{self.incarnation}"
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when the supervisor dies (no orphans, invariant 7).
+    The worker loop also checks getppid() as a fallback for non-Linux systems."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def worker_main(spec: WorkerSpec, semaphore: Any, lock: Any, results: Any) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent()
+    if os.getppid() != spec.parent_pid:
+        os._exit(0)  # RACE: the supervisor died before prctl took effect
+    stopping = [False]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group;
+    signal.signal(signal.SIGTERM, lambda *_: stopping.__setitem__(0, True))  # supervisor decides
+    configure_logging(spec.log_level, spec.log_format)
+
+    segment = Segment(Path(spec.segment_path), 0, create=False)
+    epochs_seg = Segment(Path(spec.epochs_path), 0, create=False)
+    board = Board(segment.buf[:BOARD_BYTES])
+    ring = Ring(segment.buf[BOARD_BYTES:])
+    epochs = EpochTable(epochs_seg.buf)
+    bell = Doorbell(semaphore)
+
+    def send(result: Result) -> None:
+        results.send_bytes(encode_result(result))
+
+    try:
+        plugin = load_plugin(spec.plugin)
+        context = Context(spec.name, spec.settings, spec.output_topic,
+                          logging.getLogger(f"ringmaster.plugin.{spec.plugin}"))
+        if plugin.setup is not None:
+            plugin.setup(context)
+        needs_producer = spec.output_topic is not None or spec.dead_letter_topic is not None
+        producer = OutputProducer(spec.producer_props) if needs_producer else None
+    except Exception as exc:
+        detail = str(exc) if isinstance(exc, PluginError) else \
+            f"plugin {spec.plugin!r} setup failed: {type(exc).__name__}: {exc}"
+        send(Result(FATAL, 0, -1, 0, detail=detail))
+        os._exit(EXIT_PLUGIN)
+
+    runner = BatchRunner(plugin, producer, spec)
+    board.set_ready()
+    log.debug("worker ready", extra={"worker": spec.name})
+    while True:
+        board.beat()
+        view = ring.peek()
+        if view is None:
+            if stopping[0]:
+                break
+            if not bell.wait(ring, timeout=0.5) and os.getppid() != spec.parent_pid:
+                break  # orphaned: the supervisor is gone
+            continue
+        batch_id, slot, epoch = peek_header(view)
+        if slot < 0:  # STOP frame: everything before it is done; exit cleanly
+            view.release()
+            ring.advance()
+            break
+        # RACE: revocation bumps the epoch and then reads our current batch under this same
+        # lock. Either we see the new epoch here and skip the frame, or the supervisor
+        # sees the batch we begin here and waits for it: never both missed (invariant 5).
+        with lock:
+            live = epochs.get(slot) == epoch and slot not in runner.blocked_slots
+            if live:
+                board.begin(batch_id, slot)
+        if not live:
+            view.release()
+            ring.advance()
+            kind = FENCED if epochs.get(slot) != epoch else BLOCKED
+            send(Result(kind, batch_id, slot, epoch))
+            continue
+        frame = decode_frame(view)
+        view.release()
+        ring.advance()
+        try:
+            result = runner.run(frame)
+        except DeliveryFailed as exc:
+            log.error("outputs could not be delivered; restarting the worker",
+                      extra={"worker": spec.name, "error": str(exc)})
+            os._exit(EXIT_DELIVERY)
+        send(result)
+        board.end(len(frame.records))
+    if plugin.teardown is not None:
+        try:
+            plugin.teardown()
+        except Exception:
+            log.exception("plugin teardown failed", extra={"worker": spec.name})
+    if producer is not None:
+        with contextlib.suppress(DeliveryFailed):
+            producer.flush(10)
+    ring.release()
+    board.release()
+    epochs.release()
+    os._exit(0)
+
+
+@dataclass
+class _Failure:
+    record: Record
+    error_type: str
+    message: str
+    traceback: str
+    attempts: int
+
+
+@dataclass
+class _Outcome:
+    outputs: list[Output] = field(default_factory=list)
+    failures: list[_Failure] = field(default_factory=list)
+
+
+class BatchRunner:
+    """Runs one batch through the plugin: retry with backoff, then bisect to isolate the
+    failing records, so that good records go through and bad ones are dead-lettered."""
+
+    def __init__(self, plugin: Plugin, producer: OutputProducer | None, spec: WorkerSpec) -> None:
+        self.plugin = plugin
+        self.producer = producer
+        self.spec = spec
+        self.blocked_slots: set[int] = set()
+        self._warned_no_output = False
+
+    def run(self, frame: BatchFrame) -> Result:
+        topic, partition = frame.topic, frame.partition
+        records = [Record(topic, partition, r[0], r[1], r[2], r[3], (r[4], r[5]))
+                   for r in frame.records]
+        outcome = _Outcome()
+        self._run_with_retries(records, outcome, self.spec.max_attempts)
+        dead = 0
+        for failure in outcome.failures:
+            if self.spec.dead_letter_topic is None:
+                # INVARIANT: never skip a record silently. Without a dead-letter topic the
+                # partition stops at the failing record (this batch is not acknowledged).
+                self.blocked_slots.add(frame.slot)
+                self._produce_outputs(outcome.outputs)
+                self._flush()
+                return Result(BLOCKED, frame.batch_id, frame.slot, frame.epoch,
+                              detail=f"offset {failure.record.offset}: {failure.error_type}: "
+                                     f"{failure.message}")
+            self._dead_letter(failure)
+            dead += 1
+        n_out = self._produce_outputs(outcome.outputs)
+        self._flush()
+        return Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=len(records),
+                      outputs=n_out, dead_letters=dead)
+
+    # -- plugin calls ----------------------------------------------------------------
+    def _call(self, records: list[Record], outcome: _Outcome) -> None:
+        produced = self.plugin.process(records)
+        outputs: list[Output] = []
+        rejects: list[Reject] = []
+        for item in produced or ():
+            out = normalize_output(item, self.spec.output_topic)
+            (rejects if isinstance(out, Reject) else outputs).append(out)  # type: ignore[arg-type]
+        # Only a call that returned completely contributes: a raise discards its outputs.
+        outcome.outputs.extend(outputs)
+        outcome.failures.extend(_Failure(r.record, "Rejected", r.reason, "", 1) for r in rejects)
+
+    def _run_with_retries(self, records: list[Record], outcome: _Outcome, attempts: int) -> None:
+        delay = self.spec.retry_backoff_s
+        for attempt in range(1, attempts + 1):
+            try:
+                self._call(records, outcome)
+                return
+            except Exception as exc:
+                if attempt == attempts:
+                    if len(records) == 1:
+                        outcome.failures.append(_Failure(records[0], type(exc).__name__,
+                                                         str(exc), traceback.format_exc(), attempt))
+                        return
+                    break
+                log.warning("plugin failed; retrying", extra={
+                    "worker": self.spec.name, "records": len(records), "attempt": attempt,
+                    "error": f"{type(exc).__name__}: {exc}"})
+                time.sleep(delay)
+                delay = min(delay * 2, self.spec.retry_backoff_max_s)
+        mid = len(records) // 2
+        self._run_with_retries(records[:mid], outcome, attempts)
+        self._run_with_retries(records[mid:], outcome, attempts)
+
+    # -- producing -------------------------------------------------------------------
+    def _produce_outputs(self, outputs: list[Output]) -> int:
+        n = 0
+        for out in outputs:
+            topic = out.topic or self.spec.output_topic
+            if topic is None or self.producer is None:
+                if not self._warned_no_output:
+                    log.warning("plugin produced outputs but no [output] topic is configured; "
+                                "they are discarded", extra={"worker": self.spec.name})
+                    self._warned_no_output = True
+                continue
+            self.producer.produce(topic, out.value, out.key, out.headers)
+            n += 1
+        return n
+
+    def _dead_letter(self, f: _Failure) -> None:
+        assert self.producer is not None and self.spec.dead_letter_topic is not None
+        r = f.record
+        headers = dead_letter_headers(r.headers, error_type=f.error_type, message=f.message,
+                                      traceback=f.traceback, topic=r.topic, partition=r.partition,
+                                      offset=r.offset, attempts=f.attempts, worker=self.spec.name)
+        self.producer.produce(self.spec.dead_letter_topic, r.value, r.key, headers)
+        log.error("record dead-lettered", extra={
+            "worker": self.spec.name, "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
+            "error": f"{f.error_type}: {f.message}"})
+
+    def _flush(self) -> None:
+        if self.producer is not None:
+            self.producer.flush()

@@ -1,0 +1,220 @@
+"""Helpers for tests that drive the real broker and the real `ringmaster` CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from runtime.kafka import ensure_topics
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGINS = ROOT / "tests" / "plugins"
+FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
+    """Poll a condition (never a fixed sleep); fail with `what` when it does not happen."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def make_topics(bootstrap: str, partitions: int, *names: str) -> None:
+    ensure_topics(bootstrap, names, partitions=partitions)
+
+
+def produce(bootstrap: str, topic: str, values: Iterable[bytes | str], partitions: int) -> dict[int, int]:
+    """Produce values round-robin over partitions; returns records per partition."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    counts: dict[int, int] = {}
+    for i, v in enumerate(values):
+        part = i % partitions
+        data = v.encode() if isinstance(v, str) else v
+        while True:
+            try:
+                p.produce(topic, data, key=str(i).encode(), partition=part)
+                break
+            except BufferError:
+                p.poll(0.05)
+        counts[part] = counts.get(part, 0) + 1
+        if i % 10000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    return counts
+
+
+def read_topic(bootstrap: str, topic: str, expect: int, timeout_s: float = 60.0,
+               settle_s: float = 1.0) -> list[Any]:
+    """Read a topic from the start with a throw-away group until `expect` records arrived
+    (then `settle_s` more, to catch extra duplicates) or the timeout passes."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"),
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, **FAST_GROUP})
+    c.subscribe([topic])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                if m.error() is None:
+                    out.append(m)
+            if len(out) >= expect:
+                settle_until = settle_until or time.monotonic() + settle_s
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        c.close()
+    return out
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+    finally:
+        c.close()
+    return {p.partition: p.offset for p in parts}
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(v)
+
+
+def to_toml(config: dict[str, Any]) -> str:
+    lines: list[str] = []
+
+    def table(prefix: str, node: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in node.items() if not isinstance(v, dict)}
+        if prefix:
+            lines.append(f"[{prefix}]")
+        lines.extend(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in scalars.items())
+        for k, v in node.items():
+            if isinstance(v, dict):
+                table(f"{prefix}.{k}" if prefix else k, v)
+
+    table("", config)
+    return "\n".join(lines) + "\n"
+
+
+def base_config(bootstrap: str, topic: str, group: str, tmp: Path, **workers: Any) -> dict[str, Any]:
+    return {
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": group, "topics": [topic],
+                  "consumer": dict(FAST_GROUP), "producer": {"linger.ms": 2}},
+        "workers": {"plugin": "probe", "processes": 2, "restart_backoff_s": 0.05, **workers},
+        "supervisor": {"commit_interval_ms": 200, "status_interval_s": 0.1,
+                       "revoke_timeout_s": 10.0, "shutdown_timeout_s": 20.0},
+    }
+
+
+class Ringmaster:
+    """One `ringmaster run` daemon in a subprocess, observed through its status file."""
+
+    def __init__(self, config: dict[str, Any], tmp: Path, name: str = "rm",
+                 args: Iterable[str] = ()) -> None:
+        self.dir = tmp
+        self.status_path = tmp / f"{name}.status.json"
+        self.log_path = tmp / f"{name}.log"
+        config = json.loads(json.dumps(config))
+        config.setdefault("supervisor", {})["status_file"] = str(self.status_path)
+        self.config_path = tmp / f"{name}.toml"
+        self.config_path.write_text(to_toml(config))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "run", "-c", str(self.config_path), "--no-progress",
+             *args], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def wait_status(self, pred: Callable[[dict[str, Any]], Any], timeout_s: float, what: str) -> Any:
+        def check() -> Any:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"ringmaster exited with {self.proc.returncode} while waiting "
+                                     f"for {what}:\n{self.log_tail()}")
+            s = self.status()
+            return s is not None and pred(s) and s
+        return wait_for(check, timeout_s, what)
+
+    def worker_pids(self) -> list[int]:
+        s = self.status() or {}
+        return [w["pid"] for w in s.get("workers", []) if w["alive"] and w["pid"]]
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def terminate(self, timeout_s: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout_s)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def wait(self, timeout_s: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise AssertionError(f"ringmaster did not exit in {timeout_s} s:\n{self.log_tail()}") from None
+
+    def log_tail(self, n: int = 60) -> str:
+        self._log.flush()
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            for child in self.children():
+                child.kill()
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+def shm_segments() -> list[str]:
+    return sorted(p.name for p in Path("/dev/shm").glob("ringmaster-*"))
+
+
+def journal(dir_: Path) -> list[tuple[int, int, int, int]]:
+    """(monotonic_ns, partition, offset, pid) of every processed record, by time."""
+    rows = []
+    for f in dir_.glob("*.log"):
+        for line in f.read_text().splitlines():
+            _topic, part, off, pid, ns = line.split()
+            rows.append((int(ns), int(part), int(off), int(pid)))
+    return sorted(rows)

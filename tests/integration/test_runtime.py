@@ -1,0 +1,315 @@
+"""Invariants 1-7 against the real broker, the real `ringmaster` CLI and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from confluent_kafka import Consumer
+from helpers import (
+    FAST_GROUP,
+    Ringmaster,
+    base_config,
+    committed,
+    journal,
+    make_topics,
+    produce,
+    read_topic,
+    shm_segments,
+    unique,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def jdir(tmp_path: Path) -> Path:
+    d = tmp_path / "journal"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def ids(n: int, start: int = 0) -> list[str]:
+    return [f"r{i}" for i in range(start, start + n)]
+
+
+def output_ids(bootstrap: str, topic: str, expect: int) -> list[str]:
+    return [json.loads(m.value())["id"] for m in read_topic(bootstrap, topic, expect)]
+
+
+def assert_partition_order(rows: list[tuple[int, int, int, int]], max_runs: int | None = None) -> None:
+    """Invariant 2: per partition, one worker at a time, offsets increasing within a run,
+    and a hand-over resumes no later than where the previous owner stopped (no gap)."""
+    by_part: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for _ns, part, off, pid in rows:
+        by_part[part].append((off, pid))
+    for part, seq in by_part.items():
+        runs: list[tuple[int, list[int]]] = []
+        for off, pid in seq:
+            if not runs or runs[-1][0] != pid:
+                runs.append((pid, []))
+            runs[-1][1].append(off)
+        for pid, offs in runs:
+            assert all(b > a for a, b in zip(offs, offs[1:], strict=False)), \
+                f"partition {part}: worker {pid} processed out of order: {offs[:20]}..."
+        for (_, prev), (_, nxt) in zip(runs, runs[1:], strict=False):
+            assert nxt[0] <= prev[-1] + 1, f"partition {part}: gap between owners {prev[-1]} -> {nxt[0]}"
+        if max_runs is not None:
+            assert len(runs) <= max_runs, f"partition {part} changed hands {len(runs)} times"
+
+
+def assert_all_committed(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> None:
+    got = committed(bootstrap, group, topic, len(counts))
+    assert got == counts, f"committed {got} != produced {counts}"
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
+
+
+def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> dict[str, Any]:
+    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path, **workers)
+    c["output"] = {"topic": names["out"]}
+    c["dead_letter"] = {"topic": names["dlq"]}
+    return c
+
+
+def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], ids(6000), 4)
+    cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path))})
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(120) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert sorted(set(output_ids(broker.bootstrap, names["out"], 6000))) == sorted(ids(6000))
+    assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
+    assert_partition_order(journal(jdir(tmp_path)), max_runs=1)
+    final = rm.status()
+    assert final is not None and {w["records"] for w in final["workers"]} == {3000}, \
+        "partitions are spread over both workers"
+
+
+def test_at_least_once_across_a_second_supervisor_joining_and_leaving(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 6, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], ids(9000), 6)
+    cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path)), "sleep_ms": 0.3})
+    a = Ringmaster(cfg, tmp_path, "a")
+    b = None
+    try:
+        a.wait_status(lambda s: s["records"] >= 1500, 60, "A to make progress")
+        b = Ringmaster(cfg, tmp_path, "b")
+        b.wait_status(lambda s: s["partitions"], 60, "B to take partitions")
+        more = produce(broker.bootstrap, names["in"], ids(3000, 9000), 6)
+        total = {p: counts[p] + more[p] for p in counts}
+        b.wait_status(lambda s: s["records"] >= 300, 60, "B to work")
+        assert b.terminate() == 0, b.log_tail()
+        wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 6) == total, 120,
+                 "every offset to be committed")
+        assert a.terminate() == 0, a.log_tail()
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    got = output_ids(broker.bootstrap, names["out"], 12000)
+    assert set(got) == set(ids(12000)), f"lost: {sorted(set(ids(12000)) - set(got))[:10]}"
+    assert_partition_order(journal(jdir(tmp_path)), max_runs=3)
+
+
+def test_worker_sigkill_restarts_and_loses_nothing(broker: Any, names: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], ids(8000), 4)
+    cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path)), "sleep_ms": 0.5})
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        for n in (1, 2):
+            s = rm.wait_status(lambda s, n=n: s["records"] >= 1500 * n, 60, "progress")
+            victim = s["workers"][n % 2]["pid"]
+            os.kill(victim, signal.SIGKILL)
+            rm.wait_status(lambda s, v=victim: s["restarts"] >= n and all(
+                w["alive"] and w["pid"] != v for w in s["workers"]), 30, "the worker to be restarted")
+        assert rm.wait(120) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert set(output_ids(broker.bootstrap, names["out"], 8000)) == set(ids(8000))
+    assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
+    assert_partition_order(journal(jdir(tmp_path)))
+
+
+def test_ring_full_pauses_and_drained_ring_resumes(broker: Any, names: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}-" + "x" * 200 for i in range(3000)], 2)
+    cfg = config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=10,
+                 settings={"sleep_ms": 1})
+    cfg["kafka"]["consumer"]["queued.max.messages.kbytes"] = 64
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    samples = []
+    try:
+        rm.wait_status(lambda s: s["paused"] == 2, 60, "both partitions to pause on a full ring")
+        while rm.proc.poll() is None:
+            s = rm.status()
+            if s:
+                samples.append(s)
+            time.sleep(0.05)
+        assert rm.wait(5) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert any(s["paused"] == 0 and s["records"] > 0 for s in samples), "never resumed"
+    assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
+    # The supervisor never reads far ahead of its workers: ring + one fetch of backlog.
+    ahead = max(s["consumed"] - s["records"] for s in samples)
+    assert ahead < 1500, f"supervisor read {ahead} records ahead of its workers"
+
+
+def test_pause_survives_a_rebalance(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The seed scenario: a member whose rings are full gets no extra batch because of a
+    rebalance (librdkafka forgets pauses; the runtime re-applies its own state)."""
+    other = unique("other")
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"], other)
+    produce(broker.bootstrap, names["in"], [f"r{i}-" + "x" * 200 for i in range(4000)], 2)
+    cfg = config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=5,
+                 settings={"sleep_ms": 20})
+    cfg["kafka"]["consumer"]["queued.max.messages.kbytes"] = 64
+    rm = Ringmaster(cfg, tmp_path)
+    c = None
+    try:
+        def stable_paused() -> Any:
+            s1 = rm.wait_status(lambda s: s["paused"] == 2, 60, "partitions to pause")
+            time.sleep(0.5)
+            s2 = rm.status()
+            return s2 if s2 and s2["consumed"] == s1["consumed"] and s2["paused"] == 2 else None
+        before = wait_for(stable_paused, 60, "a stable paused state")
+        # A second member joins the group (subscribed to another topic): a rebalance that
+        # leaves our partitions with us.
+        assigned: list[Any] = []
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": names["group"],
+                      "partition.assignment.strategy": "cooperative-sticky",
+                      "enable.auto.commit": False, **FAST_GROUP})
+        c.subscribe([other], on_assign=lambda _c, parts: assigned.append(parts))
+        wait_for(lambda: c.poll(0.1) or assigned, 30, "the second member's assignment")
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            c.poll(0.1)
+            s = rm.status()
+            assert s is not None
+            grown = s["consumed"] - before["consumed"]
+            assert grown <= s["records"] - before["records"] + 50, \
+                f"paused member fetched {grown} records after a rebalance"
+    finally:
+        if c is not None:
+            c.close()
+        rm.terminate()
+        rm.close()
+
+
+def test_revocation_is_bounded_with_full_rings(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], ids(3000), 2)
+    # Each batch is one record taking 200 ms: the rings hold minutes of work.
+    cfg = config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=1,
+                 settings={"sleep_ms": 200})
+    a = Ringmaster(cfg, tmp_path, "a")
+    b = None
+    try:
+        a.wait_status(lambda s: s["workers"][0]["in_flight"] >= 100, 60, "a full ring")
+        b = Ringmaster(cfg, tmp_path, "b")
+        s = a.wait_status(lambda s: s["revocations_ms"], 60, "a revocation")
+        assert s["revocations_ms"][0] < 200 + 800, f"revocation took {s['revocations_ms'][0]} ms"
+        t0 = time.monotonic()
+        assert a.terminate() == 0
+        assert time.monotonic() - t0 < 10, "shutdown waited for queued work"
+    finally:
+        a.close()
+        if b is not None:
+            b.terminate()
+            b.close()
+
+
+def test_supervisor_sigkill_leaves_no_workers_and_restart_reclaims(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], ids(6000), 4)
+    cfg = config(broker, names, tmp_path, settings={"sleep_ms": 0.5})
+    a = Ringmaster(cfg, tmp_path, "a")
+    try:
+        a.wait_status(lambda s: s["records"] >= 1000, 60, "progress")
+        workers = [psutil.Process(p) for p in a.worker_pids()]
+        segments = [x for x in shm_segments() if x.startswith(f"ringmaster-{a.proc.pid}-")]
+        assert segments
+        a.kill()
+
+        def gone() -> bool:
+            return all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers)
+        wait_for(gone, 10, "orphaned workers to exit")
+        assert set(segments) <= set(shm_segments()), "SIGKILL cannot unlink: the next start must"
+    finally:
+        a.close()
+    b = Ringmaster(cfg, tmp_path, "b", args=["--until-caught-up"])
+    try:
+        assert b.wait(120) == 0, b.log_tail()
+    finally:
+        b.close()
+    assert not set(segments) & set(shm_segments()), "stale segments were not reclaimed"
+    assert set(output_ids(broker.bootstrap, names["out"], 6000)) == set(ids(6000))
+    assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
+
+
+def test_sigterm_exits_zero_and_leaves_nothing(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], ids(20000), 2)
+    cfg = config(broker, names, tmp_path, settings={"sleep_ms": 1})
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 500, 60, "progress")
+        pids = rm.worker_pids()
+        assert rm.terminate(30) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert not [x for x in shm_segments() if x.startswith(f"ringmaster-{rm.proc.pid}-")]
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids)
+    final = rm.status()
+    assert final is not None
+    done = committed(broker.bootstrap, names["group"], names["in"], 2)
+    assert sum(done.values()) >= 500 and sum(done.values()) <= final["records"]
+
+
+def test_supervisor_memory_is_bounded_while_workers_are_slow(broker: Any, names: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    """Invariant 6: the topic holds 60 MB, the workers are slow; the supervisor's memory is
+    bounded by its rings, its backlog and librdkafka's fetch queue (8 MB here), and flat."""
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    blob = "y" * 2000
+    produce(broker.bootstrap, names["in"], (f"r{i}-{blob}" for i in range(30000)), 4)
+    cfg = config(broker, names, tmp_path, processes=1, ring_bytes=262144, settings={"sleep_ms": 2})
+    cfg["kafka"]["consumer"]["queued.max.messages.kbytes"] = 8192
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        first = rm.wait_status(lambda s: s["paused"] == 4, 60, "backpressure")
+        rss, ahead = [], []
+        for _ in range(80):
+            s = rm.status()
+            assert s is not None
+            rss.append(s["supervisor_rss"])
+            ahead.append((s["consumed"] - s["records"]) * 2000)
+            time.sleep(0.1)
+    finally:
+        rm.terminate()
+        rm.close()
+    mib = [r >> 20 for r in rss]
+    assert max(rss) - first["supervisor_rss"] < 20 * 2**20, f"RSS grew beyond the bound: {mib}"
+    assert max(rss[-30:]) - max(rss[:50]) < 3 * 2**20, f"RSS keeps growing: {mib}"
+    assert max(ahead) < 16 * 2**20, f"supervisor held {max(ahead) >> 20} MiB not yet processed"

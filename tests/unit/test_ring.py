@@ -1,0 +1,92 @@
+"""The ring moves opaque frames in order, never overwrites unread bytes, and refuses
+(rather than blocks) when full. Property-tested against a plain deque."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime.errors import FrameTooLarge
+from runtime.ring import HEADER_BYTES, Ring
+
+
+def make_ring(capacity: int) -> tuple[Ring, Ring]:
+    region = memoryview(bytearray(HEADER_BYTES + capacity))
+    return Ring(region), Ring(region)  # writer and reader views over the same memory
+
+
+ops = st.lists(st.one_of(st.tuples(st.just("w"), st.integers(0, 700)), st.tuples(st.just("r"), st.just(0))),
+               max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(capacity=st.sampled_from([256, 1000, 4096]), script=ops)
+def test_ring_matches_a_fifo(capacity: int, script: list[tuple[str, int]]) -> None:
+    writer, reader = make_ring(capacity)
+    model: deque[bytes] = deque()
+    counter = 0
+    for op, size in script:
+        if op == "w":
+            size = min(size, writer.max_frame)
+            counter += 1
+            payload = bytes([counter % 251]) * size
+            before = writer.used_bytes()
+            if writer.try_write(payload):
+                model.append(payload)
+            else:
+                # A refusal changes nothing, and an empty ring never refuses a legal frame.
+                assert writer.used_bytes() == before
+                assert before > 0
+        else:
+            view = reader.peek()
+            if not model:
+                assert view is None
+                continue
+            assert view is not None and bytes(view) == model.popleft()
+            view.release()
+            reader.advance()
+        assert 0 <= writer.used_bytes() <= writer.capacity
+    # Drain: every accepted frame comes out, in order.
+    while model:
+        view = reader.peek()
+        assert view is not None and bytes(view) == model.popleft()
+        view.release()
+        reader.advance()
+    assert reader.peek() is None
+
+
+def test_empty_ring_always_accepts_a_max_frame_wherever_the_writer_is() -> None:
+    writer, reader = make_ring(1000)
+    for shift in range(0, 1000, 24):
+        assert writer.try_write(b"x" * (shift % 200))
+        view = reader.peek()
+        assert view is not None
+        view.release()
+        reader.advance()
+        assert writer.try_write(b"y" * writer.max_frame), f"max frame refused at offset {shift}"
+        view = reader.peek()
+        assert view is not None and len(view) == writer.max_frame
+        view.release()
+        reader.advance()
+
+
+def test_oversized_frame_is_an_error_not_a_hang() -> None:
+    writer, _ = make_ring(1024)
+    with pytest.raises(FrameTooLarge):
+        writer.try_write(b"z" * (writer.max_frame + 1))
+
+
+def test_full_ring_refuses_and_recovers_after_read() -> None:
+    writer, reader = make_ring(1024)
+    n = 0
+    while writer.try_write(b"a" * 100):
+        n += 1
+    assert n > 0 and writer.fill() > 0.8
+    view = reader.peek()
+    assert view is not None
+    view.release()
+    reader.advance()
+    assert writer.try_write(b"a" * 100)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runtime.shm import PREFIX, SegmentSet, reclaim_stale
+
+
+def test_segments_are_private_and_unlinked(tmp_path: Path) -> None:
+    segs = SegmentSet(tmp_path)
+    seg = segs.create("w0", 4096)
+    assert os.stat(seg.path).st_mode & 0o777 == 0o600
+    segs.unlink_all()
+    assert not list(tmp_path.iterdir())
+
+
+def test_reclaim_only_segments_of_dead_supervisors(tmp_path: Path) -> None:
+    mine = SegmentSet(tmp_path)
+    mine.create("w0", 4096)
+    # a segment created by a process that has exited since
+    code = ("import sys; from runtime.shm import SegmentSet; "
+            "s = SegmentSet(sys.argv[1]); s.create('w0', 4096)")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert len(list(tmp_path.glob(f"{PREFIX}*"))) == 2
+    reclaimed = reclaim_stale(tmp_path)
+    assert len(reclaimed) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [f"{mine.prefix}w0"]
+    mine.unlink_all()

@@ -1,0 +1,1 @@
+"""Built-in plugin worker modules: real examples to run or copy."""
