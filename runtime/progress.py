@@ -26,6 +26,9 @@ class ProgressDisplay:
     def close(self) -> None:
         if self._started:
             self._live.stop()
+            self._started = False
+            if not self.console.is_terminal:
+                self.console.line()
 
     def render(self, snap: dict[str, Any]) -> Group:
         head = Table.grid(padding=(0, 2))
@@ -47,8 +50,9 @@ class ProgressDisplay:
 def summary_table(snap: dict[str, Any]) -> Table:
     t = Table(title="ringmaster run summary", show_header=False)
     t.add_row("records processed", f"{snap['records']:,}")
-    t.add_row("elapsed", f"{snap['elapsed_s']:.1f} s")
-    t.add_row("throughput", f"{snap['rate']:,.0f} records/s")
+    t.add_row("elapsed", f"{snap['elapsed_s']:.1f} s (of which joining the group "
+                         f"{snap['join_s']:.1f} s)")
+    t.add_row("throughput", f"{snap['rate']:,.0f} records/s (first record consumed → last commit)")
     t.add_row("outputs written", f"{snap['outputs']:,}")
     t.add_row("dead letters", f"{snap['dead_letters']:,}")
     t.add_row("worker restarts", f"{snap['restarts']}")

@@ -84,6 +84,7 @@ class Supervisor:
         self._last_commit = self._last_reconcile = self._last_watch = self._last_status = 0.0
         self._last_records_at = 0.0
         self._started_at = 0.0
+        self._first_record_at: float | None = None
         self._dlq: OutputProducer | None = None
         self._notifier = Notifier()
         self._last_watchdog = 0.0
@@ -182,6 +183,8 @@ class Supervisor:
         if not fetched.count:
             return
         self._last_records_at = now
+        if self._first_record_at is None:
+            self._first_record_at = now
         self.totals.consumed += fetched.count
         for tp, rows in fetched.rows.items():
             flow = self.flows.get(tp)
@@ -511,6 +514,8 @@ class Supervisor:
         assert self.pool is not None and self.consumer is not None
         started = self.clock()
         flows = [self.flows[tp] for tp in tps if tp in self.flows]
+        if not flows:
+            return
         for flow in flows:
             flow.epoch = self.slots.fence(flow.slot)
         slots = {f.slot for f in flows}
@@ -618,7 +623,10 @@ class Supervisor:
     # ------------------------------------------------------------------ status
     def status(self) -> dict[str, Any]:
         assert self.pool is not None and self.consumer is not None
-        elapsed = max(self.clock() - self._started_at, 1e-9)
+        now = self.clock()
+        elapsed = max(now - self._started_at, 1e-9)
+        first = self._first_record_at
+        working = max(now - first, 1e-9) if first is not None else elapsed
         parts = []
         for f in sorted(self.flows.values(), key=lambda f: f.tp):
             high = self.consumer.high_watermark(f.tp)
@@ -642,7 +650,8 @@ class Supervisor:
                             "restarts": h.incarnation - 1, "rss": rss})
         t = self.totals
         return {"pid": os.getpid(), "elapsed_s": round(elapsed, 3), "records": t.records,
-                "rate": round(t.records / elapsed, 1), "outputs": t.outputs,
+                "join_s": round((first if first is not None else now) - self._started_at, 3),
+                "rate": round(t.records / working, 1), "outputs": t.outputs,
                 "dead_letters": t.dead_letters, "batches": t.batches, "consumed": t.consumed,
                 "restarts": t.restarts, "paused": sum(p["paused"] for p in parts),
                 "lag": sum(p["lag"] or 0 for p in parts), "partitions": parts, "workers": workers,

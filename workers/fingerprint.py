@@ -6,8 +6,9 @@ band keys, and ``near_duplicate_of`` – the id of an earlier record of the same
 whose estimated Jaccard similarity is at least ``threshold`` (from a bounded LRU index
 kept per worker; band keys let a downstream job find duplicates across partitions).
 
-Settings (``[workers.settings]``): ``permutations`` (64), ``bands`` (16), ``shingle``
-(3 words), ``threshold`` (0.8), ``index_size`` (100000 signatures per worker).
+Settings (``[workers.settings]``): ``permutations`` (32), ``bands`` (8), ``shingle``
+(3 words), ``threshold`` (0.8), ``index_size`` (50000 signatures per worker),
+``emit_signature`` (false: the full MinHash signature is large; bands are enough to join).
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ from typing import Any
 
 from runtime.plugin import Context, Record
 
-_MERSENNE = (1 << 61) - 1
+_PRIME = (1 << 31) - 1  # products of 31-bit values stay small: fast integer arithmetic
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 class MinHasher:
-    def __init__(self, permutations: int = 64, bands: int = 16, shingle: int = 3, seed: int = 7) -> None:
+    def __init__(self, permutations: int = 32, bands: int = 8, shingle: int = 3, seed: int = 7) -> None:
         if permutations % bands:
             raise ValueError("permutations must be a multiple of bands")
         rng = random.Random(seed)
-        self.perms = [(rng.randrange(1, _MERSENNE), rng.randrange(0, _MERSENNE))
+        self.perms = [(rng.randrange(1, _PRIME), rng.randrange(0, _PRIME))
                       for _ in range(permutations)]
         self.bands = bands
         self.rows = permutations // bands
@@ -41,13 +42,14 @@ class MinHasher:
         words = _WORD.findall(text.lower())
         k = self.shingle
         if len(words) < k:
-            return {zlib.crc32(" ".join(words).encode())}
-        return {zlib.crc32(" ".join(words[i:i + k]).encode()) for i in range(len(words) - k + 1)}
+            return {zlib.crc32(" ".join(words).encode()) & _PRIME}
+        return {zlib.crc32(" ".join(words[i:i + k]).encode()) & _PRIME
+                for i in range(len(words) - k + 1)}
 
     def signature(self, text: str) -> list[int]:
         hashes = self.shingles(text)
-        m = _MERSENNE
-        return [min((a * h + b) % m for h in hashes) for a, b in self.perms]
+        m = _PRIME
+        return [min([(a * h + b) % m for h in hashes]) for a, b in self.perms]
 
     def band_keys(self, sig: list[int]) -> list[str]:
         r = self.rows
@@ -81,16 +83,18 @@ class _Index:
 
 
 _hasher = MinHasher()
-_index = _Index(100_000)
+_index = _Index(50_000)
 _threshold = 0.8
+_emit_signature = False
 
 
 def setup(context: Context) -> None:
-    global _hasher, _index, _threshold
+    global _hasher, _index, _threshold, _emit_signature
     s = context.settings
-    _hasher = MinHasher(int(s.get("permutations", 64)), int(s.get("bands", 16)),
+    _emit_signature = bool(s.get("emit_signature", False))
+    _hasher = MinHasher(int(s.get("permutations", 32)), int(s.get("bands", 8)),
                         int(s.get("shingle", 3)))
-    _index = _Index(int(s.get("index_size", 100_000)) * _hasher.bands)
+    _index = _Index(int(s.get("index_size", 50_000)) * _hasher.bands)
     _threshold = float(s.get("threshold", 0.8))
 
 
@@ -113,5 +117,7 @@ def process(batch: Sequence[Record]) -> Iterator[tuple[bytes | None, bytes]]:
         sig = _hasher.signature(text)
         bands = _hasher.band_keys(sig)
         dup = _index.find_and_add(rid, sig, bands, _threshold)
-        yield record.key, json.dumps({"id": rid, "bands": bands, "near_duplicate_of": dup,
-                                      "minhash": sig}, separators=(",", ":")).encode()
+        out: dict[str, Any] = {"id": rid, "bands": bands, "near_duplicate_of": dup}
+        if _emit_signature:
+            out["minhash"] = sig
+        yield record.key, json.dumps(out, separators=(",", ":")).encode()

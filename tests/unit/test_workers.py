@@ -13,7 +13,8 @@ def rec(value: bytes, offset: int = 0) -> Record:
 
 
 def test_fingerprint_finds_near_duplicates_and_not_strangers() -> None:
-    fingerprint.setup(Context("w", {"permutations": 64, "bands": 16, "threshold": 0.5}))
+    fingerprint.setup(Context("w", {"permutations": 64, "bands": 16, "threshold": 0.5,
+                                    "emit_signature": True}))
     base = "the committee approved the new budget for public libraries after a long debate on tuesday"
     near = base.replace("tuesday", "wednesday")
     other = "a storm closed several mountain roads and schools across the northern region overnight"

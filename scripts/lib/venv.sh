@@ -1,0 +1,42 @@
+# Shared by scripts/*: create .venv at the repo root and install the project with extras.
+# Re-installs only when pyproject.toml or the extras change (a stamp file in .venv).
+
+ringmaster_python() {
+  local py="${PYTHON:-python3}"
+  if ! command -v "$py" >/dev/null 2>&1; then
+    echo "error: $py not found; install Python 3.11 or newer (or set PYTHON=/path/to/python3)" >&2
+    exit 1
+  fi
+  if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "error: kafka-ringmaster needs Python >= 3.11; $py is $("$py" -V 2>&1)" >&2
+    exit 1
+  fi
+  echo "$py"
+}
+
+ensure_venv() {
+  local extras="$1"
+  local py
+  py="$(ringmaster_python)"
+  if [ ! -x .venv/bin/python ]; then
+    echo "creating .venv with $("$py" -V)" >&2
+    "$py" -m venv .venv || { echo "error: '$py -m venv' failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
+  fi
+  local stamp=".venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-${extras//,/_}"
+  if [ ! -f "$stamp" ]; then
+    echo "installing kafka-ringmaster[$extras] into .venv" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]" >&2
+    rm -f .venv/.installed-*
+    touch "$stamp"
+  fi
+}
+
+require_java() {
+  if ! command -v java >/dev/null 2>&1; then
+    echo "error: Java 17+ is required for the Spark backend and its tests, and 'java' is not on PATH." >&2
+    echo "       Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless; or set JAVA_HOME and PATH." >&2
+    exit 1
+  fi
+  java -version 2>&1 | head -n 1 >&2
+}
