@@ -181,8 +181,13 @@ class _Failure:
 
 @dataclass
 class _Outcome:
-    outputs: list[Output] = field(default_factory=list)
+    # (highest input offset of the plugin call, its outputs): bisection calls cover
+    # contiguous offset ranges, so "outputs of records before offset X" is exact.
+    outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
     failures: list[_Failure] = field(default_factory=list)
+
+    def outputs_before(self, offset: int | None = None) -> list[Output]:
+        return [o for last, outs in self.outputs if offset is None or last < offset for o in outs]
 
 
 class BatchRunner:
@@ -202,20 +207,20 @@ class BatchRunner:
                    for r in frame.records]
         outcome = _Outcome()
         self._run_with_retries(records, outcome, self.spec.max_attempts)
-        dead = 0
+        if outcome.failures and self.spec.dead_letter_topic is None:
+            # INVARIANT: never skip a record silently. Without a dead-letter topic the
+            # partition stops at its first failing record: nothing after it is produced and
+            # the batch is not acknowledged, so nothing from it on is committed.
+            first = min(outcome.failures, key=lambda f: f.record.offset)
+            self.blocked_slots.add(frame.slot)
+            self._produce_outputs(outcome.outputs_before(first.record.offset))
+            self._flush()
+            return Result(BLOCKED, frame.batch_id, frame.slot, frame.epoch,
+                          detail=f"offset {first.record.offset}: {first.error_type}: {first.message}")
         for failure in outcome.failures:
-            if self.spec.dead_letter_topic is None:
-                # INVARIANT: never skip a record silently. Without a dead-letter topic the
-                # partition stops at the failing record (this batch is not acknowledged).
-                self.blocked_slots.add(frame.slot)
-                self._produce_outputs(outcome.outputs)
-                self._flush()
-                return Result(BLOCKED, frame.batch_id, frame.slot, frame.epoch,
-                              detail=f"offset {failure.record.offset}: {failure.error_type}: "
-                                     f"{failure.message}")
             self._dead_letter(failure)
-            dead += 1
-        n_out = self._produce_outputs(outcome.outputs)
+        dead = len(outcome.failures)
+        n_out = self._produce_outputs(outcome.outputs_before())
         self._flush()
         return Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=len(records),
                       outputs=n_out, dead_letters=dead)
@@ -229,7 +234,7 @@ class BatchRunner:
             out = normalize_output(item, self.spec.output_topic)
             (rejects if isinstance(out, Reject) else outputs).append(out)  # type: ignore[arg-type]
         # Only a call that returned completely contributes: a raise discards its outputs.
-        outcome.outputs.extend(outputs)
+        outcome.outputs.append((records[-1].offset, outputs))
         outcome.failures.extend(_Failure(r.record, "Rejected", r.reason, "", 1) for r in rejects)
 
     def _run_with_retries(self, records: list[Record], outcome: _Outcome, attempts: int) -> None:

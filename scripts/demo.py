@@ -38,17 +38,18 @@ AFTER = ["after a long debate on {day}", "following months of protests", "citing
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 SOURCES = ["wire-a", "wire-b", "local-desk", "aggregator"]
 BODY = """residents officials budget contract vote meeting report council members project plan costs
-delay construction station route tickets fares drivers union strike agreement talks weekend summer
-winter rainfall drought reservoir levels pumps pipes leak repair crews overnight traffic detour
-bridge lanes cyclists pedestrians safety audit inspectors findings errors payments suppliers tender
-bids prices inflation wages rent housing tenants landlords permits zoning density towers parks
-trees heat shade cooling centres hospital beds nurses doctors waiting lists clinics pharmacy
-vaccines schools teachers pupils meals lunches menus farmers markets fishing quotas harbour cranes
-containers ships freight rail depot electric buses chargers grid solar panels turbines cables
-substation outage storm warning flood barriers sandbags volunteers donations charity festival
-concert stadium tickets tourism hotels visitors museum exhibition library archive records court
-judge ruling appeal lawyers fines police patrols cameras privacy data breach hackers software
-upgrade servers emergency calls response times ambulance fire brigade wildfire evacuation""".split()
+delay construction station route tickets fares drivers union strike agreement talks weekend
+summer winter rainfall drought reservoir levels pumps pipes leak repair crews overnight traffic
+detour bridge lanes cyclists pedestrians safety audit inspectors findings errors payments
+suppliers tender bids prices inflation wages rent housing tenants landlords permits zoning
+density towers parks trees heat shade cooling centres hospital beds nurses doctors waiting
+lists clinics pharmacy vaccines schools teachers pupils meals lunches menus farmers markets
+fishing quotas harbour cranes containers ships freight rail depot electric buses chargers grid
+solar panels turbines cables substation outage storm warning flood barriers sandbags volunteers
+donations charity festival concert stadium tickets tourism hotels visitors museum exhibition
+library archive records court judge ruling appeal lawyers fines police patrols cameras privacy
+data breach hackers software upgrade servers emergency calls response times ambulance fire
+brigade wildfire evacuation""".split()
 
 
 def headline(rng: random.Random) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -57,9 +58,9 @@ def assert_partition_order(rows: list[tuple[int, int, int, int]], max_runs: int 
                 runs.append((pid, []))
             runs[-1][1].append(off)
         for pid, offs in runs:
-            assert all(b > a for a, b in zip(offs, offs[1:], strict=False)), \
+            assert all(b > a for a, b in itertools.pairwise(offs)), \
                 f"partition {part}: worker {pid} processed out of order: {offs[:20]}..."
-        for (_, prev), (_, nxt) in zip(runs, runs[1:], strict=False):
+        for (_, prev), (_, nxt) in itertools.pairwise(runs):
             assert nxt[0] <= prev[-1] + 1, f"partition {part}: gap between owners {prev[-1]} -> {nxt[0]}"
         if max_runs is not None:
             assert len(runs) <= max_runs, f"partition {part} changed hands {len(runs)} times"
@@ -138,7 +139,7 @@ def test_worker_sigkill_restarts_and_loses_nothing(broker: Any, names: dict[str,
             s = rm.wait_status(lambda s, n=n: s["records"] >= 1500 * n, 60, "progress")
             victim = s["workers"][n % 2]["pid"]
             os.kill(victim, signal.SIGKILL)
-            rm.wait_status(lambda s, v=victim: s["restarts"] >= n and all(
+            rm.wait_status(lambda s, v=victim, n=n: s["restarts"] >= n and all(
                 w["alive"] and w["pid"] != v for w in s["workers"]), 30, "the worker to be restarted")
         assert rm.wait(120) == 0, rm.log_tail()
     finally:

@@ -1,7 +1,8 @@
 """A test plugin driven by record values, with a journal of what it processed.
 
 Values: ``<id>`` is processed; ``raise:<id>`` raises; ``crash:<id>`` kills the worker
-(``os._exit``); ``reject:<id>`` is rejected through the API. Output: JSON with the id and
+(``os._exit``); ``hang:<id>`` never returns; ``reject:<id>`` is rejected through the API.
+Setting ``fail_setup`` makes setup() raise. Output: JSON with the id and
 where it came from. Settings: ``sleep_ms`` per record, ``journal_dir`` (one file per
 worker process: ``partition offset pid monotonic_ns`` per record, written per batch).
 """
@@ -22,6 +23,8 @@ _journal: int | None = None
 
 def setup(context: Context) -> None:
     global _sleep_s, _journal
+    if context.settings.get("fail_setup"):
+        raise RuntimeError("setup refused: fail_setup is set")
     _sleep_s = float(context.settings.get("sleep_ms", 0)) / 1000
     jdir = context.settings.get("journal_dir")
     if jdir:
@@ -38,6 +41,8 @@ def process(batch: Sequence[Record]) -> Iterator[Any]:
             raise ValueError(f"poison record {value}")
         if value.startswith("crash:"):
             os._exit(13)
+        if value.startswith("hang:"):
+            time.sleep(3600)
         if _sleep_s:
             time.sleep(_sleep_s)
         if value.startswith("reject:"):

@@ -4,8 +4,16 @@ import msgpack
 import pytest
 
 from runtime.errors import FrameError
-from runtime.frames import DONE, Result, decode_frame, decode_result, encode_batch, encode_result
-from runtime.frames import STOP_FRAME, peek_header
+from runtime.frames import (
+    DONE,
+    STOP_FRAME,
+    Result,
+    decode_frame,
+    decode_result,
+    encode_batch,
+    encode_result,
+    peek_header,
+)
 from runtime.plugin import Output, Record, Reject, normalize_output
 
 
