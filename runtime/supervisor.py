@@ -92,7 +92,7 @@ class Supervisor:
         self.segments: SegmentSet | None = None
         self.pool: WorkerPool | None = None
         self.committed: dict[TP, int] = {}
-        self.revocations_ms: list[float] = []
+        self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
 
     # ------------------------------------------------------------------ the story
     def run(self) -> int:
@@ -553,7 +553,8 @@ class Supervisor:
             for bid in [b for b, batch in h.in_flight.items() if batch.tp == flow.tp]:
                 del h.in_flight[bid]  # the worker will skip these frames (stale epoch)
         took_ms = round((self.clock() - started) * 1000, 1)
-        self.revocations_ms = [*self.revocations_ms[-99:], took_ms]
+        self.revocations = [*self.revocations[-99:], {
+            "ms": took_ms, "end_ns": time.monotonic_ns(), "partitions": [f.label for f in flows]}]
         log.info("partitions revoked" if commit else "partitions lost", extra={
             "partitions": ",".join(f.label for f in flows), "took_ms": took_ms})
 
@@ -656,7 +657,7 @@ class Supervisor:
                 "restarts": t.restarts, "paused": sum(p["paused"] for p in parts),
                 "lag": sum(p["lag"] or 0 for p in parts), "partitions": parts, "workers": workers,
                 "supervisor_rss": psutil.Process().memory_info().rss,
-                "revocations_ms": self.revocations_ms,
+                "revocations": self.revocations,
                 "committed": {f"{tp[0]}[{tp[1]}]": off for tp, off in sorted(self.committed.items())}}
 
     def report_if_due(self) -> None:

@@ -216,19 +216,25 @@ def test_pause_survives_a_rebalance(broker: Any, names: dict[str, str], tmp_path
         rm.close()
 
 
-def test_revocation_is_bounded_with_full_rings(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+def test_revocation_is_bounded_and_fenced_with_full_rings(broker: Any, names: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """Invariant 5: revocation waits only for the batch in progress, however full the ring,
+    and no worker of the old owner touches a record of the partition afterwards."""
     make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
     produce(broker.bootstrap, names["in"], ids(3000), 2)
-    # Each batch is one record taking 200 ms: the rings hold minutes of work.
+    # Each batch is one record taking 200 ms: the ring holds minutes of work.
     cfg = config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=1,
-                 settings={"sleep_ms": 200})
+                 settings={"sleep_ms": 200, "journal_dir": str(jdir(tmp_path))})
     a = Ringmaster(cfg, tmp_path, "a")
     b = None
     try:
         a.wait_status(lambda s: s["workers"][0]["in_flight"] >= 100, 60, "a full ring")
+        a_workers = set(a.worker_pids())
         b = Ringmaster(cfg, tmp_path, "b")
-        s = a.wait_status(lambda s: s["revocations_ms"], 60, "a revocation")
-        assert s["revocations_ms"][0] < 200 + 800, f"revocation took {s['revocations_ms'][0]} ms"
+        s = a.wait_status(lambda s: s["revocations"], 60, "a revocation")
+        revocation = s["revocations"][0]
+        assert revocation["ms"] < 200 + 800, f"revocation took {revocation['ms']} ms"
+        b.wait_status(lambda s: s["records"] >= 5, 60, "B to work on the moved partition")
         t0 = time.monotonic()
         assert a.terminate() == 0
         assert time.monotonic() - t0 < 10, "shutdown waited for queued work"
@@ -237,6 +243,10 @@ def test_revocation_is_bounded_with_full_rings(broker: Any, names: dict[str, str
         if b is not None:
             b.terminate()
             b.close()
+    moved = {int(label.rsplit("[", 1)[1].rstrip("]")) for label in revocation["partitions"]}
+    late = [row for row in journal(jdir(tmp_path))
+            if row[3] in a_workers and row[1] in moved and row[0] > revocation["end_ns"]]
+    assert not late, f"the old owner processed {len(late)} records after revocation returned"
 
 
 def test_supervisor_sigkill_leaves_no_workers_and_restart_reclaims(

@@ -1,0 +1,143 @@
+"""Invariant 4 with fakes: the runtime owns pause state. A fake client that, like
+librdkafka, starts every new assignment fetching and can lose a resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.board import EpochTable
+from runtime.config import Settings
+from runtime.flow import SlotTable
+from runtime.supervisor import Supervisor
+
+TP0, TP1 = ("t", 0), ("t", 1)
+
+
+@dataclass
+class FakeRing:
+    fill_value: float = 0.0
+
+    def fill(self) -> float:
+        return self.fill_value
+
+    def used_bytes(self) -> int:
+        return int(self.fill_value * 1000)
+
+
+@dataclass(eq=False)
+class FakeHandle:
+    index: int
+    ring: FakeRing = field(default_factory=FakeRing)
+    partitions: set[Any] = field(default_factory=set)
+    in_flight: dict[int, Any] = field(default_factory=dict)
+    accepting: bool = True
+    alive: bool = False
+
+
+@dataclass
+class FakePool:
+    handles: list[FakeHandle]
+
+
+class FakeConsumer:
+    """Records the client's actual pause state as librdkafka would hold it."""
+
+    def __init__(self) -> None:
+        self.paused: set[Any] = set()
+        self.calls: list[tuple[str, list[Any]]] = []
+        self.ignore_next_resume = False
+
+    def pause(self, tps: Any) -> None:
+        tps = list(tps)
+        self.calls.append(("pause", tps))
+        self.paused |= set(tps)
+
+    def resume(self, tps: Any) -> None:
+        tps = list(tps)
+        self.calls.append(("resume", tps))
+        if self.ignore_next_resume and tps:
+            self.ignore_next_resume = False  # the pause-assign-resume race: lost
+            return
+        self.paused -= set(tps)
+
+    def assign(self, tps: list[Any]) -> None:
+        self.paused -= set(tps)  # a (re)assigned partition starts fetching
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(fill: float = 0.0) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+    settings = Settings.model_validate({
+        "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
+        "workers": {"plugin": "workers.enrich", "processes": 1}})
+    clock = Clock()
+    sup = Supervisor(settings, clock=clock)
+    pool = FakePool([FakeHandle(0, FakeRing(fill))])
+    consumer = FakeConsumer()
+    sup.pool = pool  # type: ignore[assignment]
+    sup.consumer = consumer  # type: ignore[assignment]
+    sup.slots = SlotTable(EpochTable(memoryview(bytearray(8 * 16))))
+    return sup, consumer, clock, pool
+
+
+def assign(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
+    consumer.assign(tps)
+    sup.on_assign(tps)
+
+
+def test_assignment_to_a_full_ring_is_paused_at_once() -> None:
+    sup, consumer, _, _ = make(fill=0.95)
+    assign(sup, consumer, [TP0, TP1])
+    assert consumer.paused == {TP0, TP1}
+    assert all(f.paused for f in sup.flows.values())
+
+
+def test_incremental_assignment_keeps_existing_pauses_and_pauses_the_new() -> None:
+    sup, consumer, _, pool = make(fill=0.95)
+    assign(sup, consumer, [TP0])
+    consumer.paused.clear()  # the client forgot the pause across the rebalance
+    assign(sup, consumer, [TP1])
+    assert TP1 in consumer.paused
+    sup.clock.now += 1.5  # type: ignore[attr-defined]
+    sup.reconcile_flow()
+    assert consumer.paused == {TP0, TP1}, "the periodic reconcile re-applies forgotten pauses"
+
+
+def test_resume_on_drain_with_hysteresis() -> None:
+    sup, consumer, clock, pool = make(fill=0.95)
+    assign(sup, consumer, [TP0])
+    pool.handles[0].ring.fill_value = 0.5
+    sup.reconcile_flow()
+    assert TP0 in consumer.paused, "between the watermarks: still paused"
+    pool.handles[0].ring.fill_value = 0.1
+    sup.reconcile_flow()
+    assert TP0 not in consumer.paused
+
+
+def test_a_lost_resume_is_repaired_within_a_second() -> None:
+    sup, consumer, clock, pool = make(fill=0.95)
+    assign(sup, consumer, [TP0])
+    pool.handles[0].ring.fill_value = 0.0
+    consumer.ignore_next_resume = True
+    sup.reconcile_flow()
+    assert TP0 in consumer.paused, "the fake client lost the resume"
+    clock.now += 1.0
+    sup.reconcile_flow()
+    assert TP0 not in consumer.paused, "a runnable partition is fetching again within 1 s"
+
+
+def test_an_idle_partition_at_its_end_is_not_poked() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    sup.flows[TP0].eof_at = 10
+    consumer.calls.clear()
+    clock.now += 5
+    sup.reconcile_flow()
+    assert ("resume", [TP0]) not in consumer.calls
