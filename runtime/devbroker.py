@@ -36,17 +36,22 @@ def broker_binary() -> str:
 class DevBroker:
     """``with DevBroker() as b: b.bootstrap`` – a Tansu broker on a free loopback port."""
 
-    def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None,
+                 advertised_port: int | None = None) -> None:
         self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        # Clients connect to the advertised address after bootstrap: a test proxy in front
+        # of the broker must be the advertised one.
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self._log_path = Path(log_path) if log_path else None
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 15.0) -> DevBroker:
         url = f"tcp://127.0.0.1:{self.port}"
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
         out = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

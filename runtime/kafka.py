@@ -60,7 +60,9 @@ class GroupConsumer:
     def __init__(self, props: Mapping[str, Any]) -> None:
         props = dict(props)
         props["error_cb"] = self._on_error
+        props["on_commit"] = self._on_commit
         self.fatal: str | None = None
+        self._refused: dict[TP, int] = {}
         self._c = Consumer(props)
         self.state = ConsumerState.CREATED
         self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
@@ -73,6 +75,20 @@ class GroupConsumer:
         if err.fatal():
             self.fatal = str(err)
         log.warning("kafka client error", extra={"error": str(err)})
+
+    def _on_commit(self, err: _CKError | None, parts: list[TopicPartition]) -> None:
+        """Runs in: consume()/commit(). Remember refused offsets so they are sent again:
+        an asynchronous commit that fails (broker away, REBALANCE_IN_PROGRESS, ...) must
+        not be forgotten, or the group lags behind what was done until the next record."""
+        for p in parts:
+            if err is not None or p.error is not None:
+                self._refused[(p.topic, p.partition)] = p.offset
+        if err is not None and err.code() != _CKError._NO_OFFSET:
+            log.warning("commit refused; will retry", extra={"error": str(err), "partitions": len(parts)})
+
+    def take_refused_commits(self) -> dict[TP, int]:
+        refused, self._refused = self._refused, {}
+        return refused
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:

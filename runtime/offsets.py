@@ -67,7 +67,7 @@ class OffsetTracker:
     def needs_commit(self) -> bool:
         return self._committable is not None and self._committable != self._committed
 
-    def mark_committed(self, offset: int) -> None:
+    def mark_committed(self, offset: int | None) -> None:
         self._committed = offset
 
     @property

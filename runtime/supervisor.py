@@ -611,6 +611,10 @@ class Supervisor:
 
     def _commit(self, flows: list[PartitionFlow], asynchronous: bool) -> None:
         assert self.consumer is not None
+        for tp, offset in self.consumer.take_refused_commits().items():
+            flow = self.flows.get(tp)
+            if flow is not None and flow.tracker.committed == offset:
+                flow.tracker.mark_committed(None)  # send it again
         # INVARIANT (1): only the tracker's committable offset is ever committed.
         offsets = {f.tp: f.tracker.committable for f in flows if f.tracker.needs_commit()}
         if not offsets:

@@ -20,7 +20,11 @@ from runtime.kafka import ensure_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
-FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300}
+# Tansu forms groups in about session.timeout.ms / 2. During a rebalance it waits for a
+# member that died (SIGKILL) for that member's rebalance timeout, max.poll.interval.ms
+# (default 300 s), instead of expiring it after session.timeout.ms as Apache Kafka does;
+# the supervisor calls consume() every few ms, so 20 s is safe and keeps chaos runs short.
+FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 20000}
 
 
 def unique(prefix: str) -> str:
@@ -198,12 +202,19 @@ class Ringmaster:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
     def close(self) -> None:
+        """Tear down after a test, also a failed one: kill what is left and reclaim the
+        segments a killed supervisor could not unlink, so one failure does not cascade."""
         if self.proc.poll() is None:
             for child in self.children():
                 child.kill()
             self.proc.kill()
             self.proc.wait(10)
         self._log.close()
+
+    def reclaim(self) -> None:
+        for name in shm_segments():
+            if name.startswith(f"ringmaster-{self.proc.pid}-"):
+                (Path("/dev/shm") / name).unlink(missing_ok=True)
 
 
 def shm_segments() -> list[str]:

@@ -135,3 +135,41 @@ def test_a_plugin_that_cannot_start_stops_the_daemon_with_a_clear_message(
         rm.close()
     assert code == 3
     assert "setup refused: fail_setup is set" in rm.log_path.read_text()
+
+
+def test_recycling_by_batch_count_neither_loses_nor_repeats_work(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    values = [f"r{i}" for i in range(3000)]
+    counts, cfg = setup_run(broker, names, tmp_path, values, batch_max_records=50, max_batches=8)
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(120) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    outs = [json.loads(m.value())["id"] for m in read_topic(broker.bootstrap, names["out"], 3000)]
+    assert sorted(outs) == sorted(values), "every record exactly once"
+    assert committed(broker.bootstrap, names["group"], names["in"], 2) == counts
+    log = rm.log_path.read_text()
+    assert log.count("worker recycled") >= 2, "workers were replaced between batches"
+    final = rm.status()
+    assert final is not None and final["restarts"] >= 2
+
+
+def test_a_record_larger_than_a_ring_is_dead_lettered_not_hung(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    big = "big:" + "z" * 70_000  # a 64 KiB ring takes frames of at most 32 KiB
+    values = [f"r{i}" for i in range(100)]
+    values[41] = big
+    counts, cfg = setup_run(broker, names, tmp_path, values, partitions=1, ring_bytes=65536)
+    cfg["kafka"]["producer"]["message.max.bytes"] = 1_000_000
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(120) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    dead = read_topic(broker.bootstrap, names["dlq"], 1)
+    assert [m.value().decode() for m in dead] == [big]
+    assert dict(dead[0].headers())["ringmaster.error.type"] == b"RecordTooLarge"
+    outs = {json.loads(m.value())["id"] for m in read_topic(broker.bootstrap, names["out"], 99)}
+    assert outs == set(values) - {big}
+    assert committed(broker.bootstrap, names["group"], names["in"], 1) == counts

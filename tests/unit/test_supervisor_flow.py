@@ -47,6 +47,8 @@ class FakeConsumer:
         self.paused: set[Any] = set()
         self.calls: list[tuple[str, list[Any]]] = []
         self.ignore_next_resume = False
+        self.commits: list[dict[Any, int]] = []
+        self.refused: dict[Any, int] = {}
 
     def pause(self, tps: Any) -> None:
         tps = list(tps)
@@ -60,6 +62,14 @@ class FakeConsumer:
             self.ignore_next_resume = False  # the pause-assign-resume race: lost
             return
         self.paused -= set(tps)
+
+    def commit(self, offsets: dict[Any, int], asynchronous: bool) -> bool:
+        self.commits.append(dict(offsets))
+        return True
+
+    def take_refused_commits(self) -> dict[Any, int]:
+        refused, self.refused = self.refused, {}
+        return refused
 
     def assign(self, tps: list[Any]) -> None:
         self.paused -= set(tps)  # a (re)assigned partition starts fetching
@@ -141,3 +151,18 @@ def test_an_idle_partition_at_its_end_is_not_poked() -> None:
     clock.now += 5
     sup.reconcile_flow()
     assert ("resume", [TP0]) not in consumer.calls
+
+
+def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    tracker = sup.flows[TP0].tracker
+    tracker.register(1, 0, 9)
+    tracker.complete(1)
+    sup._commit(list(sup.flows.values()), asynchronous=True)
+    assert consumer.commits == [{TP0: 10}]
+    consumer.refused = {TP0: 10}  # e.g. REBALANCE_IN_PROGRESS, reported by on_commit
+    sup._commit(list(sup.flows.values()), asynchronous=True)
+    assert consumer.commits[-1] == {TP0: 10}, "the refused offset is committed again"
+    sup._commit(list(sup.flows.values()), asynchronous=True)
+    assert len(consumer.commits) == 2, "and only until it is accepted"
