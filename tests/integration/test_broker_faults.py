@@ -7,7 +7,6 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from helpers import Ringmaster, base_config, committed, make_topics, produce, read_topic, unique, wait_for

@@ -110,7 +110,7 @@ def test_assignment_to_a_full_ring_is_paused_at_once() -> None:
 
 
 def test_incremental_assignment_keeps_existing_pauses_and_pauses_the_new() -> None:
-    sup, consumer, _, pool = make(fill=0.95)
+    sup, consumer, _, _pool = make(fill=0.95)
     assign(sup, consumer, [TP0])
     consumer.paused.clear()  # the client forgot the pause across the rebalance
     assign(sup, consumer, [TP1])
@@ -121,7 +121,7 @@ def test_incremental_assignment_keeps_existing_pauses_and_pauses_the_new() -> No
 
 
 def test_resume_on_drain_with_hysteresis() -> None:
-    sup, consumer, clock, pool = make(fill=0.95)
+    sup, consumer, _clock, pool = make(fill=0.95)
     assign(sup, consumer, [TP0])
     pool.handles[0].ring.fill_value = 0.5
     sup.reconcile_flow()
@@ -154,7 +154,7 @@ def test_an_idle_partition_at_its_end_is_not_poked() -> None:
 
 
 def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> None:
-    sup, consumer, clock, _ = make()
+    sup, consumer, _clock, _ = make()
     assign(sup, consumer, [TP0])
     tracker = sup.flows[TP0].tracker
     tracker.register(1, 0, 9)
