@@ -92,7 +92,7 @@ class SupervisorSettings(_Section):
     revoke_timeout_s: float = Field(default=10.0, gt=0)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     stop_when_caught_up: bool = False
-    caught_up_idle_s: float = Field(default=1.0, ge=0)
+    caught_up_idle_s: float = Field(default=0.0, ge=0)
     status_file: str | None = None
     status_interval_s: float = Field(default=1.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

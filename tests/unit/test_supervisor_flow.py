@@ -166,3 +166,20 @@ def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> 
     assert consumer.commits[-1] == {TP0: 10}, "the refused offset is committed again"
     sup._commit(list(sup.flows.values()), asynchronous=True)
     assert len(consumer.commits) == 2, "and only until it is accepted"
+
+
+def test_rows_and_eof_in_the_same_consume_mean_caught_up() -> None:
+    """One consume() may return a partition's last records and its EOF event together."""
+    from runtime.kafka import Fetched
+
+    sup, consumer, _, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched = Fetched(rows={TP0: [[0, None, b"a", None, 0, 0], [1, None, b"b", None, 0, 0]]},
+                      eof={TP0: 2}, count=2)
+    consumer.consume = lambda n, t: fetched  # type: ignore[attr-defined]
+    sup.fetch()
+    assert sup.flows[TP0].eof_at == 2
+    stale = Fetched(rows={TP0: [[2, None, b"c", None, 0, 0]]}, eof={TP0: 2}, count=1)
+    consumer.consume = lambda n, t: stale  # type: ignore[attr-defined]
+    sup.fetch()
+    assert sup.flows[TP0].eof_at is None, "an EOF older than the newest record does not count"

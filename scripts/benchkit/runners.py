@@ -1,0 +1,182 @@
+"""One consumer configuration per process: `python -m benchkit.runners KIND ...` consumes
+the whole topic from the start with a fresh group, commits everything, and prints one
+JSON line: records, window_s (first record consumed → all offsets committed), and the
+CPU seconds of the main process and of its worker processes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from benchkit.work import do_work
+
+FETCH = {"fetch.queue.backoff.ms": 10, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+         "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
+
+
+def cpu_split() -> tuple[float, float]:
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _commit(c: Consumer, offsets: Mapping[tuple[str, int], int]) -> None:
+    if offsets:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+
+
+def baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """One process: consume(1000) and work, commit once a second and at the end."""
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
+    c.subscribe([args.topic])
+    done, first, offsets, last_commit = 0, None, {}, time.monotonic()
+    while done < args.records:
+        for m in c.consume(1000, 0.1):
+            if m.error():
+                continue
+            first = first or time.monotonic()
+            do_work(args.workload, args.iterations, m.value())
+            offsets[(m.topic(), m.partition())] = m.offset() + 1
+            done += 1
+        if time.monotonic() - last_commit >= 1:
+            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+            last_commit = time.monotonic()
+    _commit(c, offsets)
+    end = time.monotonic()
+    c.close()
+    return {"records": done, "window_s": end - (first or end)}
+
+
+def _work_batch(payload: tuple[str, int, list[bytes]]) -> int:
+    workload, iterations, values = payload
+    for v in values:
+        do_work(workload, iterations, v)
+    return len(values)
+
+
+def pool(args: argparse.Namespace) -> dict[str, Any]:
+    """The naive answer: multiprocessing.Pool(N) over pickled batches, commits in order."""
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
+    c.subscribe([args.topic])
+    done, first, last_commit = 0, None, time.monotonic()
+    offsets: dict[tuple[str, int], int] = {}
+    pending: list[tuple[Any, dict[tuple[str, int], int]]] = []
+    with multiprocessing.get_context("spawn").Pool(args.processes) as p:
+        while done < args.records:
+            msgs = [m for m in c.consume(1000, 0.05) if not m.error()]
+            if msgs:
+                first = first or time.monotonic()
+                ends = {(m.topic(), m.partition()): m.offset() + 1 for m in msgs}
+                pending.append((p.apply_async(_work_batch, ((args.workload, args.iterations,
+                                                              [m.value() for m in msgs]),)), ends))
+            while pending and (pending[0][0].ready() or len(pending) > 4 * args.processes):
+                res, ends = pending.pop(0)
+                done += res.get()
+                offsets.update(ends)
+            if time.monotonic() - last_commit >= 1 and offsets:
+                c.commit(offsets=[TopicPartition(t, q, o) for (t, q), o in offsets.items()],
+                         asynchronous=True)
+                last_commit = time.monotonic()
+        _commit(c, offsets)
+        end = time.monotonic()
+    c.close()
+    return {"records": done, "window_s": end - (first or end)}
+
+
+def _arroyo_work(message: Any) -> int:
+    workload, iterations = _ARROYO_WORK
+    return do_work(workload, iterations, message.payload.value)
+
+
+_ARROYO_WORK = ("trivial", 0)
+
+
+def _arroyo_init(workload: str, iterations: int) -> None:
+    global _ARROYO_WORK
+    _ARROYO_WORK = (workload, iterations)
+
+
+def arroyo(args: argparse.Namespace) -> dict[str, Any]:
+    """sentry-arroyo's RunTaskWithMultiprocessing as its docs advise: N processes, batches
+    of 1000, commits once per second (and fetch.queue.backoff.ms=10 for fairness)."""
+    import functools
+
+    from arroyo.backends.kafka import KafkaConsumer
+    from arroyo.backends.kafka.configuration import build_kafka_consumer_configuration
+    from arroyo.commit import ONCE_PER_SECOND
+    from arroyo.processing.processor import StreamProcessor
+    from arroyo.processing.strategies import CommitOffsets, ProcessingStrategyFactory
+    from arroyo.processing.strategies.run_task_with_multiprocessing import (
+        MultiprocessingPool,
+        RunTaskWithMultiprocessing,
+    )
+    from arroyo.types import Topic
+
+    state = {"first": None, "committed_at": None}
+    ends: dict[int, int] = {}
+
+    class Measured(KafkaConsumer):  # type: ignore[misc]
+        def poll(self, timeout: float | None = None) -> Any:
+            m = super().poll(timeout)
+            if m is not None and state["first"] is None:
+                state["first"] = time.monotonic()
+            return m
+
+        def commit_offsets(self) -> Any:
+            result = super().commit_offsets()
+            for part, off in (result or {}).items():
+                ends[part.index] = off
+            if sum(ends.values()) >= args.records and state["committed_at"] is None:
+                state["committed_at"] = time.monotonic()
+            return result
+
+    mp_pool = MultiprocessingPool(args.processes, functools.partial(_arroyo_init, args.workload,
+                                                                     args.iterations))
+
+    class Factory(ProcessingStrategyFactory):  # type: ignore[misc]
+        def create_with_partitions(self, commit: Any, partitions: Any) -> Any:
+            return RunTaskWithMultiprocessing(_arroyo_work, CommitOffsets(commit), max_batch_size=1000,
+                                              max_batch_time=1.0, pool=mp_pool,
+                                              input_block_size=16 * 2**20, output_block_size=16 * 2**20)
+
+    config = build_kafka_consumer_configuration(
+        {"bootstrap.servers": args.bootstrap}, group_id=args.group, auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        override_params={"fetch.queue.backoff.ms": 10, "session.timeout.ms": 6000,
+                         "heartbeat.interval.ms": 500})
+    processor = StreamProcessor(Measured(config), Topic(args.topic), Factory(), ONCE_PER_SECOND)
+    while state["committed_at"] is None:
+        processor._run_once()
+    processor._shutdown()
+    mp_pool.close()
+    return {"records": args.records, "window_s": state["committed_at"] - state["first"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kind", choices=["baseline", "pool", "arroyo"])
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--records", type=int, required=True)
+    ap.add_argument("--workload", required=True)
+    ap.add_argument("--iterations", type=int, default=0)
+    ap.add_argument("--processes", type=int, default=2)
+    args = ap.parse_args()
+    result = {"baseline": baseline, "pool": pool, "arroyo": arroyo}[args.kind](args)
+    main_cpu, worker_cpu = cpu_split()
+    result.update(main_cpu_s=main_cpu, worker_cpu_s=worker_cpu)
+    print(json.dumps(result))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
