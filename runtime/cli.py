@@ -101,6 +101,53 @@ def check(config: str) -> None:
                err=True)
 
 
+@main.group()
+def spark() -> None:
+    """Run the same plugin on Apache Spark (PySpark; needs Java 17+)."""
+
+
+@spark.command("run")
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--until-caught-up", is_flag=True, help='Use trigger "availableNow": stop at the end.')
+def spark_run(config: str, until_caught_up: bool) -> None:
+    """Structured Streaming over the input topics; commits the group's offsets per batch."""
+    settings = _load(config)
+    if until_caught_up:
+        settings = settings.model_copy(update={"spark": settings.spark.model_copy(
+            update={"trigger": "availableNow"})})
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
+    try:
+        from runtime.spark.job import run_stream
+
+        sys.exit(run_stream(settings))
+    except RingmasterError as exc:
+        _fail(exc)
+
+
+@spark.command("backfill")
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--from", "start", default="earliest", show_default=True,
+              help='earliest, committed, or JSON offsets like \'{"in": {"0": 100}}\'.')
+@click.option("--to", "end", default="latest", show_default=True,
+              help="latest, or JSON offsets (exclusive).")
+@click.option("--parquet", type=click.Path(file_okay=False), default=None,
+              help="Write outputs as Parquet here instead of to [output] topic.")
+def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> None:
+    """Reprocess an offset range of the input topics in one batch job."""
+    settings = _load(config)
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
+    if parquet is None and settings.output.topic is None:
+        _fail(RingmasterError("backfill needs [output] topic or --parquet PATH"))
+    try:
+        from runtime.spark.job import backfill
+
+        summary = backfill(settings, start, end, parquet)
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    click.echo(json.dumps(summary))
+
+
 @main.command()
 @click.option("--port", type=int, default=9092, show_default=True)
 def broker(port: int) -> None:

@@ -101,12 +101,31 @@ class SupervisorSettings(_Section):
     max_partitions: int = Field(default=4096, ge=1)
 
 
+class SparkSettings(_Section):
+    master: str = "local[*]"
+    app_name: str = "ringmaster"
+    checkpoint_location: str | None = None  # default: run/spark/<group_id>
+    trigger: str = Field(default="5 seconds", description='"availableNow" or a processing-time interval')
+    max_records_per_trigger: int = Field(default=100_000, ge=0, description="0: no limit")
+    end_offsets: Literal["list", "fetch"] = "list"
+    conf: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
+
+    @field_validator("trigger")
+    @classmethod
+    def _trigger(cls, v: str) -> str:
+        if v != "availableNow" and not re.fullmatch(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|"
+                                                    r"minutes?|min)", v.strip()):
+            raise ValueError('expected "availableNow" or an interval like "5 seconds"')
+        return v
+
+
 class Settings(_Section):
     kafka: KafkaSettings
     workers: WorkerSettings
     output: OutputSettings = Field(default_factory=OutputSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     supervisor: SupervisorSettings = Field(default_factory=SupervisorSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
 
 
 def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None,

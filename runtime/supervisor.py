@@ -340,9 +340,11 @@ class Supervisor:
                 self.pool.spawn_worker(h)
             elif h.alive:
                 self._enforce_deadline(h, now)
-        if now - self._last_watch >= _WATCH_S:
+        check_rss = bool(self.w.max_rss_mb) and now - self._last_watch >= _WATCH_S
+        if check_rss:
             self._last_watch = now
-            self._recycle_if_needed()
+        if check_rss or self.w.max_batches:
+            self._recycle_if_needed(check_rss)
 
     def _enforce_deadline(self, h: WorkerHandle, now: float) -> None:
         assert self.pool is not None
@@ -356,7 +358,7 @@ class Supervisor:
         elif now - h.term_sent_at > 2.0:
             self.pool.kill(h, signal.SIGKILL)
 
-    def _recycle_if_needed(self) -> None:
+    def _recycle_if_needed(self, check_rss: bool) -> None:
         """Replace workers past their memory or batch budget, between batches: a STOP frame
         goes behind the work already in the ring and nothing more is written after it."""
         assert self.pool is not None
@@ -366,7 +368,7 @@ class Supervisor:
             reason = None
             if self.w.max_batches and h.board.batches >= self.w.max_batches:
                 reason = f"{h.board.batches} batches done"
-            elif self.w.max_rss_mb:
+            elif check_rss:
                 try:
                     rss_mb = psutil.Process(h.pid).memory_info().rss / 2**20
                 except psutil.Error:
@@ -663,8 +665,8 @@ class Supervisor:
                             "restarts": h.incarnation - 1, "rss": rss})
         t = self.totals
         me = psutil.Process().cpu_times()
-        return {"supervisor_cpu_s": round(me.user + me.system, 3),
-                "window_s": round(working, 4),"pid": os.getpid(), "elapsed_s": round(elapsed, 3), "records": t.records,
+        return {"supervisor_cpu_s": round(me.user + me.system, 3), "window_s": round(working, 4),
+                "pid": os.getpid(), "elapsed_s": round(elapsed, 3), "records": t.records,
                 "join_s": round((first if first is not None else now) - self._started_at, 3),
                 "rate": round(t.records / working, 1), "outputs": t.outputs,
                 "dead_letters": t.dead_letters, "batches": t.batches, "consumed": t.consumed,

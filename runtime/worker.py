@@ -15,15 +15,14 @@ import ctypes
 import logging
 import os
 import signal
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.board import BOARD_BYTES, Board, EpochTable
 from runtime.deadletter import dead_letter_headers
 from runtime.errors import PluginError
+from runtime.execution import Failure, RetryPolicy, run_batch
 from runtime.frames import (
     BLOCKED,
     DONE,
@@ -37,7 +36,7 @@ from runtime.frames import (
 )
 from runtime.kafka import DeliveryFailed, OutputProducer
 from runtime.logs import configure_logging
-from runtime.plugin import Context, Output, Plugin, Record, Reject, load_plugin, normalize_output
+from runtime.plugin import Context, Output, Plugin, Record, load_plugin
 from runtime.ring import Doorbell, Ring
 from runtime.shm import Segment
 
@@ -170,34 +169,15 @@ def worker_main(spec: WorkerSpec, semaphore: Any, lock: Any, results: Any) -> No
     os._exit(0)
 
 
-@dataclass
-class _Failure:
-    record: Record
-    error_type: str
-    message: str
-    traceback: str
-    attempts: int
-
-
-@dataclass
-class _Outcome:
-    # (highest input offset of the plugin call, its outputs): bisection calls cover
-    # contiguous offset ranges, so "outputs of records before offset X" is exact.
-    outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
-    failures: list[_Failure] = field(default_factory=list)
-
-    def outputs_before(self, offset: int | None = None) -> list[Output]:
-        return [o for last, outs in self.outputs if offset is None or last < offset for o in outs]
-
-
 class BatchRunner:
-    """Runs one batch through the plugin: retry with backoff, then bisect to isolate the
-    failing records, so that good records go through and bad ones are dead-lettered."""
+    """Runs one batch through the plugin (runtime.execution: retries, then bisection) and
+    delivers what came out: outputs to their topic, failures to the dead-letter topic."""
 
     def __init__(self, plugin: Plugin, producer: OutputProducer | None, spec: WorkerSpec) -> None:
         self.plugin = plugin
         self.producer = producer
         self.spec = spec
+        self.policy = RetryPolicy(spec.max_attempts, spec.retry_backoff_s, spec.retry_backoff_max_s)
         self.blocked_slots: set[int] = set()
         self._warned_no_output = False
 
@@ -205,13 +185,12 @@ class BatchRunner:
         topic, partition = frame.topic, frame.partition
         records = [Record(topic, partition, r[0], r[1], r[2], r[3], (r[4], r[5]))
                    for r in frame.records]
-        outcome = _Outcome()
-        self._run_with_retries(records, outcome, self.spec.max_attempts)
-        if outcome.failures and self.spec.dead_letter_topic is None:
+        outcome = run_batch(self.plugin, records, self.policy, self.spec.name)
+        first = outcome.first_failure
+        if first is not None and self.spec.dead_letter_topic is None:
             # INVARIANT: never skip a record silently. Without a dead-letter topic the
             # partition stops at its first failing record: nothing after it is produced and
             # the batch is not acknowledged, so nothing from it on is committed.
-            first = min(outcome.failures, key=lambda f: f.record.offset)
             self.blocked_slots.add(frame.slot)
             self._produce_outputs(outcome.outputs_before(first.record.offset))
             self._flush()
@@ -219,45 +198,10 @@ class BatchRunner:
                           detail=f"offset {first.record.offset}: {first.error_type}: {first.message}")
         for failure in outcome.failures:
             self._dead_letter(failure)
-        dead = len(outcome.failures)
         n_out = self._produce_outputs(outcome.outputs_before())
         self._flush()
         return Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=len(records),
-                      outputs=n_out, dead_letters=dead)
-
-    # -- plugin calls ----------------------------------------------------------------
-    def _call(self, records: list[Record], outcome: _Outcome) -> None:
-        produced = self.plugin.process(records)
-        outputs: list[Output] = []
-        rejects: list[Reject] = []
-        for item in produced or ():
-            out = normalize_output(item, self.spec.output_topic)
-            (rejects if isinstance(out, Reject) else outputs).append(out)  # type: ignore[arg-type]
-        # Only a call that returned completely contributes: a raise discards its outputs.
-        outcome.outputs.append((records[-1].offset, outputs))
-        outcome.failures.extend(_Failure(r.record, "Rejected", r.reason, "", 1) for r in rejects)
-
-    def _run_with_retries(self, records: list[Record], outcome: _Outcome, attempts: int) -> None:
-        delay = self.spec.retry_backoff_s
-        for attempt in range(1, attempts + 1):
-            try:
-                self._call(records, outcome)
-                return
-            except Exception as exc:
-                if attempt == attempts:
-                    if len(records) == 1:
-                        outcome.failures.append(_Failure(records[0], type(exc).__name__,
-                                                         str(exc), traceback.format_exc(), attempt))
-                        return
-                    break
-                log.warning("plugin failed; retrying", extra={
-                    "worker": self.spec.name, "records": len(records), "attempt": attempt,
-                    "error": f"{type(exc).__name__}: {exc}"})
-                time.sleep(delay)
-                delay = min(delay * 2, self.spec.retry_backoff_max_s)
-        mid = len(records) // 2
-        self._run_with_retries(records[:mid], outcome, attempts)
-        self._run_with_retries(records[mid:], outcome, attempts)
+                      outputs=n_out, dead_letters=len(outcome.failures))
 
     # -- producing -------------------------------------------------------------------
     def _produce_outputs(self, outputs: list[Output]) -> int:
@@ -274,7 +218,7 @@ class BatchRunner:
             n += 1
         return n
 
-    def _dead_letter(self, f: _Failure) -> None:
+    def _dead_letter(self, f: Failure) -> None:
         assert self.producer is not None and self.spec.dead_letter_topic is not None
         r = f.record
         headers = dead_letter_headers(r.headers, error_type=f.error_type, message=f.message,

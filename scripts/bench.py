@@ -11,6 +11,7 @@ docs/bench.json (for comparing runs).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -130,7 +131,8 @@ def measure(label: str, fn: Any, runs: int) -> dict[str, Any]:
             "others_share": statistics.median(r["others_share"] for r in results)}
 
 
-def latency(bootstrap: str, topic: str, rate: float, seconds: float, iterations: int, tmp: Path) -> dict[str, Any]:
+def latency(bootstrap: str, topic: str, rate: float, seconds: float, iterations: int,
+            tmp: Path) -> dict[str, Any]:
     """p50/p99 produce → processed at a fixed offered load (cpu work), ringmaster only."""
     ldir = tmp / f"lat-{uuid.uuid4().hex[:6]}"
     ldir.mkdir()
@@ -202,12 +204,12 @@ def main() -> int:
             for peer in args.peers.split(","):
                 procs = 1 if peer == "baseline" else 2
                 rows.append(measure(peer if peer == "baseline" else f"{peer} ({procs} proc)",
-                                    lambda peer=peer, procs=procs: run_peer(
-                                        peer, broker.bootstrap, topic, n, workload, iterations, procs),
-                                    args.runs))
+                                    functools.partial(run_peer, peer, broker.bootstrap, topic, n,
+                                                      workload, iterations, procs), args.runs))
             for procs in range(1, args.max_processes + 1):
-                rows.append(measure(f"ringmaster ({procs} proc)", lambda procs=procs: run_ringmaster(
-                    broker.bootstrap, topic, n, workload, iterations, procs, tmp), args.runs))
+                rows.append(measure(f"ringmaster ({procs} proc)", functools.partial(
+                    run_ringmaster, broker.bootstrap, topic, n, workload, iterations, procs, tmp),
+                    args.runs))
             results["matrix"][workload] = rows
         if "cpu" in args.workloads:
             peak = max(r["median"] for r in results["matrix"]["cpu"] if r["label"].startswith("ringmaster"))

@@ -1,0 +1,231 @@
+"""`ringmaster spark run` and `ringmaster spark backfill`.
+
+Runs in: the Spark driver (this process). Executors run runtime.spark.apply and the
+source/sink; they need the project installed (see the README's Spark section).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from runtime.config import Settings, consumer_properties, producer_properties
+from runtime.errors import RingmasterError
+from runtime.execution import RetryPolicy
+
+log = logging.getLogger("ringmaster.spark")
+
+
+def require_java() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise RingmasterError("Java 17+ is required for the Spark backend and 'java' is not on PATH "
+                              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or set JAVA_HOME)")
+
+
+def session(settings: Settings) -> Any:
+    require_java()
+    # Executors' Python must be this environment, and must find what the driver finds.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from runtime.spark.source import KafkaSource
+
+    sp = settings.spark
+    paths = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
+    builder = (SparkSession.builder.master(sp.master).appName(sp.app_name)
+               .config("spark.executorEnv.PYTHONPATH", paths)
+               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.ui.enabled", "false"))
+    for k, v in sp.conf.items():
+        builder = builder.config(k, str(v))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaSource)
+    return spark
+
+
+def source_options(settings: Settings) -> dict[str, str]:
+    props = {k: v for k, v in consumer_properties(settings).items()
+             if k not in ("bootstrap.servers", "group.id", "partition.assignment.strategy")}
+    sp = settings.spark
+    opts = {"bootstrap": settings.kafka.bootstrap_servers, "group": settings.kafka.group_id,
+            "topics": ",".join(settings.kafka.topics), "kafka": json.dumps(props),
+            "endOffsets": sp.end_offsets}
+    if sp.max_records_per_trigger:
+        opts["maxRecordsPerTrigger"] = str(sp.max_records_per_trigger)
+    return opts
+
+
+def sink_options(settings: Settings) -> dict[str, str]:
+    props = {k: v for k, v in producer_properties(settings).items() if k != "bootstrap.servers"}
+    return {"bootstrap": settings.kafka.bootstrap_servers, "kafka_producer": json.dumps(props)}
+
+
+def plugin_job(settings: Settings) -> Any:
+    from runtime.spark.apply import PluginJob
+
+    dl = settings.dead_letter
+    return PluginJob(settings.workers.plugin, dict(settings.workers.settings), settings.output.topic,
+                     dl.topic, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s))
+
+
+class GroupCommitter:
+    """Commits each finished micro-batch's end offsets to the consumer group, so lag tools
+    see the Spark job. Runs in: the driver, on Spark's listener thread (and once more after
+    the query stops, for the last batch)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from runtime.spark import offsets as ko
+
+        self._ko = ko
+        props = {**consumer_properties(settings), "group.id": settings.kafka.group_id}
+        props.pop("partition.assignment.strategy", None)
+        self._c = ko.client(props)
+        self._lock = threading.Lock()
+        self.committed: dict[str, dict[str, int]] = {}
+
+    def commit_progress(self, progress: Any) -> None:
+        if progress is None:
+            return
+        for src in progress.sources:
+            end = src.endOffset
+            offsets = json.loads(end) if isinstance(end, str) else end
+            if not offsets or offsets == self.committed:
+                continue
+            with self._lock:
+                self._ko.commit(self._c, offsets)
+                self.committed = offsets
+            log.info("group offsets committed", extra={"records": progress.numInputRows,
+                                                       "batch": progress.batchId})
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def run_stream(settings: Settings) -> int:
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from runtime.spark.apply import applier
+    from runtime.spark.source import NAME, OUTPUT_SCHEMA
+
+    spark = session(settings)
+    sp = settings.spark
+    checkpoint = sp.checkpoint_location or str(Path("run") / "spark" / settings.kafka.group_id)
+    committer = GroupCommitter(settings)
+
+    class Listener(StreamingQueryListener):  # type: ignore[misc]
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            try:
+                committer.commit_progress(event.progress)
+            except Exception:
+                log.exception("group commit failed; it is retried after the next batch")
+
+        def onQueryIdle(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    spark.streams.addListener(Listener())
+    df = spark.readStream.format(NAME).options(**source_options(settings)).load()
+    out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
+    writer = (out.writeStream.format(NAME).options(**sink_options(settings))
+              .option("checkpointLocation", checkpoint).queryName(sp.app_name))
+    writer = writer.trigger(availableNow=True) if sp.trigger == "availableNow" \
+        else writer.trigger(processingTime=sp.trigger)
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, f: stop.append(s))
+    query = writer.start()
+    log.info("spark query started", extra={"master": sp.master, "trigger": sp.trigger,
+                                           "checkpoint": checkpoint})
+    try:
+        while query.isActive and not stop:
+            query.awaitTermination(0.5)
+        if stop:
+            log.info("stop requested; stopping the query")
+            query.stop()
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RingmasterError(f"the Spark query failed: {query.exception()}")
+        # The listener is asynchronous: make sure the last batch's offsets are committed.
+        committer.commit_progress(query.lastProgress and _Progress(query.lastProgress))
+    finally:
+        committer.close()
+        spark.stop()
+    return 0
+
+
+class _Progress:
+    """query.lastProgress is a dict; the listener gets an object. Same fields."""
+
+    def __init__(self, d: dict[str, Any]) -> None:
+        self.sources = [type("S", (), {"endOffset": s.get("endOffset")}) for s in d.get("sources", [])]
+        self.numInputRows = d.get("numInputRows", 0)
+        self.batchId = d.get("batchId")
+
+
+def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> dict[str, Any]:
+    from rich.progress import Progress
+
+    from runtime.spark import offsets as ko
+    from runtime.spark.apply import applier
+    from runtime.spark.source import NAME, OUTPUT_SCHEMA
+
+    spark = session(settings)
+    try:
+        opts = {**source_options(settings), "startingOffsets": start, "endingOffsets": end}
+        df = spark.read.format(NAME).options(**opts).load()
+        out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
+        status = spark.sparkContext.statusTracker()
+        done = threading.Event()
+
+        def show_progress() -> None:
+            # The write must run on the main thread: Python data sources are registered with
+            # the session that is active there. Progress polls Spark's status tracker instead.
+            with Progress(transient=True) as bar:
+                task = bar.add_task("backfill (Spark tasks)", total=None)
+                while not done.wait(0.5):
+                    stages = [status.getStageInfo(s) for s in status.getActiveStageIds()]
+                    stages = [s for s in stages if s is not None]
+                    if stages:
+                        bar.update(task, total=sum(s.numTasks for s in stages),
+                                   completed=sum(s.numCompletedTasks for s in stages))
+
+        t0 = time.monotonic()
+        shower = threading.Thread(target=show_progress, daemon=True)
+        shower.start()
+        try:
+            if parquet:
+                out.write.mode("append").parquet(parquet)
+            else:
+                out.write.format(NAME).options(**sink_options(settings)).mode("append").save()
+        except Exception as exc:
+            raise RingmasterError(f"backfill failed: {exc}") from None
+        finally:
+            done.set()
+            shower.join(2)
+        c = ko.client({"bootstrap.servers": settings.kafka.bootstrap_servers,
+                       "group.id": settings.kafka.group_id})
+        try:
+            tps = ko.partitions_of(c, settings.kafka.topics)
+            s = ko.parse(start, c, tps, settings.spark.end_offsets)
+            e = ko.parse(end, c, tps, settings.spark.end_offsets)
+        finally:
+            c.close()
+        return {"records": ko.total(s, e), "seconds": round(time.monotonic() - t0, 2),
+                "from": s, "to": e, "target": parquet or settings.output.topic}
+    finally:
+        spark.stop()

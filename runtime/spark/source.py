@@ -1,0 +1,267 @@
+"""A Kafka source and sink for Spark's Python Data Source API (format ``ringmaster_kafka``).
+
+Runs in: the Spark driver (planning: offsets, partitions) and Python workers (read, write).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError as _CKError
+from confluent_kafka import TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from runtime.errors import RingmasterError
+from runtime.kafka import OutputProducer
+from runtime.spark import offsets as ko
+
+NAME = "ringmaster_kafka"
+INPUT_SCHEMA = ("topic string, partition int, offset long, key binary, value binary, "
+                "headers array<struct<key:string,value:binary>>, timestamp_type int, timestamp long")
+OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
+
+
+@dataclass
+class KafkaRange(InputPartition):  # type: ignore[misc]
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+
+def _options(raw: Any) -> dict[str, str]:
+    """Spark hands options over case-insensitively (lower-cased keys): normalise once here."""
+    return {str(k).lower(): v for k, v in dict(raw).items()}
+
+
+def _props(options: dict[str, str]) -> dict[str, Any]:
+    props = json.loads(options.get("kafka", "{}"))
+    props["bootstrap.servers"] = options["bootstrap"]
+    props["group.id"] = options["group"]
+    return props
+
+
+def _ranges(start: ko.Offsets, end: ko.Offsets) -> list[KafkaRange]:
+    out = []
+    for t, ps in sorted(end.items()):
+        for p, e in sorted(ps.items(), key=lambda x: int(x[0])):
+            s = start.get(t, {}).get(p, e)
+            if e > s:
+                out.append(KafkaRange(t, int(p), s, e))
+    return out
+
+
+def read_range(options: dict[str, str], r: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    """Runs in: a Python worker. Every record with start <= offset < end, in order."""
+    c = ko.client(_props(options))
+    try:
+        c.assign([TopicPartition(r.topic, r.partition, r.start)])
+        next_offset, idle = r.start, 0
+        while next_offset < r.end:
+            msgs = c.consume(1000, 1.0)
+            if not msgs:
+                idle += 1
+                if idle > 60:
+                    raise RingmasterError(f"{r.topic}[{r.partition}]: no record between {next_offset} and "
+                                          f"{r.end} after 60 s")
+                continue
+            idle = 0
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == _CKError._PARTITION_EOF and m.offset() >= r.end:
+                        next_offset = r.end  # the rest of the range holds no records (markers)
+                    elif err.code() != _CKError._PARTITION_EOF:
+                        raise RingmasterError(f"{r.topic}[{r.partition}]: {err}")
+                    continue
+                off = m.offset()
+                if off >= r.end:
+                    next_offset = r.end
+                    break
+                next_offset = off + 1
+                ts_type, ts = m.timestamp()
+                yield (m.topic(), m.partition(), off, m.key(), m.value(),
+                       [(k, v) for k, v in (m.headers() or [])], ts_type, ts)
+    finally:
+        c.close()
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Micro-batches of Kafka offset ranges with admission control.
+
+    Group offsets are not committed here: Spark calls ``commit(end)`` for batch N only when it
+    plans batch N+1, and never for the last batch of an availableNow run; the GroupCommitter
+    listener commits after each batch instead.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.mode = options.get("endoffsets", "list")
+        self.max_rows = int(options.get("maxrecordspertrigger", "0"))
+        self._target: ko.Offsets | None = None
+        self._client: Any = None
+        self._tps = ko.partitions_of(self._c, options["topics"].split(","))
+
+    @property
+    def _c(self) -> Any:
+        """A driver-side client, created on first use and never pickled to workers."""
+        if self._client is None:
+            self._client = ko.client(_props(self.options))
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return ko.parse(self.options.get("startingoffsets", "committed"), self._c, self._tps, self.mode)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = ko.latest(self._c, self._tps, self.mode)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = self._target or ko.latest(self._c, self._tps, self.mode)
+        if not isinstance(limit, ReadMaxRows):
+            return end
+        # Admission control: share the budget fairly, partition by partition.
+        budget = limit.max_rows
+        out: ko.Offsets = {t: dict(ps) for t, ps in start.items()}
+        pending = [(t, p, o) for t, ps in end.items() for p, o in ps.items()
+                   if o > start.get(t, {}).get(p, o)]
+        while budget > 0 and pending:
+            share = max(1, budget // len(pending))
+            nxt = []
+            for t, p, e in pending:
+                s = out.setdefault(t, {}).get(p, start.get(t, {}).get(p, e))
+                take = min(share, e - s, budget)
+                out[t][p] = s + take
+                budget -= take
+                if out[t][p] < e:
+                    nxt.append((t, p, e))
+                if budget <= 0:
+                    break
+            pending = nxt
+        for t, ps in end.items():  # partitions new since start
+            for p in ps:
+                out.setdefault(t, {}).setdefault(p, start.get(t, {}).get(p, ps[p]))
+        return out
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._target
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
+        return _ranges(start, end)
+
+    def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass  # see the class docstring
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class KafkaBatchReader(DataSourceReader):  # type: ignore[misc]
+    """An offset range read once (backfill): startingOffsets .. endingOffsets."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        mode = options.get("endoffsets", "list")
+        c = ko.client(_props(options))
+        try:
+            tps = ko.partitions_of(c, options["topics"].split(","))
+            self.start = ko.parse(options.get("startingoffsets", "earliest"), c, tps, mode)
+            self.end = ko.parse(options.get("endingoffsets", "latest"), c, tps, mode)
+        finally:
+            c.close()
+
+    def partitions(self) -> list[KafkaRange]:
+        return _ranges(self.start, self.end)
+
+    def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
+        return read_range(self.options, partition)
+
+
+def write_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
+    """Runs in: a Python worker. Produce rows and wait for every acknowledgement; a failure
+    fails the task, so Spark retries it (at-least-once)."""
+    props = json.loads(options.get("kafka_producer", "{}"))
+    props["bootstrap.servers"] = options["bootstrap"]
+    producer = OutputProducer(props)
+    n = 0
+    for row in rows:
+        producer.produce(row.topic, row.value, row.key, [(h.key, h.value) for h in row.headers or []])
+        n += 1
+    producer.flush()
+    return n
+
+
+@dataclass
+class Written(WriterCommitMessage):  # type: ignore[misc]
+    records: int
+
+
+class KafkaBatchWriter(DataSourceWriter):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        return Written(write_rows(self.options, iterator))
+
+
+class KafkaStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[Any]) -> Written:
+        return Written(write_rows(self.options, iterator))
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        pass  # every row was acknowledged by the broker in write()
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        pass  # rows already produced stay; the batch is retried (at-least-once)
+
+
+class KafkaSource(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return INPUT_SCHEMA
+
+    def reader(self, schema: StructType) -> KafkaBatchReader:
+        return KafkaBatchReader(_options(self.options))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(_options(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> KafkaBatchWriter:
+        return KafkaBatchWriter(_options(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KafkaStreamWriter:
+        return KafkaStreamWriter(_options(self.options))

@@ -1,0 +1,144 @@
+"""The same plugin on Spark (local mode) against the real broker, through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    ROOT,
+    Ringmaster,
+    base_config,
+    committed,
+    make_topics,
+    produce,
+    read_topic,
+    to_toml,
+    unique,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def orders(n: int, start: int = 0) -> list[str]:
+    values = [json.dumps({"order_id": f"o{i}", "customer": f"c{i % 7}", "currency": "USD",
+                          "items": [{"sku": "a", "qty": 1 + i % 3, "unit_price": 2.5}], "ts": i})
+              for i in range(start, start + n)]
+    for i in range(5, n, 97):
+        values[i] = f"broken-{start + i}"
+    return values
+
+
+def spark_config(broker: Any, names: dict[str, str], tmp_path: Path, **spark: Any) -> dict[str, Any]:
+    cfg = base_config(broker.bootstrap, names["in"], names["g"], tmp_path)
+    cfg["workers"] = {"plugin": "workers.enrich"}
+    cfg["output"] = {"topic": names["out"]}
+    cfg["dead_letter"] = {"topic": names["dlq"]}
+    # The embedded broker's ListOffsets is stale: take partition ends from fetch responses.
+    cfg["spark"] = {"master": "local[2]", "end_offsets": "fetch", "trigger": "availableNow",
+                    "checkpoint_location": str(tmp_path / "checkpoint"), **spark}
+    return cfg
+
+
+def ringmaster(cfg: dict[str, Any], tmp_path: Path, *args: str, wait: bool = True) -> Any:
+    path = tmp_path / f"spark-{len(list(tmp_path.glob('spark-*.toml')))}.toml"
+    path.write_text(to_toml(cfg))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "runtime.cli", *args, "-c", str(path)]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return r
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    return {k: unique(k) for k in ("in", "out", "dlq", "g")}
+
+
+def values_of(broker: Any, topic: str, n: int) -> list[bytes]:
+    return sorted(m.value() for m in read_topic(broker.bootstrap, topic, n, timeout_s=30))
+
+
+def test_spark_run_gives_the_same_outputs_as_ringmaster_run_and_commits(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    values = orders(600)
+    counts = produce(broker.bootstrap, names["in"], values, 2)
+    bad = sum(v.startswith("broken") for v in values)
+    ringmaster(spark_config(broker, names, tmp_path, max_records_per_trigger=250), tmp_path, "spark", "run")
+    spark_out = values_of(broker, names["out"], 600 - bad)
+    spark_dlq = values_of(broker, names["dlq"], bad)
+    assert committed(broker.bootstrap, names["g"], names["in"], 2) == counts, "group offsets committed"
+
+    local = dict(names, out=unique("out"), dlq=unique("dlq"), g=unique("g"))
+    make_topics(broker.bootstrap, 1, local["out"], local["dlq"])
+    cfg = spark_config(broker, local, tmp_path)
+    cfg["workers"]["processes"] = 2
+    rm = Ringmaster(cfg, tmp_path, "local", args=["--until-caught-up"])
+    try:
+        assert rm.wait(120) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert spark_out == values_of(broker, local["out"], 600 - bad)
+    assert spark_dlq == values_of(broker, local["dlq"], bad) == sorted(
+        v.encode() for v in values if v.startswith("broken"))
+
+
+def test_restart_from_the_checkpoint_loses_nothing(broker: Any, names: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    first = orders(300)
+    produce(broker.bootstrap, names["in"], first, 2)
+    cfg = spark_config(broker, names, tmp_path, max_records_per_trigger=100)
+    ringmaster(cfg, tmp_path, "spark", "run")
+    second = orders(300, 300)
+    produce(broker.bootstrap, names["in"], second, 2)
+    ringmaster(cfg, tmp_path, "spark", "run")
+    good = [v for v in first + second if not v.startswith("broken")]
+    ids = {json.loads(v)["order_id"] for v in values_of(broker, names["out"], len(good))}
+    assert ids == {json.loads(v)["order_id"] for v in good}
+    assert committed(broker.bootstrap, names["g"], names["in"], 2) == {0: 300, 1: 300}
+
+
+def test_backfill_writes_exactly_the_range(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    values = [json.dumps({"order_id": f"o{i}", "customer": "c", "currency": "EUR",
+                          "items": [{"sku": "a", "qty": 1, "unit_price": 1.0}]}) for i in range(200)]
+    produce(broker.bootstrap, names["in"], values, 2)  # partition p gets values[p::2]
+    cfg = spark_config(broker, names, tmp_path)
+    start = json.dumps({names["in"]: {"0": 10, "1": 0}})
+    end = json.dumps({names["in"]: {"0": 60, "1": 25}})
+    r = ringmaster(cfg, tmp_path, "spark", "backfill", "--from", start, "--to", end)
+    assert json.loads(r.stdout.strip().splitlines()[-1])["records"] == 75
+    expected = {f"o{2 * i}" for i in range(10, 60)} | {f"o{2 * i + 1}" for i in range(0, 25)}
+    got = [json.loads(v)["order_id"] for v in values_of(broker, names["out"], 75)]
+    assert sorted(got) == sorted(expected), "exactly the range, each once"
+    parquet = tmp_path / "parquet"
+    ringmaster(cfg, tmp_path, "spark", "backfill", "--from", start, "--to", end, "--parquet", str(parquet))
+    import pyarrow.parquet as pq
+    assert pq.read_table(parquet).num_rows == 75
+
+
+def test_streaming_run_stops_cleanly_on_sigterm(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], orders(200), 2)
+    proc = ringmaster(spark_config(broker, names, tmp_path, trigger="1 second"), tmp_path, "spark", "run",
+                      wait=False)
+    try:
+        wait_for(lambda: committed(broker.bootstrap, names["g"], names["in"], 2) == counts, 180,
+                 "the Spark job to commit the group's offsets", interval_s=1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0, proc.stderr.read()[-3000:] if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
