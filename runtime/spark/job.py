@@ -104,8 +104,9 @@ class GroupCommitter:
             with self._lock:
                 self._ko.commit(self._c, offsets)
                 self.committed = offsets
-            log.info("group offsets committed", extra={"records": progress.numInputRows,
-                                                       "batch": progress.batchId})
+            log.info("group offsets committed", extra={
+                "records": progress.numInputRows, "batch": progress.batchId,
+                "rows_per_s": round(getattr(progress, "processedRowsPerSecond", 0) or 0)})
 
     def close(self) -> None:
         self._c.close()
@@ -174,6 +175,7 @@ class _Progress:
     def __init__(self, d: dict[str, Any]) -> None:
         self.sources = [type("S", (), {"endOffset": s.get("endOffset")}) for s in d.get("sources", [])]
         self.numInputRows = d.get("numInputRows", 0)
+        self.processedRowsPerSecond = d.get("processedRowsPerSecond", 0)
         self.batchId = d.get("batchId")
 
 
