@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
     OFFSET_INVALID,
     Consumer,
     KafkaException,
@@ -42,6 +44,7 @@ class Fetched:
     rows: dict[TP, list[list[Any]]] = field(default_factory=dict)
     eof: dict[TP, int] = field(default_factory=dict)
     count: int = 0
+    bytes: int = 0
 
 
 # Errors that librdkafka reports but recovers from by itself.
@@ -66,6 +69,7 @@ class GroupConsumer:
         self._c = Consumer(props)
         self.state = ConsumerState.CREATED
         self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
+        self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
 
     def _check(self) -> None:
         if self.state is ConsumerState.CLOSED:
@@ -114,19 +118,29 @@ class GroupConsumer:
         self.state = ConsumerState.CONSUMING
 
     def consume(self, max_records: int, timeout_s: float) -> Fetched:
+        """Runs in: supervisor (hot path: per-record work here is the supervisor's cost)."""
         self._check()
         out = Fetched()
+        by_tp = out.rows
+        last_topic, last_part, rows = None, -1, None
+        size = 0
         for m in self._c.consume(max_records, timeout_s):
-            err = m.error()
-            if err is not None:
-                self._handle_message_error(m, err, out)
+            if m.error() is not None:
+                self._handle_message_error(m, m.error(), out)
                 continue
-            tp = (m.topic(), m.partition())
-            rows = out.rows.get(tp)
-            if rows is None:
-                rows = out.rows[tp] = []
-            rows.append(_row(m))
-        out.count = sum(len(r) for r in out.rows.values())
+            topic, part = m.topic(), m.partition()
+            # librdkafka hands out runs of one partition: look the list up only on a change.
+            if part != last_part or topic != last_topic:
+                last_topic, last_part = topic, part
+                rows = by_tp.get((topic, part))
+                if rows is None:
+                    rows = by_tp[(topic, part)] = []
+            key, value = m.key(), m.value()
+            ts_type, ts = m.timestamp()
+            rows.append([m.offset(), key, value, m.headers(), ts_type, ts])  # type: ignore[union-attr]
+            size += (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 32
+        out.count = sum(len(r) for r in by_tp.values())
+        out.bytes = size
         if self.fatal:
             raise KafkaError(f"fatal Kafka client error: {self.fatal}")
         return out
@@ -175,6 +189,20 @@ class GroupConsumer:
         return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID else p.offset)
                 for p in parts}
 
+    def seek_to_start(self, tps: Iterable[TP]) -> None:
+        """Restart fetching of just-assigned partitions at their committed offset (or the
+        reset position). A seek also discards whatever librdkafka had queued for them."""
+        tps = list(tps)
+        if not tps:
+            return
+        start = self.committed(tps)
+        reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+        for tp, offset in start.items():
+            try:
+                self._c.seek(TopicPartition(tp[0], tp[1], reset if offset is None else offset))
+            except KafkaException as exc:
+                log.warning("seek failed", extra={"tp": f"{tp[0]}[{tp[1]}]", "error": str(exc.args[0])})
+
     def high_watermark(self, tp: TP) -> int | None:
         """The high watermark cached from fetch responses (never a ListOffsets look-up)."""
         try:
@@ -191,11 +219,6 @@ class GroupConsumer:
             self._c.close()
         finally:
             self.state = ConsumerState.CLOSED
-
-
-def _row(m: Message) -> list[Any]:
-    ts_type, ts = m.timestamp()
-    return [m.offset(), m.key(), m.value(), m.headers(), ts_type, ts]
 
 
 class DeliveryFailed(KafkaError):

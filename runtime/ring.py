@@ -126,7 +126,7 @@ class Doorbell:
     def ring(self) -> None:
         self._sem.release()
 
-    def wait(self, ring: Ring, timeout: float, spin_s: float = 0.0002) -> bool:
+    def wait(self, ring: Ring, timeout: float, spin_s: float = 0.00005) -> bool:
         """Return True when the ring has a frame, False on timeout."""
         deadline = time.monotonic() + spin_s
         while time.monotonic() < deadline:

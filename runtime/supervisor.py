@@ -42,7 +42,7 @@ from runtime.frames import (
     decode_result,
     encode_batch,
 )
-from runtime.kafka import GroupConsumer, OutputProducer
+from runtime.kafka import Fetched, GroupConsumer, OutputProducer
 from runtime.pool import WorkerHandle, WorkerPool, describe_exit
 from runtime.shm import SegmentSet, check_space, reclaim_stale
 from runtime.systemd import Notifier
@@ -93,6 +93,7 @@ class Supervisor:
         self.pool: WorkerPool | None = None
         self.committed: dict[TP, int] = {}
         self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
+        self._touched: set[TP] = set()  # partitions a rebalance callback changed this tick
 
     # ------------------------------------------------------------------ the story
     def run(self) -> int:
@@ -169,7 +170,13 @@ class Supervisor:
         assert self.consumer is not None
         wait_s = self.w.batch_max_wait_ms / 1000
         fetching = not self._assigned_once or any(not f.paused for f in self.flows.values())
-        fetched = self.consumer.consume(self.w.batch_max_records, wait_s if fetching else 0)
+        # One consume() per tick for up to a batch per assigned partition: fewer ticks per
+        # record (each tick polls pipes and sentinels) without waiting longer for data.
+        want = min(20_000, self.w.batch_max_records * max(1, len(self.flows)))
+        self._touched.clear()
+        fetched = self.consumer.consume(want, wait_s if fetching else 0)
+        if self._touched:
+            self._settle_rebalance(fetched)
         if not fetching:
             # Everything is paused: sleep on the result pipes and worker deaths instead.
             self._wait_for_workers(wait_s)
@@ -188,7 +195,9 @@ class Supervisor:
                 flow.open_since = now
             flow.open_rows.extend(rows)
             flow.consumed += len(rows)
-            flow.open_bytes += sum(len(r[2] or b"") + len(r[1] or b"") + 32 for r in rows)
+            # Byte size is counted per consume() call, shared out by record count: exact
+            # enough to cut frames before they outgrow a ring, without a per-record pass.
+            flow.open_bytes += fetched.bytes * len(rows) // fetched.count
             flow.next_offset = rows[-1][0] + 1
             flow.eof_at = None
             flow.last_activity = now
@@ -199,6 +208,22 @@ class Supervisor:
             if flow is not None and (flow.next_offset is None or offset >= flow.next_offset):
                 flow.eof_at = offset
                 flow.last_activity = now
+
+    def _settle_rebalance(self, fetched: Fetched) -> None:
+        """RACE: rebalance callbacks run inside consume(), and the records it returns may
+        straddle them (confluent-kafka-python#1013): a partition revoked and assigned again
+        during one call gets records fetched under the old assignment (past the commit) and
+        then records restarting at the committed offset. Drop what this call returned for
+        every partition a callback touched, and start the ones we now own at their committed
+        offset; the seek also purges what librdkafka had queued for them."""
+        assert self.consumer is not None
+        for tp in self._touched:
+            fetched.rows.pop(tp, None)
+            fetched.eof.pop(tp, None)
+        fetched.count = sum(len(r) for r in fetched.rows.values())
+        owned = [tp for tp in self._touched if tp in self.flows]
+        self.consumer.seek_to_start(owned)
+        log.debug("rebalance settled", extra={"restarted": len(owned)})
 
     def _wait_for_workers(self, timeout_s: float) -> None:
         assert self.pool is not None
@@ -483,6 +508,7 @@ class Supervisor:
         """Runs in: rebalance callback (inside consume()), after the client assigned tps."""
         assert self.pool is not None and self.consumer is not None
         self._assigned_once = True
+        self._touched.update(tps)
         now = self.clock()
         for tp in tps:
             if tp in self.flows:
@@ -516,6 +542,7 @@ class Supervisor:
     def _release_partitions(self, tps: list[TP], commit: bool) -> None:
         assert self.pool is not None and self.consumer is not None
         started = self.clock()
+        self._touched.update(tps)
         flows = [self.flows[tp] for tp in tps if tp in self.flows]
         if not flows:
             return

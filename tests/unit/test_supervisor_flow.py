@@ -183,3 +183,28 @@ def test_rows_and_eof_in_the_same_consume_mean_caught_up() -> None:
     consumer.consume = lambda n, t: stale  # type: ignore[attr-defined]
     sup.fetch()
     assert sup.flows[TP0].eof_at is None, "an EOF older than the newest record does not count"
+
+
+def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_at_its_commit() -> None:
+    """confluent-kafka-python#1013: one consume() returns records fetched before a revoke +
+    assign of the same partition (past the commit) and records restarting at the commit."""
+    from runtime.kafka import Fetched
+
+    sup, consumer, _, _ = make()
+    assign(sup, consumer, [TP0])
+    seeks: list[list[Any]] = []
+    consumer.seek_to_start = lambda tps: seeks.append(list(tps))  # type: ignore[attr-defined]
+
+    def consume_with_rebalance(n: int, t: float) -> Fetched:
+        sup.on_revoke([TP0])
+        consumer.assign([TP0])
+        sup.on_assign([TP0])
+        stale = [[500, None, b"s", None, 0, 0], [501, None, b"s", None, 0, 0]]
+        fresh = [[200, None, b"f", None, 0, 0]]
+        return Fetched(rows={TP0: stale + fresh, TP1: [[7, None, b"x", None, 0, 0]]}, count=4)
+
+    consumer.consume = consume_with_rebalance  # type: ignore[attr-defined]
+    sup.flows[TP0].tracker.register(1, 0, 9)
+    sup.fetch()  # must not raise "goes backwards"
+    assert sup.flows[TP0].open_rows == [], "nothing of the straddling call is kept"
+    assert seeks == [[TP0]], "the partition restarts at its committed offset"
