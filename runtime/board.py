@@ -10,7 +10,10 @@ All fields are native 8-byte words, written with single aligned stores.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
+from pathlib import Path
 
 BOARD_BYTES = 128
 _CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY = range(7)
@@ -88,3 +91,45 @@ class EpochTable:
 
     def release(self) -> None:
         self._e.release()
+
+
+class BoardLock:
+    """Mutual exclusion between a worker and the supervisor for "check the epoch, mark the
+    batch in progress" / "bump the epoch, read the batch in progress" (see worker.py).
+
+    An fcntl record lock on the first byte of the worker's segment file: the kernel
+    releases it when its holder dies, so a worker SIGKILLed inside the critical section
+    cannot wedge the supervisor, and no named object is left in /dev/shm. The syscalls
+    also order memory between the two processes. Record locks belong to a process and
+    file: the segment's other descriptors are closed right after mapping, never later.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd = os.open(Path(path), os.O_RDWR)
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+                return True
+            except (BlockingIOError, PermissionError):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.0005)
+
+    def release(self) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
+
+    def __enter__(self) -> BoardLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def close(self) -> None:
+        os.close(self._fd)

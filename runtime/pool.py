@@ -1,8 +1,7 @@
 """Worker lifecycle: spawn, reap, kill, stop. The only module that starts processes.
 
-Each worker index owns one shared segment (its board and its ring) for the whole run.
-Each incarnation of the worker gets a fresh semaphore, lock and result pipe: a worker
-SIGKILLed inside its critical section would otherwise leave the lock held forever.
+Each worker index owns one shared segment (its board and its ring) and one lock for the
+whole run. Each incarnation of the worker gets a fresh doorbell pipe and result pipe.
 
 Runs in: supervisor.
 """
@@ -20,7 +19,7 @@ from typing import Any
 
 import multiprocess
 
-from runtime.board import BOARD_BYTES, Board
+from runtime.board import BOARD_BYTES, Board, BoardLock
 from runtime.ring import Doorbell, Ring
 from runtime.shm import Segment, SegmentSet
 from runtime.worker import EXIT_DELIVERY, EXIT_PLUGIN, WorkerSpec, worker_main
@@ -36,8 +35,9 @@ class WorkerHandle:
     board: Board
     incarnation: int = 0
     process: Any = None
-    lock: Any = None
+    lock: BoardLock | None = None
     bell: Doorbell | None = None
+    bell_conn: Any = None  # keeps the doorbell's writing end open
     conn: Any = None  # reading end of the result pipe
     started_at: float = 0.0
     deaths_before_ready: int = 0
@@ -93,22 +93,25 @@ class WorkerPool:
             board = Board(seg.buf[:BOARD_BYTES])
             board.reset()
             ring = Ring(seg.buf[BOARD_BYTES:])
-            self.handles.append(WorkerHandle(i, seg, ring, board))
+            self.handles.append(WorkerHandle(i, seg, ring, board, lock=BoardLock(seg.path)))
 
     def spawn_worker(self, h: WorkerHandle) -> None:
         """Start a fresh incarnation on an empty ring."""
         h.incarnation += 1
         h.ring.reset()
         h.board.reset()
-        h.lock = self._ctx.Lock()
-        sem = self._ctx.Semaphore(0)
-        h.bell = Doorbell(sem)
+        bell_reader, bell_writer = self._ctx.Pipe(duplex=False)
         reader, writer = self._ctx.Pipe(duplex=False)
         spec = self._spec_for(h.index, h.incarnation, str(h.segment.path))
-        proc = self._ctx.Process(target=worker_main, args=(spec, sem, h.lock, writer),
+        proc = self._ctx.Process(target=worker_main, args=(spec, bell_reader, writer),
                                  name=spec.name, daemon=True)
         proc.start()
         writer.close()  # INVARIANT: only the worker holds the writing end, so EOF means death
+        bell_reader.close()
+        if h.bell_conn is not None:
+            h.bell_conn.close()
+        h.bell_conn = bell_writer
+        h.bell = Doorbell(bell_writer.fileno())
         h.process, h.conn = proc, reader
         h.started_at = time.monotonic()
         h.restart_at = None
@@ -134,6 +137,9 @@ class WorkerPool:
         if h.conn is not None:
             h.conn.close()
             h.conn = None
+        if h.bell_conn is not None:
+            h.bell_conn.close()
+            h.bell_conn, h.bell = None, None
         return code
 
     def kill(self, h: WorkerHandle, sig: int = signal.SIGKILL) -> None:
@@ -161,3 +167,5 @@ class WorkerPool:
         for h in self.handles:
             h.ring.release()
             h.board.release()
+            if h.lock is not None:
+                h.lock.close()

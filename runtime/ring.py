@@ -2,7 +2,7 @@
 
     supervisor (writer)                         worker (reader)
     try_write(frame) ──▶ [len|payload|pad]... ──▶ peek() → memoryview, advance()
-         └── doorbell.ring() ───── semaphore ────▶ doorbell.wait(timeout)
+         └── doorbell.ring() ─────── pipe ───────▶ doorbell.wait(timeout)
 
 Layout of the region handed to the ring: a 128-byte header with two 8-byte positions on
 separate cache lines (``write_pos`` owned by the writer, ``read_pos`` by the reader; both
@@ -15,8 +15,10 @@ The ring knows nothing of Kafka; it moves opaque frames.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import time
-from typing import Any
 
 from runtime.errors import FrameTooLarge
 
@@ -115,16 +117,21 @@ class Ring:
 
 
 class Doorbell:
-    """Wakes the reader when a frame is written. A counting semaphore: ``ring`` never
-    blocks and costs a syscall only when the reader sleeps; ``wait`` spins briefly (cheap
-    when frames come back to back) before sleeping. Spurious wake-ups are harmless: the
-    reader always re-checks the ring."""
+    """Wakes the reader when frames are written: one end of a pipe each. ``ring`` never
+    blocks (a full pipe means a wake-up is already pending); ``wait`` spins briefly (cheap
+    when frames come back to back) before sleeping in select(). A pipe, not a named
+    semaphore: nothing in /dev/shm to leak when a process is SIGKILLed. Spurious wake-ups
+    are harmless: the reader always re-checks the ring."""
 
-    def __init__(self, semaphore: Any) -> None:
-        self._sem = semaphore
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
 
     def ring(self) -> None:
-        self._sem.release()
+        # A full pipe means a wake-up is already pending; a broken one, that the reader is
+        # gone (the supervisor reaps it elsewhere).
+        with contextlib.suppress(BlockingIOError, BrokenPipeError):
+            os.write(self.fd, b"\0")
 
     def wait(self, ring: Ring, timeout: float, spin_s: float = 0.00005) -> bool:
         """Return True when the ring has a frame, False on timeout."""
@@ -132,11 +139,14 @@ class Doorbell:
         while time.monotonic() < deadline:
             if ring.peek() is not None:
                 return True
-        # Drain stale rings first, then re-check: a write after the re-check rings again,
-        # so no wake-up is lost.
-        while self._sem.acquire(False):
+        # Drain pending wake-ups first, then re-check: a write after the re-check makes the
+        # pipe readable again, so no wake-up is lost.
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
             pass
         if ring.peek() is not None:
             return True
-        self._sem.acquire(True, timeout)
+        select.select([self.fd], [], [], timeout)
         return ring.peek() is not None

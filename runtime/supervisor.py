@@ -591,7 +591,7 @@ class Supervisor:
     def _batch_in_progress(self, h: WorkerHandle) -> tuple[int, int] | None:
         """(batch, slot) the worker is processing, (0, -1) when idle, None if unknown.
         Read under the worker's lock: see the RACE note in worker.py."""
-        if not h.lock.acquire(timeout=1.0):
+        if h.lock is None or not h.lock.acquire(timeout=1.0):
             return None
         try:
             return h.board.current

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.board import BOARD_BYTES, Board, EpochTable
+from runtime.board import BOARD_BYTES, Board, BoardLock, EpochTable
 from runtime.deadletter import dead_letter_headers
 from runtime.errors import PluginError
 from runtime.execution import Failure, RetryPolicy, run_batch
@@ -80,7 +80,7 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def worker_main(spec: WorkerSpec, semaphore: Any, lock: Any, results: Any) -> None:
+def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     """Entry point of a worker process."""
     _die_with_parent()
     if os.getppid() != spec.parent_pid:
@@ -95,7 +95,8 @@ def worker_main(spec: WorkerSpec, semaphore: Any, lock: Any, results: Any) -> No
     board = Board(segment.buf[:BOARD_BYTES])
     ring = Ring(segment.buf[BOARD_BYTES:])
     epochs = EpochTable(epochs_seg.buf)
-    bell = Doorbell(semaphore)
+    bell = Doorbell(doorbell.fileno())
+    lock = BoardLock(spec.segment_path)
 
     def send(result: Result) -> None:
         results.send_bytes(encode_result(result))
