@@ -32,6 +32,7 @@ def require_java() -> None:
 
 def session(settings: Settings) -> Any:
     require_java()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines are per callback
     # Executors' Python must be this environment, and must find what the driver finds.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
