@@ -229,3 +229,15 @@ def journal(dir_: Path) -> list[tuple[int, int, int, int]]:
             _topic, part, off, pid, ns = line.split()
             rows.append((int(ns), int(part), int(off), int(pid)))
     return sorted(rows)
+
+
+def run_until_caught_up(config: dict[str, Any], tmp: Path, name: str = "rm",
+                        timeout_s: float = 120) -> Ringmaster:
+    """`ringmaster run --until-caught-up`; asserts exit 0 and returns the finished daemon
+    (its status file and log stay readable)."""
+    rm = Ringmaster(config, tmp, name, args=["--until-caught-up"])
+    try:
+        assert rm.wait(timeout_s) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    return rm

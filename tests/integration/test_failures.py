@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Ringmaster, base_config, committed, make_topics, produce, read_topic, unique
+from helpers import (
+    Ringmaster,
+    base_config,
+    committed,
+    make_topics,
+    produce,
+    read_topic,
+    run_until_caught_up,
+    unique,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -40,11 +49,7 @@ def test_raising_and_rejected_records_are_dead_lettered_and_the_rest_goes_on(
     for i, v in poison.items():
         values[i] = v
     counts, cfg = setup_run(broker, names, tmp_path, values)
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(120) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    run_until_caught_up(cfg, tmp_path, timeout_s=120)
     dead = read_topic(broker.bootstrap, names["dlq"], 3)
     assert sorted(m.value().decode() for m in dead) == sorted(poison.values())
     for m in dead:
@@ -67,11 +72,7 @@ def test_a_record_that_kills_its_worker_is_isolated_and_dead_lettered(
     values = [f"r{i}" for i in range(1000)]
     values[333] = "crash:r333"
     counts, cfg = setup_run(broker, names, tmp_path, values, batch_max_records=64)
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(180) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    rm = run_until_caught_up(cfg, tmp_path, timeout_s=180)
     dead = read_topic(broker.bootstrap, names["dlq"], 1)
     assert [m.value() for m in dead] == [b"crash:r333"]
     h = headers(dead[0])
@@ -90,11 +91,7 @@ def test_a_batch_past_its_deadline_kills_the_worker_and_is_isolated(
     values[50] = "hang:r50"
     counts, cfg = setup_run(broker, names, tmp_path, values, partitions=1, batch_max_records=4,
                             batch_timeout_s=1.0)
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(180) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    rm = run_until_caught_up(cfg, tmp_path, timeout_s=180)
     dead = read_topic(broker.bootstrap, names["dlq"], 1)
     assert [m.value() for m in dead] == [b"hang:r50"]
     assert committed(broker.bootstrap, names["group"], names["in"], 1) == counts
@@ -141,11 +138,7 @@ def test_recycling_by_batch_count_neither_loses_nor_repeats_work(
         broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     values = [f"r{i}" for i in range(3000)]
     counts, cfg = setup_run(broker, names, tmp_path, values, batch_max_records=50, max_batches=8)
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(120) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    rm = run_until_caught_up(cfg, tmp_path, timeout_s=120)
     outs = [json.loads(m.value())["id"] for m in read_topic(broker.bootstrap, names["out"], 3000)]
     assert sorted(outs) == sorted(values), "every record exactly once"
     assert committed(broker.bootstrap, names["group"], names["in"], 2) == counts
@@ -162,11 +155,7 @@ def test_a_record_larger_than_a_ring_is_dead_lettered_not_hung(
     values[41] = big
     counts, cfg = setup_run(broker, names, tmp_path, values, partitions=1, ring_bytes=65536)
     cfg["kafka"]["producer"]["message.max.bytes"] = 1_000_000
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(120) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    run_until_caught_up(cfg, tmp_path, timeout_s=120)
     dead = read_topic(broker.bootstrap, names["dlq"], 1)
     assert [m.value().decode() for m in dead] == [big]
     assert dict(dead[0].headers())["ringmaster.error.type"] == b"RecordTooLarge"

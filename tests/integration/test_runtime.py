@@ -23,6 +23,7 @@ from helpers import (
     make_topics,
     produce,
     read_topic,
+    run_until_caught_up,
     shm_segments,
     unique,
     wait_for,
@@ -88,11 +89,7 @@ def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[
     make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
     counts = produce(broker.bootstrap, names["in"], ids(6000), 4)
     cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path))})
-    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
-    try:
-        assert rm.wait(120) == 0, rm.log_tail()
-    finally:
-        rm.close()
+    rm = run_until_caught_up(cfg, tmp_path, timeout_s=120)
     assert sorted(set(output_ids(broker.bootstrap, names["out"], 6000))) == sorted(ids(6000))
     assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
     assert_partition_order(journal(jdir(tmp_path)), max_runs=1)
@@ -268,11 +265,7 @@ def test_supervisor_sigkill_leaves_no_workers_and_restart_reclaims(
         assert set(segments) <= set(shm_segments()), "SIGKILL cannot unlink: the next start must"
     finally:
         a.close()
-    b = Ringmaster(cfg, tmp_path, "b", args=["--until-caught-up"])
-    try:
-        assert b.wait(120) == 0, b.log_tail()
-    finally:
-        b.close()
+    run_until_caught_up(cfg, tmp_path, "b", timeout_s=120)
     assert not set(segments) & set(shm_segments()), "stale segments were not reclaimed"
     assert set(output_ids(broker.bootstrap, names["out"], 6000)) == set(ids(6000))
     assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
