@@ -52,9 +52,6 @@ class OffsetTracker:
             moved = True
         return moved
 
-    def is_pending(self, batch_id: int) -> bool:
-        return batch_id in self._by_id and not self._by_id[batch_id].done
-
     @property
     def committable(self) -> int | None:
         """Offset to commit (next to read), or None when nothing is done yet."""

@@ -30,7 +30,7 @@ import psutil
 from runtime.board import EpochTable
 from runtime.config import Settings, consumer_properties, producer_properties
 from runtime.deadletter import dead_letter_headers
-from runtime.errors import FrameTooLarge, PluginError, RingmasterError, WorkerCrashLoop
+from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.flow import TP, Batch, PartitionFlow, SlotTable, wants_pause
 from runtime.frames import (
     BLOCKED,
@@ -288,11 +288,7 @@ class Supervisor:
                 continue
             while flow.pending:
                 batch = flow.pending[0]
-                try:
-                    written = h.ring.try_write(batch.frame)
-                except FrameTooLarge:  # cannot happen: frames are cut below max_frame
-                    raise
-                if not written:
+                if not h.ring.try_write(batch.frame):  # frames are cut below max_frame
                     break
                 flow.pending.popleft()
                 h.in_flight[batch.batch_id] = batch
@@ -673,23 +669,21 @@ class Supervisor:
                           "consumed": f.consumed})
         workers = []
         for h in self.pool.handles:
-            rss = None
+            rss = cpu_s = None
             if h.alive:
                 try:
-                    rss = psutil.Process(h.pid).memory_info().rss
+                    proc = psutil.Process(h.pid)
+                    with proc.oneshot():
+                        rss = proc.memory_info().rss
+                        t = proc.cpu_times()
+                        cpu_s = t.user + t.system
                 except psutil.Error:
-                    rss = None
-            cpu_s = None
-            if h.alive:
-                try:
-                    t = psutil.Process(h.pid).cpu_times()
-                    cpu_s = t.user + t.system
-                except psutil.Error:
-                    cpu_s = None
+                    rss = cpu_s = None
             workers.append({"index": h.index, "pid": h.pid, "alive": h.alive, "cpu_s": cpu_s,
                             "records": self.per_worker_records.get(h.index, 0),
                             "in_flight": len(h.in_flight), "ring_fill": round(h.ring.fill(), 3),
-                            "restarts": h.incarnation - 1, "rss": rss})
+                            "restarts": h.incarnation - 1, "rss": rss,
+                            "heartbeat_age_s": round(h.board.heartbeat_age_s, 3) if h.alive else None})
         t = self.totals
         me = psutil.Process().cpu_times()
         return {"supervisor_cpu_s": round(me.user + me.system, 3), "window_s": round(working, 4),
