@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -74,7 +75,8 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
         if display:
             display.close()
         log.critical(str(exc))
-        _fail(exc)
+        click.echo(f"ringmaster: error: {exc}", err=True)
+        _exit(exc.exit_code, supervisor)
         return
     finally:
         # a second Ctrl-C during cleanup must not leave segments behind
@@ -87,6 +89,19 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
         Console().print(summary_table(final))
     if summary_json and final:
         Path(summary_json).write_text(json.dumps(final, indent=2))
+    _exit(code, supervisor)
+
+
+def _exit(code: int, supervisor: Any) -> None:
+    """sys.exit, unless leaving the group was abandoned (GroupConsumer.close): then the
+    Kafka client is still busy on a helper thread and interpreter teardown could wait on it
+    or free it under its feet, so flush what we print and end the process at once."""
+    consumer = getattr(supervisor, "consumer", None)
+    if consumer is not None and consumer.abandoned:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     sys.exit(code)
 
 

@@ -40,7 +40,8 @@ class PartitionFlow:
     worker: int
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
     open_rows: list[list[Any]] = field(default_factory=list)
-    open_bytes: int = 0
+    batch_records: int = 500  # records per frame: batch_max_records, less for big records
+    bytes_per_record: float = 0.0  # moving average over this partition's packed frames
     open_since: float = 0.0
     pending: deque[Batch] = field(default_factory=deque)
     paused: bool = False

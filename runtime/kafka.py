@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from confluent_kafka import (
@@ -31,9 +33,14 @@ log = logging.getLogger(__name__)
 TP = tuple[str, int]
 
 
+def _topic_partition_of(m: Message) -> tuple[str | None, int | None]:
+    return m.topic(), m.partition()
+
+
 class ConsumerState(enum.Enum):
     CREATED = "created"
     CONSUMING = "consuming"
+    CLOSING = "closing"
     CLOSED = "closed"
 
 
@@ -44,7 +51,6 @@ class Fetched:
     rows: dict[TP, list[list[Any]]] = field(default_factory=dict)
     eof: dict[TP, int] = field(default_factory=dict)
     count: int = 0
-    bytes: int = 0
 
 
 # Errors that librdkafka reports but recovers from by itself.
@@ -68,11 +74,13 @@ class GroupConsumer:
         self._refused: dict[TP, int] = {}
         self._c = Consumer(props)
         self.state = ConsumerState.CREATED
+        self.abandoned = False  # close() gave up waiting for librdkafka (see close())
+        self._run_key: Callable[[Message], Any] = _topic_partition_of
         self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
         self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
 
     def _check(self) -> None:
-        if self.state is ConsumerState.CLOSED:
+        if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
             raise KafkaError("the consumer is closed")
 
     def _on_error(self, err: _CKError) -> None:
@@ -106,41 +114,59 @@ class GroupConsumer:
                 consumer.incremental_assign(parts)
             else:
                 consumer.assign(parts)
-            on_assign(tps)
+            # While closing, librdkafka turns a late assignment into an unassignment: the
+            # runtime has already let go of everything and must not take on new partitions.
+            if self.state is ConsumerState.CONSUMING:
+                on_assign(tps)
 
         def revoke_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
-            on_revoke([(p.topic, p.partition) for p in parts])
+            if self.state is ConsumerState.CONSUMING:
+                on_revoke([(p.topic, p.partition) for p in parts])
 
         def lost_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
-            on_lost([(p.topic, p.partition) for p in parts])
+            if self.state is ConsumerState.CONSUMING:
+                on_lost([(p.topic, p.partition) for p in parts])
 
+        # One topic: a run of one partition number is a run of one partition, and the
+        # grouping key can be the C method itself (no Python call per record).
+        single = len(topics) == 1 and not topics[0].startswith("^")
+        self._run_key = Message.partition if single else _topic_partition_of
         self._c.subscribe(topics, on_assign=assign_cb, on_revoke=revoke_cb, on_lost=lost_cb)
         self.state = ConsumerState.CONSUMING
 
     def consume(self, max_records: int, timeout_s: float) -> Fetched:
-        """Runs in: supervisor (hot path: per-record work here is the supervisor's cost)."""
+        """Runs in: supervisor (hot path: per-record work here is the supervisor's cost).
+
+        librdkafka hands out runs of one partition, so the messages are grouped by
+        partition in C (groupby) and each run becomes rows in one list comprehension:
+        about 0.3 µs per record on top of librdkafka's own 1 µs, against 1.1 µs for a
+        plain loop with per-record dict look-ups and byte counting (scripts/bench)."""
         self._check()
         out = Fetched()
         by_tp = out.rows
-        last_topic, last_part, rows = None, -1, None
-        size = 0
-        for m in self._c.consume(max_records, timeout_s):
-            if m.error() is not None:
-                self._handle_message_error(m, m.error(), out)
-                continue
-            topic, part = m.topic(), m.partition()
-            # librdkafka hands out runs of one partition: look the list up only on a change.
-            if part != last_part or topic != last_topic:
-                last_topic, last_part = topic, part
-                rows = by_tp.get((topic, part))
-                if rows is None:
-                    rows = by_tp[(topic, part)] = []
-            key, value = m.key(), m.value()
-            ts_type, ts = m.timestamp()
-            rows.append([m.offset(), key, value, m.headers(), ts_type, ts])  # type: ignore[union-attr]
-            size += (len(value) if value is not None else 0) + (len(key) if key is not None else 0) + 32
-        out.count = sum(len(r) for r in by_tp.values())
-        out.bytes = size
+        count = 0
+        for _, run_iter in groupby(self._c.consume(max_records, timeout_s), self._run_key):
+            run = list(run_iter)
+            # Errors (mostly end-of-partition events) come at the edges of a run.
+            if run[0].error() is not None or run[-1].error() is not None:
+                good = []
+                for m in run:
+                    err = m.error()
+                    if err is None:
+                        good.append(m)
+                    else:
+                        self._handle_message_error(m, err, out)
+                run = good
+                if not run:
+                    continue
+            rows = [[m.offset(), m.key(), m.value(), m.headers(), *m.timestamp()] for m in run]
+            count += len(rows)
+            tp = (run[0].topic(), run[0].partition())
+            if tp in by_tp:
+                by_tp[tp].extend(rows)
+            else:
+                by_tp[tp] = rows
+        out.count = count
         if self.fatal:
             raise KafkaError(f"fatal Kafka client error: {self.fatal}")
         return out
@@ -211,14 +237,40 @@ class GroupConsumer:
             return None
         return high if high >= 0 else None
 
-    def close(self) -> None:
-        """Leave the group (runs the revoke callback for the current assignment)."""
-        if self.state is ConsumerState.CLOSED:
-            return
-        try:
-            self._c.close()
-        finally:
-            self.state = ConsumerState.CLOSED
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Leave the group within timeout_s; False if librdkafka did not finish by then.
+
+        The runtime releases (fences, commits) its partitions before it closes, so the
+        rebalance callbacks that close() runs are not passed on. librdkafka's close has no
+        timeout and can hang when an assignment arrives while it closes (librdkafka#4527,
+        seen again with 2.16 on a rebalancing group): it runs on a helper thread so that a
+        daemon told to stop does stop. If abandoned, the broker drops the member after
+        session.timeout.ms; nothing is lost, the offsets were committed before. The caller
+        must then end the process with os._exit (the client is still in use)."""
+        if self.state is ConsumerState.CLOSED or self.state is ConsumerState.CLOSING:
+            return not self.abandoned
+        self.state = ConsumerState.CLOSING
+        failure: list[BaseException] = []
+
+        def leave() -> None:
+            try:
+                self._c.close()
+            except BaseException as exc:  # reported by the caller's thread
+                failure.append(exc)
+
+        closer = threading.Thread(target=leave, name="kafka-close", daemon=True)
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            self.abandoned = True
+            log.error("leaving the consumer group did not finish in time; exiting without it "
+                      "(the broker drops this member after session.timeout.ms)",
+                      extra={"timeout_s": timeout_s})
+            return False
+        self.state = ConsumerState.CLOSED
+        if failure:
+            raise KafkaError(f"closing the consumer failed: {failure[0]}") from failure[0]
+        return True
 
 
 class DeliveryFailed(KafkaError):

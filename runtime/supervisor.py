@@ -13,6 +13,7 @@ Runs in: the supervisor process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -85,6 +86,9 @@ class Supervisor:
         self._last_records_at = 0.0
         self._started_at = 0.0
         self._first_record_at: float | None = None
+        # CPU seconds (supervisor, each worker pid) when the first record arrived: status
+        # reports CPU per record over the processing window, start-up and joins excluded.
+        self._cpu_at_first_record: tuple[float, dict[int, float]] = (0.0, {})
         self._dlq: OutputProducer | None = None
         self._notifier = Notifier()
         self._last_watchdog = 0.0
@@ -186,6 +190,7 @@ class Supervisor:
             self._last_records_at = now
             if self._first_record_at is None:
                 self._first_record_at = now
+                self._cpu_at_first_record = self._cpu_snapshot()
             self.totals.consumed += fetched.count
         for tp, rows in fetched.rows.items():
             flow = self.flows.get(tp)
@@ -195,9 +200,6 @@ class Supervisor:
                 flow.open_since = now
             flow.open_rows.extend(rows)
             flow.consumed += len(rows)
-            # Byte size is counted per consume() call, shared out by record count: exact
-            # enough to cut frames before they outgrow a ring, without a per-record pass.
-            flow.open_bytes += fetched.bytes * len(rows) // fetched.count
             flow.next_offset = rows[-1][0] + 1
             flow.eof_at = None
             flow.last_activity = now
@@ -244,22 +246,27 @@ class Supervisor:
             if not flow.open_rows:
                 continue
             ring = self.pool.handles[flow.worker].ring
-            if (len(flow.open_rows) >= self.w.batch_max_records
-                    or flow.open_bytes >= ring.max_frame // 2
+            if (len(flow.open_rows) >= flow.batch_records
                     or now - flow.open_since >= max_wait
                     or (ring.used_bytes() == 0 and not flow.pending)):
                 self._cut(flow, ring.max_frame)
 
     def _cut(self, flow: PartitionFlow, max_frame: int) -> None:
-        rows, flow.open_rows, flow.open_bytes = flow.open_rows, [], 0
-        step = self.w.batch_max_records
+        rows, flow.open_rows = flow.open_rows, []
+        step = flow.batch_records
         for i in range(0, len(rows), step):
             self._enqueue(flow, rows[i:i + step], max_frame)
+        # Adaptive batch size: as many records as fit in half a frame at the size records
+        # of this partition had lately (learnt from packed frames: no per-record counting).
+        flow.batch_records = max(1, min(self.w.batch_max_records,
+                                        int(max_frame // 2 / max(flow.bytes_per_record, 1.0))))
 
     def _enqueue(self, flow: PartitionFlow, rows: list[list[Any]], max_frame: int) -> None:
         batch_id = self._next_batch_id
         self._next_batch_id += 1
         frame = encode_batch(batch_id, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], rows)
+        size = len(frame) / len(rows)
+        flow.bytes_per_record = 0.7 * flow.bytes_per_record + 0.3 * size if flow.bytes_per_record else size
         if len(frame) > max_frame:
             if len(rows) > 1:
                 self._next_batch_id -= 1
@@ -513,6 +520,7 @@ class Supervisor:
             owner = min(self.pool.handles, key=lambda h: (len(h.partitions), h.index))
             owner.partitions.add(tp)
             flow = PartitionFlow(tp, slot, self.slots.fence(slot), owner.index,
+                                 batch_records=self.w.batch_max_records,
                                  last_activity=now, last_resume=now)
             self.flows[tp] = flow
             self.by_slot[slot] = flow
@@ -652,6 +660,17 @@ class Supervisor:
                     self.committed[f.tp] = offsets[f.tp]  # type: ignore[assignment]
 
     # ------------------------------------------------------------------ status
+    def _cpu_snapshot(self) -> tuple[float, dict[int, float]]:
+        assert self.pool is not None
+        me = psutil.Process().cpu_times()
+        workers = {}
+        for h in self.pool.handles:
+            if h.alive:
+                with contextlib.suppress(psutil.Error):
+                    t = psutil.Process(h.pid).cpu_times()
+                    workers[h.pid] = t.user + t.system
+        return me.user + me.system, workers
+
     def status(self) -> dict[str, Any]:
         assert self.pool is not None and self.consumer is not None
         now = self.clock()
@@ -686,7 +705,12 @@ class Supervisor:
                             "heartbeat_age_s": round(h.board.heartbeat_age_s, 3) if h.alive else None})
         t = self.totals
         me = psutil.Process().cpu_times()
-        return {"supervisor_cpu_s": round(me.user + me.system, 3), "window_s": round(working, 4),
+        my_cpu = me.user + me.system
+        sup0, workers0 = self._cpu_at_first_record
+        workers_window = sum((w["cpu_s"] or 0.0) - workers0.get(w["pid"], 0.0) for w in workers)
+        return {"supervisor_cpu_s": round(my_cpu, 3), "window_s": round(working, 4),
+                "window_cpu_s": {"supervisor": round(my_cpu - sup0, 3) if first else 0.0,
+                                 "workers": round(workers_window, 3) if first else 0.0},
                 "pid": os.getpid(), "elapsed_s": round(elapsed, 3), "records": t.records,
                 "join_s": round((first if first is not None else now) - self._started_at, 3),
                 "rate": round(t.records / working, 1), "outputs": t.outputs,
@@ -727,11 +751,21 @@ class Supervisor:
         if self.clock() - self._last_records_at < self.s.supervisor.caught_up_idle_s:
             return
         for f in self.flows.values():
-            if f.eof_at is None or not f.idle or f.blocked:
+            if not f.idle or f.blocked or not self._at_end(f):
                 return
         # The synchronous commit in shutdown() follows at once: the run ends committed.
         log.info("caught up with the end of every assigned partition; stopping")
         self._stop_requested = True
+
+    def _at_end(self, flow: PartitionFlow) -> bool:
+        """At the end of the partition as the broker last told us: an end-of-partition
+        event, or everything below the high watermark cached from fetch responses (the
+        event can trail the last records by a fetch wait, fetch.wait.max.ms)."""
+        if flow.eof_at is not None:
+            return True
+        assert self.consumer is not None
+        high = self.consumer.high_watermark(flow.tp)
+        return flow.next_offset is not None and high is not None and flow.next_offset >= high
 
     # ------------------------------------------------------------------ stop
     def shutdown(self) -> None:
@@ -740,6 +774,7 @@ class Supervisor:
         one batch (or revoke_timeout_s), not by how much work waits in the rings: queued
         frames are not committed, so the partitions' next owner reads them again."""
         assert self.pool is not None and self.consumer is not None
+        deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
         self._notifier.notify("STOPPING=1")
         for flow in self.flows.values():
             flow.open_rows.clear()
@@ -748,8 +783,10 @@ class Supervisor:
         self.consumer.pause(list(self.flows))
         self._release_partitions(list(self.flows), commit=True)
         self.report_final()
-        self.consumer.close()  # leaves the group; nothing is assigned to revoke any more
-        self.pool.stop_all(self.s.supervisor.shutdown_timeout_s)
+        # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
+        # end the process within shutdown_timeout_s whatever the group is doing.
+        self.consumer.close(max(1.0, deadline - self.clock()))
+        self.pool.stop_all(max(1.0, deadline - self.clock()))
         log.info("supervisor stopped", extra={"records": self.totals.records,
                                                "restarts": self.totals.restarts})
 
@@ -764,7 +801,7 @@ class Supervisor:
         """Every exit path: no worker, no shared-memory segment survives (invariant 7)."""
         if self.consumer is not None:
             try:
-                self.consumer.close()
+                self.consumer.close(5.0)
             except Exception:  # already failing; the group will time us out
                 log.debug("consumer close failed", exc_info=True)
         if self.pool is not None:

@@ -1,0 +1,78 @@
+"""GroupConsumer's shutdown edge: close() is bounded, and rebalance callbacks that librdkafka
+runs while closing are not passed on to the runtime (it has already let go)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from runtime.kafka import ConsumerState, GroupConsumer
+
+
+class ClientThatHangsOnClose:
+    """Stands in for confluent_kafka.Consumer: close() blocks like librdkafka#4527."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.callbacks: dict[str, Any] = {}
+        self.assigned: list[list[TopicPartition]] = []
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.callbacks = callbacks
+
+    def incremental_assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned.append(parts)
+
+    def close(self) -> None:
+        self.release.wait(60)
+
+
+def consumer_with(client: ClientThatHangsOnClose) -> GroupConsumer:
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
+                        "partition.assignment.strategy": "cooperative-sticky"})
+    real, gc._c = gc._c, client  # type: ignore[assignment]
+    real.close()  # never connected; closes at once
+    return gc
+
+
+def test_close_gives_up_when_the_client_hangs_and_says_so() -> None:
+    client = ClientThatHangsOnClose()
+    gc = consumer_with(client)
+    try:
+        assert gc.close(0.2) is False
+        assert gc.abandoned
+        assert gc.state is ConsumerState.CLOSING
+        assert gc.close(0.2) is False  # a second close does not wait again
+    finally:
+        client.release.set()
+
+
+def test_close_that_finishes_is_clean() -> None:
+    client = ClientThatHangsOnClose()
+    client.release.set()
+    gc = consumer_with(client)
+    assert gc.close(5) is True
+    assert gc.state is ConsumerState.CLOSED and not gc.abandoned
+
+
+def test_callbacks_during_close_reach_librdkafka_but_not_the_runtime() -> None:
+    client = ClientThatHangsOnClose()
+    gc = consumer_with(client)
+    seen: list[tuple[str, list[Any]]] = []
+    gc.subscribe(["t"], on_assign=lambda tps: seen.append(("assign", tps)),
+                 on_revoke=lambda tps: seen.append(("revoke", tps)),
+                 on_lost=lambda tps: seen.append(("lost", tps)))
+    parts = [TopicPartition("t", 0)]
+    client.callbacks["on_assign"](client, parts)
+    assert seen == [("assign", [("t", 0)])]
+    try:
+        gc.close(0.1)
+        client.callbacks["on_assign"](client, [TopicPartition("t", 1)])
+        client.callbacks["on_revoke"](client, parts)
+        client.callbacks["on_lost"](client, parts)
+    finally:
+        client.release.set()
+    assert seen == [("assign", [("t", 0)])], "the runtime took on partitions while closing"
+    assert len(client.assigned) == 2, "librdkafka must still get its assign call"
