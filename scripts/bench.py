@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,24 +73,28 @@ def run_peer(kind: str, bootstrap: str, topic: str, records: int, workload: str,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _toml(table: dict[str, Any]) -> str:
+    return "\n".join(f"{json.dumps(k) if '.' in k else k} = {json.dumps(v)}" for k, v in table.items())
+
+
 def ringmaster_config(bootstrap: str, topic: str, workload: str, iterations: int, processes: int,
-                      extra: dict[str, Any] | None = None) -> str:
+                      extra: dict[str, Any] | None = None, *, consumer: dict[str, Any] | None = None,
+                      workers: dict[str, Any] | None = None,
+                      supervisor: dict[str, Any] | None = None) -> str:
     settings = {"workload": workload, "iterations": iterations, **(extra or {})}
-    lines = [f'{k} = {json.dumps(v)}' for k, v in settings.items()]
     return f"""[kafka]
 bootstrap_servers = "{bootstrap}"
 group_id = "bench-{uuid.uuid4().hex[:8]}"
 topics = ["{topic}"]
 [kafka.consumer]
-"session.timeout.ms" = 6000
-"heartbeat.interval.ms" = 500
+{_toml({"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **(consumer or {})})}
 [workers]
 plugin = "benchkit.work"
-processes = {processes}
+{_toml({"processes": processes, **(workers or {})})}
 [workers.settings]
-{chr(10).join(lines)}
+{_toml(settings)}
 [supervisor]
-log_level = "WARNING"
+{_toml({"log_level": "WARNING", **(supervisor or {})})}
 """
 
 
@@ -104,8 +109,9 @@ def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iter
     if out.returncode != 0:
         raise RuntimeError(f"ringmaster failed: {out.stderr[-2000:]}")
     s = json.loads(summary.read_text())
-    return {"records": s["records"], "window_s": s["window_s"], "main_cpu_s": s["supervisor_cpu_s"],
-            "worker_cpu_s": sum(w["cpu_s"] or 0 for w in s["workers"])}
+    return {"records": s["records"], "window_s": s["window_s"],
+            "main_cpu_s": s["window_cpu_s"]["supervisor"], "worker_cpu_s": s["window_cpu_s"]["workers"],
+            "total_cpu_s": s["supervisor_cpu_s"] + sum(w["cpu_s"] or 0 for w in s["workers"])}
 
 
 def measure(label: str, fn: Any, runs: int) -> dict[str, Any]:
@@ -114,7 +120,7 @@ def measure(label: str, fn: Any, runs: int) -> dict[str, Any]:
         busy0, t0 = busy_cpu_s(), time.monotonic()
         r = fn()
         busy1, wall = busy_cpu_s(), time.monotonic() - t0
-        ours = r["main_cpu_s"] + r["worker_cpu_s"]
+        ours = r["total_cpu_s"]
         # CPU the rest of the machine used during this run, as a share of all cores.
         r["others_share"] = max(0.0, (busy1 - busy0 - ours) / (wall * psutil.cpu_count()))
         r["rate"] = r["records"] / r["window_s"]
@@ -131,45 +137,157 @@ def measure(label: str, fn: Any, runs: int) -> dict[str, Any]:
             "others_share": statistics.median(r["others_share"] for r in results)}
 
 
-def latency(bootstrap: str, topic: str, rate: float, seconds: float, iterations: int,
+# The embedded broker answers a fetch only when fetch.wait.max.ms runs out, not when data
+# arrives (measured: a plain consumer's p50 is 150 ms at librdkafka's default 500 ms, 35 ms
+# at 25 ms). Latency runs use 25 ms for every consumer; against Apache Kafka leave it alone.
+LATENCY_CONSUMER = {"fetch.wait.max.ms": 25}
+
+
+def offered_load(bootstrap: str, topic: str, rate: float, seconds: float) -> int:
+    """Produce records stamped with their send time at a fixed rate; returns the count."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    n = int(rate * seconds)
+    pad = b" " * 237
+    start = time.monotonic()
+    for i in range(n):
+        ahead = start + i / rate - time.monotonic()
+        if ahead > 0.002:  # bursts of ≤ 2 ms: the load generator's own CPU stays small
+            time.sleep(ahead)
+        p.produce(topic, f"{time.time_ns():019d}".encode() + pad)
+        p.poll(0)
+    p.flush(30)
+    return n
+
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait(what: str, check: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def latency(kind: str, bootstrap: str, rate: float, seconds: float, iterations: int, partitions: int,
             tmp: Path) -> dict[str, Any]:
-    """p50/p99 produce → processed at a fixed offered load (cpu work), ringmaster only."""
+    """p50/p99 produce → processed at a fixed offered load with cpu work, for ringmaster or
+    the single-process baseline, on a fresh topic."""
+    topic = f"bench-lat-{uuid.uuid4().hex[:6]}"
+    ensure_topics(bootstrap, [topic], partitions=partitions)
     ldir = tmp / f"lat-{uuid.uuid4().hex[:6]}"
     ldir.mkdir()
-    cfg = tmp / "lat.toml"
-    cfg.write_text(ringmaster_config(bootstrap, topic, "cpu", iterations, psutil.cpu_count(),
-                                     {"latency_dir": str(ldir)}))
-    proc = subprocess.Popen([PY, "-m", "runtime.cli", "run", "-c", str(cfg), "--no-progress"],
-                            env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    status = ldir / "status.json"
+    if kind == "ringmaster":
+        cfg = tmp / f"lat-{uuid.uuid4().hex[:6]}.toml"
+        cfg.write_text(ringmaster_config(bootstrap, topic, "cpu", iterations, psutil.cpu_count(),
+                                         {"latency_dir": str(ldir)}, consumer=LATENCY_CONSUMER,
+                                         supervisor={"status_file": str(status), "status_interval_s": 0.2}))
+        cmd = [PY, "-m", "runtime.cli", "run", "-c", str(cfg), "--no-progress"]
+        ready = lambda: (s := _read_status(status)) and len(s["partitions"]) == partitions  # noqa: E731
+    else:
+        cmd = [PY, "-m", "benchkit.runners", "latency", "--bootstrap", bootstrap, "--topic", topic,
+               "--group", f"bench-{uuid.uuid4().hex[:8]}", "--records", "0", "--workload", "cpu",
+               "--iterations", str(iterations), "--latency-dir", str(ldir),
+               "--fetch-wait-ms", str(LATENCY_CONSUMER["fetch.wait.max.ms"])]
+        ready = (ldir / "ready").exists
+    proc = subprocess.Popen(cmd, env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        time.sleep(8)  # group join on the embedded broker (no records sent yet, none measured)
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
-        n = int(rate * seconds)
-        start = time.monotonic()
-        for i in range(n):
-            target = start + i / rate
-            delay = target - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            p.produce(topic, f"{time.time_ns():019d}".encode() + b" " * 237)
-            p.poll(0)
-        p.flush(30)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            samples = [float(x) for f in ldir.glob("*.lat") for x in f.read_text().split()]
-            if len(samples) >= n:
-                break
-            time.sleep(0.2)
+        _wait(f"{kind} to join the group", lambda: proc.poll() is not None or ready(), 60)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{kind} exited early: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+        busy0, t0 = busy_cpu_s(), time.monotonic()
+        n = offered_load(bootstrap, topic, rate, seconds)
+
+        def samples() -> list[float]:
+            return [float(x) for f in ldir.glob("*.lat") for x in f.read_text().split()]
+        _wait("every record to be processed", lambda: len(samples()) >= n, 60)
+        machine_busy = (busy_cpu_s() - busy0) / ((time.monotonic() - t0) * psutil.cpu_count())
     finally:
         proc.terminate()
         proc.wait(60)
-    samples.sort()
-    q = statistics.quantiles(samples, n=100)
-    return {"offered_rate": rate, "records": len(samples), "p50_ms": q[49], "p99_ms": q[98],
-            "max_ms": samples[-1]}
+    got = sorted(samples())
+    q = statistics.quantiles(got, n=100)
+    result = {"consumer": kind, "offered_rate": rate, "records": len(got), "p50_ms": q[49],
+              "p90_ms": q[89], "p99_ms": q[98], "max_ms": got[-1], "machine_busy": machine_busy}
+    console.print(f"  latency {kind} at {rate:,.0f}/s: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms "
+                  f"(machine {machine_busy:.0%} busy)")
+    return result
+
+
+def rebalance_and_memory(bootstrap: str, topic: str, iterations: int, work_us: float,
+                         tmp: Path) -> dict[str, Any]:
+    """A member with full rings: its supervisor's RSS over time, then how long it takes to
+    give partitions away when a second member joins (fenced: one batch, not a ring)."""
+    batch_records, heavy = 250, iterations * 4
+    st_a, st_b = tmp / "rebal-a.json", tmp / "rebal-b.json"
+    group_cfg = ringmaster_config(bootstrap, topic, "cpu", heavy, 2,
+                                  workers={"batch_max_records": batch_records, "ring_bytes": 4 * 2**20},
+                                  supervisor={"status_file": str(st_a), "status_interval_s": 0.25})
+    cfg_a, cfg_b = tmp / "rebal-a.toml", tmp / "rebal-b.toml"
+    cfg_a.write_text(group_cfg)
+    cfg_b.write_text(group_cfg.replace(str(st_a), str(st_b)))
+    run = [PY, "-m", "runtime.cli", "run", "--no-progress", "-c"]
+    a = subprocess.Popen([*run, str(cfg_a)], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    b = None
+    try:
+        full = _wait("member A's rings to fill (needs --records ≥ 40,000)",
+                     lambda: (s := _read_status(st_a)) and s["paused"] > 0 and s, 90)
+        rss, fills = [], []
+        t_end = time.monotonic() + 10
+        while time.monotonic() < t_end:
+            s = _read_status(st_a)
+            if s:
+                rss.append(s["supervisor_rss"])
+                fills.append(max(w["ring_fill"] for w in s["workers"]))
+            time.sleep(0.25)
+        in_ring = max(w["in_flight"] for w in (_read_status(st_a) or full)["workers"])
+        b = subprocess.Popen([*run, str(cfg_b)], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        revoked = _wait("member A to give partitions to B", lambda: (s := _read_status(st_a))
+                        and s["revocations"], 90)
+        _wait("member B to start on them", lambda: (s := _read_status(st_b)) and s["partitions"], 90)
+        # Shutdown is a revocation of everything A still owns, rings still full.
+        stop_started = time.monotonic()
+        a.terminate()
+        a.wait(60)
+        stop_s = time.monotonic() - stop_started
+        final = (_read_status(st_a) or {}).get("revocations", [])[-1:]
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(60)
+    work_us *= 4
+    result = {"revoke_ms": revoked[0]["ms"], "revoke_fenced_ms": revoked[0]["fenced_ms"],
+              "partitions_revoked": len(revoked[0]["partitions"]),
+              "shutdown_release_ms": final[0]["ms"] if final else None,
+              "shutdown_fenced_ms": final[0]["fenced_ms"] if final else None, "sigterm_to_exit_s": stop_s,
+              "batch_ms": batch_records * work_us / 1000, "batches_in_ring": in_ring,
+              "ring_work_ms": in_ring * batch_records * work_us / 1000,
+              "rss_mb_first": rss[0] / 2**20, "rss_mb_last": rss[-1] / 2**20,
+              "rss_mb_max": max(rss) / 2**20, "rss_samples": len(rss), "ring_fill_min": min(fills)}
+    console.print(f"  revocation with full rings: {result['revoke_ms']:.0f} ms, fenced in "
+                  f"{result['revoke_fenced_ms']:.0f} ms (one batch "
+                  f"{result['batch_ms']:.0f} ms; {in_ring} batches = {result['ring_work_ms']:,.0f} ms "
+                  f"of work in the ring); supervisor RSS {result['rss_mb_first']:.1f} → "
+                  f"{result['rss_mb_last']:.1f} MiB over {len(rss)} samples; SIGTERM → exit "
+                  f"{stop_s:.2f} s (release {result['shutdown_release_ms']} ms, fenced in "
+                  f"{result['shutdown_fenced_ms']} ms)")
+    return result
 
 
 def main() -> int:
+    # SIGTERM unwinds like Ctrl-C: the broker and runs in progress are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--partitions", type=int, default=8)
@@ -178,7 +296,22 @@ def main() -> int:
     ap.add_argument("--peers", default="baseline,pool,arroyo")
     ap.add_argument("--max-processes", type=int, default=psutil.cpu_count())
     ap.add_argument("--out", default=str(ROOT / "docs"))
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    ap.add_argument("--skip-latency", action="store_true",
+                    help="no latency, revocation or memory figures")
+    ap.add_argument("--rebalance-only", action="store_true",
+                    help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
+    if args.rebalance_only:
+        out = Path(args.out)
+        results = json.loads((out / "bench.json").read_text())
+        with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
+            ensure_topics(broker.bootstrap, ["bench-256"], partitions=args.partitions)
+            produce(broker.bootstrap, "bench-256", args.records, [256])
+            results["rebalance"] = rebalance_and_memory(broker.bootstrap, "bench-256", results["iterations"],
+                                                        results["cpu_work_us"], Path(tmpdir))
+        write_reports(results, out)
+        return 0
     if args.runs < 3:
         console.print("[yellow]fewer than 3 runs: min/median/max mean little[/]")
     iterations, work_us = calibrate(100.0)
@@ -211,10 +344,15 @@ def main() -> int:
                     run_ringmaster, broker.bootstrap, topic, n, workload, iterations, procs, tmp),
                     args.runs))
             results["matrix"][workload] = rows
-        if "cpu" in args.workloads:
+        if "cpu" in args.workloads and not args.skip_latency:
             peak = max(r["median"] for r in results["matrix"]["cpu"] if r["label"].startswith("ringmaster"))
-            ensure_topics(broker.bootstrap, ["bench-latency"], partitions=args.partitions)
-            results["latency"] = latency(broker.bootstrap, "bench-latency", peak / 2, 10, iterations, tmp)
+            lat = functools.partial(latency, bootstrap=broker.bootstrap, seconds=args.latency_seconds,
+                                    iterations=iterations, partitions=args.partitions, tmp=tmp)
+            results["latency"] = [lat("baseline", rate=peak / 4), lat("ringmaster", rate=peak / 4),
+                                  lat("ringmaster", rate=peak / 2)]
+            results["latency_peak"] = peak
+            results["rebalance"] = rebalance_and_memory(broker.bootstrap, "bench-256", iterations, work_us,
+                                                        tmp)
     write_reports(results, Path(args.out))
     return 0
 
@@ -227,7 +365,8 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
           f"{results['partitions']} partitions, embedded broker, {results['machine']['cpus']} cores, "
           f"Python {results['machine']['python']}. cpu work = {results['cpu_work_us']:.1f} µs/record of "
           f"pure Python ({limit:,.0f} records/s is the {results['machine']['cpus']}-core limit). "
-          "Throughput = first record consumed → all offsets committed. Produced by `./scripts/bench`.\n"]
+          "Throughput = first record consumed → all offsets committed; CPU per record is counted over the "
+          "same window (start-up and group joins excluded). Produced by `./scripts/bench`.\n"]
     console_table = Table(title="records/s (median of runs)")
     for col in ("workload", "consumer", "min", "median", "max", "× baseline", "main µs/rec",
                 "workers µs/rec", "others"):
@@ -248,10 +387,32 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
                                   f"{r['max']:,.0f}", ratio, f"{r['main_us_per_record']:.2f}",
                                   f"{r['worker_us_per_record']:.2f}", f"{r['others_share']:.0%}")
     if "latency" in results:
-        lat = results["latency"]
-        md.append(f"\n## Latency\n\nringmaster, cpu work, offered {lat['offered_rate']:,.0f} records/s "
-                  f"(half of its peak): p50 {lat['p50_ms']:.1f} ms, p99 {lat['p99_ms']:.1f} ms, "
-                  f"max {lat['max_ms']:.1f} ms over {lat['records']:,} records.")
+        md.append(f"\n## Latency\n\nproduce → processed, cpu work, fixed offered load (fractions of "
+                  f"ringmaster's peak of {results['latency_peak']:,.0f} records/s above), "
+                  f"`fetch.wait.max.ms = {LATENCY_CONSUMER['fetch.wait.max.ms']}` for every consumer "
+                  "(the embedded broker answers fetches only at that limit). The load generator and "
+                  "the broker share the machine: see how busy it was.\n\n"
+                  "| consumer | offered records/s | p50 ms | p90 ms | p99 ms | max ms | machine busy |\n"
+                  "|---|---|---|---|---|---|---|")
+        for lat in results["latency"]:
+            md.append(f"| {lat['consumer']} | {lat['offered_rate']:,.0f} | {lat['p50_ms']:.1f} | "
+                      f"{lat['p90_ms']:.1f} | {lat['p99_ms']:.1f} | {lat['max_ms']:.1f} | "
+                      f"{lat['machine_busy']:.0%} |")
+    if "rebalance" in results:
+        r = results["rebalance"]
+        md.append(f"\n## Revocation and memory with full rings\n\nA member whose rings are full "
+                  f"({r['batches_in_ring']} batches, {r['ring_work_ms']:,.0f} ms of work per ring; batch "
+                  f"{r['batch_ms']:.0f} ms) gave {r['partitions_revoked']} partitions to a new member in "
+                  f"**{r['revoke_ms']:.0f} ms**, of which fencing (waiting only for a batch in progress on "
+                  f"a revoked partition, if any) took **{r['revoke_fenced_ms']:.0f} ms** and the rest was "
+                  f"the synchronous commit. Stopped by SIGTERM with its rings still full, it fenced all its "
+                  f"partitions in **{r['shutdown_fenced_ms']} ms**, released them (commit included) in "
+                  f"{r['shutdown_release_ms']} ms and exited "
+                  f"{r['sigterm_to_exit_s']:.2f} s after the signal (group leave and worker exit included). "
+                  f"Its supervisor's RSS over {r['rss_samples']} samples "
+                  "in 10 s "
+                  f"with full rings: {r['rss_mb_first']:.1f} MiB first, {r['rss_mb_last']:.1f} MiB last, "
+                  f"{r['rss_mb_max']:.1f} MiB max.")
     (out / "bench.md").write_text("\n".join(md) + "\n")
     Console().print(console_table)
     try:

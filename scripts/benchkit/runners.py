@@ -8,12 +8,16 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import resource
+import signal
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import psutil
 from confluent_kafka import Consumer, TopicPartition
 
 from benchkit.work import do_work
@@ -22,10 +26,38 @@ FETCH = {"fetch.queue.backoff.ms": 10, "session.timeout.ms": 6000, "heartbeat.in
          "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
 
 
-def cpu_split() -> tuple[float, float]:
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+class WindowCPU:
+    """CPU seconds of this process and of its children between the first record and the
+    end, so that start-up and group joins do not count (ringmaster reports the same)."""
+
+    def __init__(self) -> None:
+        self.me = psutil.Process()
+        self.at_start: tuple[float, dict[int, float]] | None = None
+        self.used: tuple[float, float] = (0.0, 0.0)
+
+    def _sample(self) -> tuple[float, dict[int, float]]:
+        t = self.me.cpu_times()
+        kids = {}
+        for k in self.me.children(recursive=True):
+            try:
+                kt = k.cpu_times()
+                kids[k.pid] = kt.user + kt.system
+            except psutil.Error:
+                pass
+        return t.user + t.system, kids
+
+    def start(self) -> None:
+        if self.at_start is None:
+            self.at_start = self._sample()
+
+    def stop(self) -> None:
+        assert self.at_start is not None
+        me, kids = self._sample()
+        me0, kids0 = self.at_start
+        self.used = (me - me0, sum(v - kids0.get(pid, 0.0) for pid, v in kids.items()))
+
+
+CPU = WindowCPU()
 
 
 def _commit(c: Consumer, offsets: Mapping[tuple[str, int], int]) -> None:
@@ -42,7 +74,9 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
         for m in c.consume(1000, 0.1):
             if m.error():
                 continue
-            first = first or time.monotonic()
+            if first is None:
+                first = time.monotonic()
+                CPU.start()
             do_work(args.workload, args.iterations, m.value())
             offsets[(m.topic(), m.partition())] = m.offset() + 1
             done += 1
@@ -51,6 +85,7 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
             last_commit = time.monotonic()
     _commit(c, offsets)
     end = time.monotonic()
+    CPU.stop()
     c.close()
     return {"records": done, "window_s": end - (first or end)}
 
@@ -73,7 +108,9 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
         while done < args.records:
             msgs = [m for m in c.consume(1000, 0.05) if not m.error()]
             if msgs:
-                first = first or time.monotonic()
+                if first is None:
+                    first = time.monotonic()
+                    CPU.start()
                 ends = {(m.topic(), m.partition()): m.offset() + 1 for m in msgs}
                 pending.append((p.apply_async(_work_batch, ((args.workload, args.iterations,
                                                               [m.value() for m in msgs]),)), ends))
@@ -87,6 +124,7 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
                 last_commit = time.monotonic()
         _commit(c, offsets)
         end = time.monotonic()
+        CPU.stop()
     c.close()
     return {"records": done, "window_s": end - (first or end)}
 
@@ -128,6 +166,7 @@ def arroyo(args: argparse.Namespace) -> dict[str, Any]:
             m = super().poll(timeout)
             if m is not None and state["first"] is None:
                 state["first"] = time.monotonic()
+                CPU.start()
             return m
 
         def commit_offsets(self) -> Any:
@@ -136,6 +175,7 @@ def arroyo(args: argparse.Namespace) -> dict[str, Any]:
                 ends[part.index] = off
             if sum(ends.values()) >= args.records and state["committed_at"] is None:
                 state["committed_at"] = time.monotonic()
+                CPU.stop()
             return result
 
     mp_pool = MultiprocessingPool(args.processes, functools.partial(_arroyo_init, args.workload,
@@ -160,9 +200,35 @@ def arroyo(args: argparse.Namespace) -> dict[str, Any]:
     return {"records": args.records, "window_s": state["committed_at"] - state["first"]}
 
 
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    """The single-process baseline for the latency figure: consume, work, stamp each record's
+    produce → processed time, until SIGTERM. Commits once a second like a real consumer."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    ldir = Path(args.latency_dir)
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH,
+                  "fetch.wait.max.ms": args.fetch_wait_ms})
+    c.subscribe([args.topic], on_assign=lambda _c, _p: (ldir / "ready").touch())
+    last_commit = time.monotonic()
+    with open(ldir / f"{os.getpid()}.lat", "a") as out:
+        while not stop:
+            msgs = [m for m in c.consume(1000, 0.02) if not m.error()]
+            stamps = []
+            for m in msgs:
+                do_work(args.workload, args.iterations, m.value())
+                stamps.append(f"{(time.time_ns() - int(m.value()[:19])) / 1e6:.3f}\n")
+            out.write("".join(stamps))
+            out.flush()
+            if time.monotonic() - last_commit >= 1:
+                c.commit(asynchronous=True)
+                last_commit = time.monotonic()
+    c.close()
+    return {"records": 0, "window_s": 0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["baseline", "pool", "arroyo"])
+    ap.add_argument("kind", choices=["baseline", "pool", "arroyo", "latency"])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--group", required=True)
@@ -170,10 +236,14 @@ def main() -> None:
     ap.add_argument("--workload", required=True)
     ap.add_argument("--iterations", type=int, default=0)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--latency-dir", default=None)
+    ap.add_argument("--fetch-wait-ms", type=int, default=500)
     args = ap.parse_args()
-    result = {"baseline": baseline, "pool": pool, "arroyo": arroyo}[args.kind](args)
-    main_cpu, worker_cpu = cpu_split()
-    result.update(main_cpu_s=main_cpu, worker_cpu_s=worker_cpu)
+    result = {"baseline": baseline, "pool": pool, "arroyo": arroyo, "latency": latency}[args.kind](args)
+    main_cpu, worker_cpu = CPU.used
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    result.update(main_cpu_s=main_cpu, worker_cpu_s=worker_cpu,
+                  total_cpu_s=me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime)
     print(json.dumps(result))
     sys.stdout.flush()
 
