@@ -60,9 +60,10 @@ class WindowCPU:
 CPU = WindowCPU()
 
 
-def _commit(c: Consumer, offsets: Mapping[tuple[str, int], int]) -> None:
+def _commit(c: Consumer, offsets: Mapping[tuple[str, int], int], asynchronous: bool = False) -> None:
     if offsets:
-        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                 asynchronous=asynchronous)
 
 
 def baseline(args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
             offsets[(m.topic(), m.partition())] = m.offset() + 1
             done += 1
         if time.monotonic() - last_commit >= 1:
-            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+            _commit(c, offsets, asynchronous=True)
             last_commit = time.monotonic()
     _commit(c, offsets)
     end = time.monotonic()
@@ -118,9 +119,8 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
                 res, ends = pending.pop(0)
                 done += res.get()
                 offsets.update(ends)
-            if time.monotonic() - last_commit >= 1 and offsets:
-                c.commit(offsets=[TopicPartition(t, q, o) for (t, q), o in offsets.items()],
-                         asynchronous=True)
+            if time.monotonic() - last_commit >= 1:
+                _commit(c, offsets, asynchronous=True)
                 last_commit = time.monotonic()
         _commit(c, offsets)
         end = time.monotonic()
