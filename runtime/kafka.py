@@ -140,7 +140,8 @@ class GroupConsumer:
         librdkafka hands out runs of one partition, so the messages are grouped by
         partition in C (groupby) and each run becomes rows in one list comprehension:
         about 0.3 µs per record on top of librdkafka's own 1 µs, against 1.1 µs for a
-        plain loop with per-record dict look-ups and byte counting (scripts/bench)."""
+        plain loop with per-record dict look-ups and byte counting (measured with a
+        micro-benchmark on the embedded broker)."""
         self._check()
         out = Fetched()
         by_tp = out.rows
@@ -247,7 +248,7 @@ class GroupConsumer:
         daemon told to stop does stop. If abandoned, the broker drops the member after
         session.timeout.ms; nothing is lost, the offsets were committed before. The caller
         must then end the process with os._exit (the client is still in use)."""
-        if self.state is ConsumerState.CLOSED or self.state is ConsumerState.CLOSING:
+        if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
             return not self.abandoned
         self.state = ConsumerState.CLOSING
         failure: list[BaseException] = []

@@ -13,7 +13,6 @@ Runs in: the supervisor process.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -666,14 +665,12 @@ class Supervisor:
     # ------------------------------------------------------------------ status
     def _cpu_snapshot(self) -> tuple[float, dict[int, float]]:
         assert self.pool is not None
-        me = psutil.Process().cpu_times()
         workers = {}
         for h in self.pool.handles:
-            if h.alive:
-                with contextlib.suppress(psutil.Error):
-                    t = psutil.Process(h.pid).cpu_times()
-                    workers[h.pid] = t.user + t.system
-        return me.user + me.system, workers
+            cpu_s = _usage(h.pid)[1] if h.alive else None
+            if cpu_s is not None:
+                workers[h.pid] = cpu_s
+        return _usage(os.getpid())[1] or 0.0, workers
 
     def status(self) -> dict[str, Any]:
         assert self.pool is not None and self.consumer is not None
@@ -692,24 +689,15 @@ class Supervisor:
                           "consumed": f.consumed})
         workers = []
         for h in self.pool.handles:
-            rss = cpu_s = None
-            if h.alive:
-                try:
-                    proc = psutil.Process(h.pid)
-                    with proc.oneshot():
-                        rss = proc.memory_info().rss
-                        t = proc.cpu_times()
-                        cpu_s = t.user + t.system
-                except psutil.Error:
-                    rss = cpu_s = None
+            rss, cpu_s = _usage(h.pid) if h.alive else (None, None)
             workers.append({"index": h.index, "pid": h.pid, "alive": h.alive, "cpu_s": cpu_s,
                             "records": self.per_worker_records.get(h.index, 0),
                             "in_flight": len(h.in_flight), "ring_fill": round(h.ring.fill(), 3),
                             "restarts": h.incarnation - 1, "rss": rss,
                             "heartbeat_age_s": round(h.board.heartbeat_age_s, 3) if h.alive else None})
         t = self.totals
-        me = psutil.Process().cpu_times()
-        my_cpu = me.user + me.system
+        my_rss, my_cpu = _usage(os.getpid())
+        my_cpu = my_cpu or 0.0
         sup0, workers0 = self._cpu_at_first_record
         workers_window = sum((w["cpu_s"] or 0.0) - workers0.get(w["pid"], 0.0) for w in workers)
         return {"supervisor_cpu_s": round(my_cpu, 3), "window_s": round(working, 4),
@@ -721,7 +709,7 @@ class Supervisor:
                 "dead_letters": t.dead_letters, "batches": t.batches, "consumed": t.consumed,
                 "restarts": t.restarts, "paused": sum(p["paused"] for p in parts),
                 "lag": sum(p["lag"] or 0 for p in parts), "partitions": parts, "workers": workers,
-                "supervisor_rss": psutil.Process().memory_info().rss,
+                "supervisor_rss": my_rss,
                 "revocations": self.revocations,
                 "committed": {f"{tp[0]}[{tp[1]}]": off for tp, off in sorted(self.committed.items())}}
 
@@ -817,3 +805,13 @@ class Supervisor:
         if self.segments is not None:
             self.segments.unlink_all()
 
+
+def _usage(pid: int | None) -> tuple[int | None, float | None]:
+    """(RSS bytes, CPU seconds) of a process, or Nones if it is gone."""
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            t = proc.cpu_times()
+            return proc.memory_info().rss, t.user + t.system
+    except psutil.Error:
+        return None, None
