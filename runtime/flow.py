@@ -39,7 +39,7 @@ class PartitionFlow:
     epoch: int
     worker: int
     tracker: OffsetTracker = field(default_factory=OffsetTracker)
-    open_rows: list[list[Any]] = field(default_factory=list)
+    open_msgs: list[Any] = field(default_factory=list)  # fetched, not yet cut (runtime.kafka.Run)
     batch_records: int = 500  # records per frame: batch_max_records, less for big records
     bytes_per_record: float = 0.0  # moving average over this partition's packed frames
     open_since: float = 0.0
@@ -62,7 +62,7 @@ class PartitionFlow:
     @property
     def idle(self) -> bool:
         """Nothing of this partition is buffered, queued or unfinished."""
-        return not self.open_rows and not self.pending and self.tracker.unfinished == 0
+        return not self.open_msgs and not self.pending and self.tracker.unfinished == 0
 
 
 def wants_pause(flow: PartitionFlow, ring_fill: float, pause_above: float,

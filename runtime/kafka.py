@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from confluent_kafka import (
@@ -27,10 +28,16 @@ from confluent_kafka import (
 from confluent_kafka import KafkaError as _CKError
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from runtime import speedups
 from runtime.errors import KafkaError
+from runtime.frames import BATCH, Columns, Headers, encode_batch
 
 log = logging.getLogger(__name__)
 TP = tuple[str, int]
+# A run of consumed messages of one partition in offset order. Outside this module the
+# messages are opaque: use offset_of, fields_of and pack_run.
+Run = list[Message]
+offset_of: Callable[[Message], int] = Message.offset  # type: ignore[assignment]
 
 
 def _topic_partition_of(m: Message) -> tuple[str | None, int | None]:
@@ -48,9 +55,62 @@ class ConsumerState(enum.Enum):
 class Fetched:
     """What one consume() call returned, grouped by partition, in offset order."""
 
-    rows: dict[TP, list[list[Any]]] = field(default_factory=dict)
+    runs: dict[TP, Run] = field(default_factory=dict)
     eof: dict[TP, int] = field(default_factory=dict)
     count: int = 0
+
+
+def fields_of(m: Message) -> tuple[int, bytes | None, bytes | None, Headers | None]:
+    """(offset, key, value, headers) of one message: for the rare record the supervisor
+    handles itself (dead-lettering one that fits in no ring)."""
+    return m.offset(), m.key(), m.value(), m.headers()
+
+
+_ts_type, _ts_ms = itemgetter(0), itemgetter(1)
+
+
+def columns_of(msgs: Run) -> Columns:
+    """A run's records as frame columns. The canonical forms (no offsets when contiguous,
+    no headers when none, one timestamp type when shared) are the C packer's too."""
+    offsets: list[int] | None = list(map(Message.offset, msgs))
+    first = offsets[0]  # type: ignore[index]
+    # Offsets in a run strictly increase, so equal ends mean no gaps.
+    if offsets[-1] - first + 1 == len(offsets):  # type: ignore[index]
+        offsets = None
+    headers: list[Headers | None] | None = list(map(Message.headers, msgs))
+    if headers.count(None) == len(headers):  # type: ignore[union-attr]
+        headers = None
+    stamps = list(map(Message.timestamp, msgs))
+    types = list(map(_ts_type, stamps))
+    ts_types: int | list[int] = types[0] if types.count(types[0]) == len(types) else types
+    return Columns(first, offsets, list(map(Message.key, msgs)), list(map(Message.value, msgs)),
+                   headers, ts_types, list(map(_ts_ms, stamps)))
+
+
+def _pack_run_py(head: tuple[Any, ...], msgs: Run, start: int, stop: int) -> bytes:
+    _, batch_id, slot, epoch, topic, partition = head
+    return encode_batch(batch_id, slot, epoch, topic, partition, columns_of(msgs[start:stop]))
+
+
+def _native_pack() -> Callable[..., bytes] | None:
+    if speedups.native is None:
+        return None
+    try:
+        speedups.native.bind(Message)
+    except TypeError as exc:  # a confluent-kafka whose Message methods are not plain C methods
+        log.warning("C frame packer unavailable", extra={"why": str(exc)})
+        return None
+    return speedups.native.pack_frame  # type: ignore[no-any-return]
+
+
+PACK = speedups.Path("pack_frame", _native_pack(), _pack_run_py)
+
+
+def pack_run(batch_id: int, slot: int, epoch: int, topic: str, partition: int, msgs: Run,
+             start: int, stop: int) -> bytes:
+    """Runs in: supervisor (hot path). msgs[start:stop] as one batch frame (runtime.frames):
+    in C, about 0.2 µs per record; in Python, about 0.8 µs."""
+    return PACK.call((BATCH, batch_id, slot, epoch, topic, partition), msgs, start, stop)  # type: ignore[no-any-return]
 
 
 # Errors that librdkafka reports but recovers from by itself.
@@ -138,13 +198,11 @@ class GroupConsumer:
         """Runs in: supervisor (hot path: per-record work here is the supervisor's cost).
 
         librdkafka hands out runs of one partition, so the messages are grouped by
-        partition in C (groupby) and each run becomes rows in one list comprehension:
-        about 0.3 µs per record on top of librdkafka's own 1 µs, against 1.1 µs for a
-        plain loop with per-record dict look-ups and byte counting (measured with a
-        micro-benchmark on the embedded broker)."""
+        partition in C (groupby) and kept as they are: no per-record Python work happens
+        here; pack_run turns them into frames later."""
         self._check()
         out = Fetched()
-        by_tp = out.rows
+        by_tp = out.runs
         count = 0
         for _, run_iter in groupby(self._c.consume(max_records, timeout_s), self._run_key):
             run = list(run_iter)
@@ -160,13 +218,12 @@ class GroupConsumer:
                 run = good
                 if not run:
                     continue
-            rows = [[m.offset(), m.key(), m.value(), m.headers(), *m.timestamp()] for m in run]
-            count += len(rows)
+            count += len(run)
             tp = (run[0].topic(), run[0].partition())
             if tp in by_tp:
-                by_tp[tp].extend(rows)
+                by_tp[tp].extend(run)
             else:
-                by_tp[tp] = rows
+                by_tp[tp] = run
         out.count = count
         if self.fatal:
             raise KafkaError(f"fatal Kafka client error: {self.fatal}")

@@ -1,7 +1,7 @@
 """The supervisor: one thread, one loop, every decision about fetching, dispatch, fencing,
 pausing and committing taken in one place, so the races between them cannot happen.
 
-    broker ─consume()─▶ route rows to partitions ─▶ cut batches ─▶ pending ─▶ worker rings
+    broker ─consume()─▶ runs per partition ─▶ cut batches (pack frames) ─▶ pending ─▶ worker rings
                                                                       (pause when full)
     worker result pipes ─▶ offset trackers ─▶ commit (async, periodic; sync on revoke/stop)
 
@@ -13,6 +13,7 @@ Runs in: the supervisor process.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ from runtime.frames import (
     decode_result,
     encode_batch,
 )
-from runtime.kafka import Fetched, GroupConsumer, OutputProducer
+from runtime.kafka import PACK, Fetched, GroupConsumer, OutputProducer, Run, fields_of, offset_of, pack_run
 from runtime.pool import WorkerHandle, WorkerPool, describe_exit
 from runtime.shm import SegmentSet, check_space, reclaim_stale
 from runtime.systemd import Notifier
@@ -138,10 +139,16 @@ class Supervisor:
             self.pool.spawn_worker(h)
         self.consumer = GroupConsumer(consumer_properties(self.s))
         self.consumer.subscribe(self.s.kafka.topics, self.on_assign, self.on_revoke, self.on_lost)
+        # Every fetched record allocates objects the cyclic GC tracks (a Message each), so
+        # collections run constantly; freezing what start-up built (modules, config,
+        # clients) keeps them from walking it all again. Measured on trivial work: 2.6 →
+        # 2.1 µs of supervisor CPU per record.
+        gc.freeze()
         self._notifier.notify("READY=1", f"STATUS=consuming {', '.join(self.s.kafka.topics)}")
         log.info("supervisor started", extra={
             "group": self.s.kafka.group_id, "topics": ",".join(self.s.kafka.topics),
-            "workers": self.w.processes, "plugin": self.w.plugin, "pid": os.getpid()})
+            "workers": self.w.processes, "plugin": self.w.plugin, "pid": os.getpid(),
+            "frame_packer": "C" if PACK.in_c else f"Python ({PACK.why_python})"})
 
     def _worker_spec(self, index: int, incarnation: int, segment_path: str) -> WorkerSpec:
         assert self.segments is not None
@@ -191,21 +198,23 @@ class Supervisor:
                 self._first_record_at = now
                 self._cpu_at_first_record = self._cpu_snapshot()
             self.totals.consumed += fetched.count
-        for tp, rows in fetched.rows.items():
+        for tp, run in fetched.runs.items():
             flow = self.flows.get(tp)
             if flow is None:
                 continue  # partition revoked meanwhile: not ours to process or commit
-            if not flow.open_rows:
+            if flow.open_msgs:
+                flow.open_msgs.extend(run)
+            else:
+                flow.open_msgs = run
                 flow.open_since = now
-            flow.open_rows.extend(rows)
-            flow.consumed += len(rows)
-            flow.next_offset = rows[-1][0] + 1
+            flow.consumed += len(run)
+            flow.next_offset = offset_of(run[-1]) + 1
             flow.eof_at = None
             flow.last_activity = now
         for tp, offset in fetched.eof.items():
             flow = self.flows.get(tp)
             # RACE: one consume() can return a partition's last records and its EOF event
-            # together (rows applied above); an EOF counts only if nothing newer came after it.
+            # together (records applied above); an EOF counts only if nothing newer came after it.
             if flow is not None and (flow.next_offset is None or offset >= flow.next_offset):
                 flow.eof_at = offset
                 flow.last_activity = now
@@ -219,9 +228,9 @@ class Supervisor:
         offset; the seek also purges what librdkafka had queued for them."""
         assert self.consumer is not None
         for tp in self._touched:
-            fetched.rows.pop(tp, None)
+            fetched.runs.pop(tp, None)
             fetched.eof.pop(tp, None)
-        fetched.count = sum(len(r) for r in fetched.rows.values())
+        fetched.count = sum(len(r) for r in fetched.runs.values())
         owned = [tp for tp in self._touched if tp in self.flows]
         self.consumer.seek_to_start(owned)
         log.debug("rebalance settled", extra={"restarted": len(owned)})
@@ -236,51 +245,54 @@ class Supervisor:
 
     # ------------------------------------------------------------------ batching
     def cut_batches(self) -> None:
-        """Turn fetched rows into frames: when a batch is full, old enough, or its worker
+        """Turn fetched records into frames: when a batch is full, old enough, or its worker
         has nothing to do (adaptive batching: small batches only when they cost nothing)."""
         assert self.pool is not None
         now = self.clock()
         max_wait = self.w.batch_max_wait_ms / 1000
         for flow in self.flows.values():
-            if not flow.open_rows:
+            if not flow.open_msgs:
                 continue
             ring = self.pool.handles[flow.worker].ring
-            if (len(flow.open_rows) >= flow.batch_records
+            if (len(flow.open_msgs) >= flow.batch_records
                     or now - flow.open_since >= max_wait
                     or (ring.used_bytes() == 0 and not flow.pending)):
                 self._cut(flow, ring.max_frame)
 
     def _cut(self, flow: PartitionFlow, max_frame: int) -> None:
-        rows, flow.open_rows = flow.open_rows, []
+        msgs, flow.open_msgs = flow.open_msgs, []
         step = flow.batch_records
-        for i in range(0, len(rows), step):
-            self._enqueue(flow, rows[i:i + step], max_frame)
+        for i in range(0, len(msgs), step):
+            self._enqueue(flow, msgs, i, min(i + step, len(msgs)), max_frame)
         # Adaptive batch size: as many records as fit in half a frame at the size records
         # of this partition had lately (learnt from packed frames: no per-record counting).
         flow.batch_records = max(1, min(self.w.batch_max_records,
                                         int(max_frame // 2 / max(flow.bytes_per_record, 1.0))))
 
-    def _enqueue(self, flow: PartitionFlow, rows: list[list[Any]], max_frame: int) -> None:
+    def _enqueue(self, flow: PartitionFlow, msgs: Run, start: int, stop: int, max_frame: int) -> None:
+        """Pack msgs[start:stop] into one frame and queue it for the partition's ring."""
         batch_id = self._next_batch_id
         self._next_batch_id += 1
-        frame = encode_batch(batch_id, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], rows)
-        size = len(frame) / len(rows)
+        count = stop - start
+        frame = pack_run(batch_id, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], msgs, start, stop)
+        size = len(frame) / count
         flow.bytes_per_record = 0.7 * flow.bytes_per_record + 0.3 * size if flow.bytes_per_record else size
+        first = offset_of(msgs[start])
         if len(frame) > max_frame:
-            if len(rows) > 1:
+            if count > 1:
                 self._next_batch_id -= 1
-                mid = len(rows) // 2
-                self._enqueue(flow, rows[:mid], max_frame)
-                self._enqueue(flow, rows[mid:], max_frame)
+                mid = start + count // 2
+                self._enqueue(flow, msgs, start, mid, max_frame)
+                self._enqueue(flow, msgs, mid, stop, max_frame)
                 return
-            flow.tracker.register(batch_id, rows[0][0], rows[0][0])
-            self._dead_letter_in_supervisor(flow, batch_id, rows[0], "RecordTooLarge",
+            flow.tracker.register(batch_id, first, first)
+            self._dead_letter_in_supervisor(flow, batch_id, fields_of(msgs[start]), "RecordTooLarge",
                                             f"record of {len(frame)} bytes does not fit in a ring "
                                             f"(frame limit {max_frame}); raise workers.ring_bytes")
             return
-        flow.tracker.register(batch_id, rows[0][0], rows[-1][0])
-        flow.pending.append(Batch(batch_id, flow.tp, flow.slot, flow.epoch, rows[0][0],
-                                  rows[-1][0], len(rows), frame))
+        last = offset_of(msgs[stop - 1])
+        flow.tracker.register(batch_id, first, last)
+        flow.pending.append(Batch(batch_id, flow.tp, flow.slot, flow.epoch, first, last, count, frame))
 
     def dispatch(self) -> None:
         """Move pending batches into rings while there is room; never block (invariant 3)."""
@@ -461,27 +473,29 @@ class Supervisor:
         h.consecutive_crashes = 0  # isolation is progress: do not back off further
         frame = decode_frame(b.frame)
         assert frame is not None
-        rows = frame.records
-        if len(rows) == 1:
-            self._dead_letter_in_supervisor(flow, b.batch_id, rows[0], "WorkerCrashed",
+        cols = frame.columns
+        if len(cols) == 1:
+            self._dead_letter_in_supervisor(flow, b.batch_id, cols.row(0), "WorkerCrashed",
                                             f"worker {why} while processing this record "
                                             f"({b.crashes} times)", attempts=b.crashes)
             return []
-        mid = len(rows) // 2
+        mid = len(cols) // 2
         halves = []
-        for part in (rows[:mid], rows[mid:]):
+        for part in (cols.slice(0, mid), cols.slice(mid, len(cols))):
             bid = self._next_batch_id
             self._next_batch_id += 1
             frame_bytes = encode_batch(bid, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], part)
-            halves.append(Batch(bid, flow.tp, flow.slot, flow.epoch, part[0][0], part[-1][0],
+            halves.append(Batch(bid, flow.tp, flow.slot, flow.epoch, part.first, part.last,
                                 len(part), frame_bytes, crashes=self.s.dead_letter.max_crashes - 1))
         flow.tracker.split(b.batch_id, [(x.batch_id, x.first, x.last) for x in halves])
         log.warning("bisecting a batch that keeps crashing workers", extra={
             "tp": flow.label, "first": b.first, "last": b.last})
         return halves
 
-    def _dead_letter_in_supervisor(self, flow: PartitionFlow, batch_id: int, row: list[Any],
+    def _dead_letter_in_supervisor(self, flow: PartitionFlow, batch_id: int,
+                                   row: tuple[int, bytes | None, bytes | None, Any],
                                    error_type: str, message: str, attempts: int = 1) -> None:
+        """row: (offset, key, value, headers) of the record."""
         topic = self.s.dead_letter.topic
         if topic is None:
             flow.blocked = f"offset {row[0]}: {error_type}: {message}"
@@ -769,7 +783,7 @@ class Supervisor:
         deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
         self._notifier.notify("STOPPING=1")
         for flow in self.flows.values():
-            flow.open_rows.clear()
+            flow.open_msgs = []
             flow.pending.clear()
             flow.paused = True
         self.consumer.pause(list(self.flows))

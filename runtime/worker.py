@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+from runtime import speedups
 from runtime.board import BOARD_BYTES, Board, BoardLock, EpochTable
 from runtime.deadletter import dead_letter_headers
 from runtime.errors import PluginError
@@ -29,6 +32,7 @@ from runtime.frames import (
     FATAL,
     FENCED,
     BatchFrame,
+    Columns,
     Result,
     decode_frame,
     encode_result,
@@ -47,6 +51,36 @@ log = logging.getLogger("ringmaster.worker")
 EXIT_PLUGIN = 3
 EXIT_DELIVERY = 75
 _PR_SET_PDEATHSIG = 1
+
+
+def _records_py(topic: str, partition: int, c: Columns) -> list[Record]:
+    ts_types = repeat(c.ts_types) if isinstance(c.ts_types, int) else c.ts_types
+    stamps = zip(ts_types, c.timestamps, strict=False)  # ts_types may be an endless repeat
+    return list(map(Record, repeat(topic), repeat(partition), c.offset_list(), c.keys, c.values,
+                    repeat(None) if c.headers is None else c.headers, stamps))
+
+
+def _records_c(topic: str, partition: int, c: Columns) -> list[Record]:
+    assert speedups.native is not None
+    return speedups.native.build_records(  # type: ignore[no-any-return]
+        Record, topic, partition, c.first, c.offsets, c.keys, c.values, c.headers, c.ts_types,
+        c.timestamps)
+
+
+def _same_records(a: list[Record], b: list[Record]) -> bool:
+    def fields(r: Record) -> tuple[Any, ...]:
+        return r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp
+    return len(a) == len(b) and all(fields(x) == fields(y) for x, y in zip(a, b, strict=True))
+
+
+BUILD_RECORDS = speedups.Path("build_records", _records_c if speedups.native is not None else None,
+                              _records_py, _same_records)
+
+
+def records_of(frame: BatchFrame) -> list[Record]:
+    """Runs in: a worker (hot path). The Records of one batch frame: in C their slots are
+    filled directly (~0.1 µs per record); in Python Record() runs per record (~0.3 µs)."""
+    return BUILD_RECORDS.call(frame.topic, frame.partition, frame.columns)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -116,6 +150,9 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         os._exit(EXIT_PLUGIN)
 
     runner = BatchRunner(plugin, producer, spec)
+    # Records are objects the cyclic GC tracks, a few per record; freeze what imports and
+    # the plugin's setup built (models, tables) so that collections stop walking it.
+    gc.freeze()
     board.set_ready()
     log.debug("worker ready", extra={"worker": spec.name})
     while True:
@@ -155,7 +192,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
                       extra={"worker": spec.name, "error": str(exc)})
             os._exit(EXIT_DELIVERY)
         send(result)
-        board.end(len(frame.records))
+        board.end(len(frame.columns))
     if plugin.teardown is not None:
         try:
             plugin.teardown()
@@ -183,9 +220,7 @@ class BatchRunner:
         self._warned_no_output = False
 
     def run(self, frame: BatchFrame) -> Result:
-        topic, partition = frame.topic, frame.partition
-        records = [Record(topic, partition, r[0], r[1], r[2], r[3], (r[4], r[5]))
-                   for r in frame.records]
+        records = records_of(frame)
         outcome = run_batch(self.plugin, records, self.policy, self.spec.name)
         first = outcome.first_failure
         if first is not None and self.spec.dead_letter_topic is None:

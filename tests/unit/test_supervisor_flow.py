@@ -6,12 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import Message
+
 from runtime.board import EpochTable
 from runtime.config import Settings
 from runtime.flow import SlotTable
 from runtime.supervisor import Supervisor
 
 TP0, TP1 = ("t", 0), ("t", 1)
+
+
+def msgs(tp: Any, *offsets: int) -> list[Message]:
+    """Consumed messages as librdkafka hands them out (confluent-kafka's test constructor)."""
+    return [Message(topic=tp[0], partition=tp[1], offset=o, value=b"v", timestamp=(1, 0)) for o in offsets]
 
 
 @dataclass
@@ -174,12 +181,11 @@ def test_rows_and_eof_in_the_same_consume_mean_caught_up() -> None:
 
     sup, consumer, _, _ = make()
     assign(sup, consumer, [TP0])
-    fetched = Fetched(rows={TP0: [[0, None, b"a", None, 0, 0], [1, None, b"b", None, 0, 0]]},
-                      eof={TP0: 2}, count=2)
+    fetched = Fetched(runs={TP0: msgs(TP0, 0, 1)}, eof={TP0: 2}, count=2)
     consumer.consume = lambda n, t: fetched  # type: ignore[attr-defined]
     sup.fetch()
     assert sup.flows[TP0].eof_at == 2
-    stale = Fetched(rows={TP0: [[2, None, b"c", None, 0, 0]]}, eof={TP0: 2}, count=1)
+    stale = Fetched(runs={TP0: msgs(TP0, 2)}, eof={TP0: 2}, count=1)
     consumer.consume = lambda n, t: stale  # type: ignore[attr-defined]
     sup.fetch()
     assert sup.flows[TP0].eof_at is None, "an EOF older than the newest record does not count"
@@ -199,12 +205,11 @@ def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_a
         sup.on_revoke([TP0])
         consumer.assign([TP0])
         sup.on_assign([TP0])
-        stale = [[500, None, b"s", None, 0, 0], [501, None, b"s", None, 0, 0]]
-        fresh = [[200, None, b"f", None, 0, 0]]
-        return Fetched(rows={TP0: stale + fresh, TP1: [[7, None, b"x", None, 0, 0]]}, count=4)
+        stale, fresh = msgs(TP0, 500, 501), msgs(TP0, 200)
+        return Fetched(runs={TP0: stale + fresh, TP1: msgs(TP1, 7)}, count=4)
 
     consumer.consume = consume_with_rebalance  # type: ignore[attr-defined]
     sup.flows[TP0].tracker.register(1, 0, 9)
     sup.fetch()  # must not raise "goes backwards"
-    assert sup.flows[TP0].open_rows == [], "nothing of the straddling call is kept"
+    assert sup.flows[TP0].open_msgs == [], "nothing of the straddling call is kept"
     assert seeks == [[TP0]], "the partition restarts at its committed offset"
