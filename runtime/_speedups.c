@@ -158,6 +158,25 @@ static int pack_raw(Out *o, const char *p, Py_ssize_t n, int is_str) {
     return 0;
 }
 
+/* PyLong_AsLongLongAndOverflow, not PyLong_AsLongLong: on 3.11 the latter converts every
+ * multi-digit int (all offsets and timestamps) through _PyLong_AsByteArray, a slow path. */
+static int as_i64(PyObject *v, int64_t *out) {
+    if (!PyLong_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "expected an int from the message");
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "integer out of the 64-bit range of a frame");
+        return -1;
+    }
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    *out = (int64_t)x;
+    return 0;
+}
+
 /* None, int, bytes, str, list and tuple: all a frame ever holds. */
 static int pack_obj(Out *o, PyObject *v, int depth) {
     if (v == Py_None)
@@ -165,15 +184,10 @@ static int pack_obj(Out *o, PyObject *v, int depth) {
     if (PyBytes_CheckExact(v))
         return pack_raw(o, PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), 0);
     if (PyLong_CheckExact(v)) {
-        int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-        if (overflow) {
-            PyErr_SetString(PyExc_OverflowError, "integer out of the 64-bit range of a frame");
+        int64_t x;
+        if (as_i64(v, &x) < 0)
             return -1;
-        }
-        if (x == -1 && PyErr_Occurred())
-            return -1;
-        return pack_i64(o, (int64_t)x);
+        return pack_i64(o, x);
     }
     if (PyUnicode_CheckExact(v)) {
         Py_ssize_t n;
@@ -244,17 +258,7 @@ typedef struct {
     int64_t ts;
 } Row;
 
-static int as_i64(PyObject *v, int64_t *out) {
-    if (!PyLong_Check(v)) {
-        PyErr_SetString(PyExc_TypeError, "expected an int from the message");
-        return -1;
-    }
-    long long x = PyLong_AsLongLong(v);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    *out = (int64_t)x;
-    return 0;
-}
+
 
 static int read_row(PyObject *m, Row *r) {
     PyObject *v = m_offset(m, NULL);

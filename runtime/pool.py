@@ -20,7 +20,7 @@ from typing import Any
 import multiprocess
 
 from runtime.board import BOARD_BYTES, Board, BoardLock
-from runtime.ring import Doorbell, Ring
+from runtime.ring import Doorbell, MessageReader, Ring
 from runtime.shm import Segment, SegmentSet
 from runtime.worker import EXIT_DELIVERY, EXIT_PLUGIN, WorkerSpec, worker_main
 
@@ -38,7 +38,8 @@ class WorkerHandle:
     lock: BoardLock | None = None
     bell: Doorbell | None = None
     bell_conn: Any = None  # keeps the doorbell's writing end open
-    conn: Any = None  # reading end of the result pipe
+    conn: Any = None  # owns the reading end of the result pipe
+    results: MessageReader | None = None  # reads it
     started_at: float = 0.0
     deaths_before_ready: int = 0
     consecutive_crashes: int = 0
@@ -112,7 +113,7 @@ class WorkerPool:
             h.bell_conn.close()
         h.bell_conn = bell_writer
         h.bell = Doorbell(bell_writer.fileno())
-        h.process, h.conn = proc, reader
+        h.process, h.conn, h.results = proc, reader, MessageReader(reader.fileno())
         h.started_at = time.monotonic()
         h.restart_at = None
         h.retiring = False
@@ -122,8 +123,8 @@ class WorkerPool:
     def sentinels(self) -> list[Any]:
         return [h.process.sentinel for h in self.handles if h.alive]
 
-    def connections(self) -> list[Any]:
-        return [h.conn for h in self.handles if h.conn is not None]
+    def result_fds(self) -> list[int]:
+        return [h.results.fd for h in self.handles if h.results is not None]
 
     def dead(self) -> list[WorkerHandle]:
         return [h for h in self.handles if h.process is not None and h.process.exitcode is not None]
@@ -136,7 +137,7 @@ class WorkerPool:
         h.process = None
         if h.conn is not None:
             h.conn.close()
-            h.conn = None
+            h.conn, h.results = None, None
         if h.bell_conn is not None:
             h.bell_conn.close()
             h.bell_conn, h.bell = None, None

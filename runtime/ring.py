@@ -1,8 +1,10 @@
-"""A single-producer single-consumer byte ring in shared memory, and its doorbell.
+"""A single-producer single-consumer byte ring in shared memory, its doorbell, and the
+message pipe that carries results back.
 
     supervisor (writer)                         worker (reader)
     try_write(frame) ──▶ [len|payload|pad]... ──▶ peek() → memoryview, advance()
          └── doorbell.ring() ─────── pipe ───────▶ doorbell.wait(timeout)
+    MessageReader.read() ◀──── pipe: [len|payload]... ◀──── send_message(fd, payload)
 
 Layout of the region handed to the ring: a 128-byte header with two 8-byte positions on
 separate cache lines (``write_pos`` owned by the writer, ``read_pos`` by the reader; both
@@ -150,3 +152,61 @@ class Doorbell:
             return True
         select.select([self.fd], [], [], timeout)
         return ring.peek() is not None
+
+
+_LEN = 4  # message pipe: a 4-byte little-endian length before each payload
+
+
+def send_message(fd: int, payload: bytes) -> None:
+    """Write one length-prefixed message to a blocking pipe (the worker's result pipe).
+    Runs in: a worker, its only writer."""
+    view = memoryview(len(payload).to_bytes(_LEN, "little") + payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class MessageReader:
+    """The reading end of a message pipe, never blocking: ``read()`` returns the complete
+    messages that have arrived (keeping a partial one for next time) and sets ``eof`` once
+    every writer has gone. One non-blocking read per call instead of a selector per poll:
+    ``multiprocessing``'s ``Connection.poll()`` cost the supervisor ~70 ns per record.
+    Runs in: supervisor."""
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        os.set_blocking(fd, False)
+        self.eof = False
+        self._pending = b""
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def read(self) -> list[bytes]:
+        chunks = []
+        while True:
+            try:
+                data = os.read(self.fd, self._CHUNK)
+            except BlockingIOError:
+                break
+            except OSError:  # the pipe was closed under us: the same as end of file
+                data = b""
+            if not data:
+                self.eof = True
+                break
+            chunks.append(data)
+            if len(data) < self._CHUNK:
+                break
+        if not chunks:
+            return []
+        buf = self._pending + b"".join(chunks) if self._pending else b"".join(chunks)
+        out, pos, end = [], 0, len(buf)
+        while end - pos >= _LEN:
+            n = int.from_bytes(buf[pos:pos + _LEN], "little")
+            if end - pos - _LEN < n:
+                break
+            out.append(buf[pos + _LEN:pos + _LEN + n])
+            pos += _LEN + n
+        self._pending = buf[pos:]
+        return out

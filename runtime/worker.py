@@ -41,7 +41,7 @@ from runtime.frames import (
 from runtime.kafka import DeliveryFailed, OutputProducer
 from runtime.logs import configure_logging
 from runtime.plugin import Context, Output, Plugin, Record, load_plugin
-from runtime.ring import Doorbell, Ring
+from runtime.ring import Doorbell, Ring, send_message
 from runtime.shm import Segment
 
 log = logging.getLogger("ringmaster.worker")
@@ -132,8 +132,10 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     bell = Doorbell(doorbell.fileno())
     lock = BoardLock(spec.segment_path)
 
+    results_fd = results.fileno()  # `results` (a Connection) keeps it open
+
     def send(result: Result) -> None:
-        results.send_bytes(encode_result(result))
+        send_message(results_fd, encode_result(result))
 
     try:
         plugin = load_plugin(spec.plugin)

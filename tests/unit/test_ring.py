@@ -1,8 +1,11 @@
 """The ring moves opaque frames in order, never overwrites unread bytes, and refuses
-(rather than blocks) when full. Property-tested against a plain deque."""
+(rather than blocks) when full. Property-tested against a plain deque. The message pipe
+delivers whole messages in order whatever the pipe's chunking."""
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 
 import pytest
@@ -10,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.errors import FrameTooLarge
-from runtime.ring import HEADER_BYTES, Ring
+from runtime.ring import HEADER_BYTES, MessageReader, Ring, send_message
 
 
 def make_ring(capacity: int) -> tuple[Ring, Ring]:
@@ -90,3 +93,40 @@ def test_full_ring_refuses_and_recovers_after_read() -> None:
     view.release()
     reader.advance()
     assert writer.try_write(b"a" * 100)
+
+
+def test_message_pipe_delivers_whole_messages_in_order_and_sees_the_writer_go() -> None:
+    r, w = os.pipe()
+    reader = MessageReader(r)
+    try:
+        assert reader.read() == [] and not reader.eof, "nothing yet: returns at once"
+        send_message(w, b"one")
+        send_message(w, b"")
+        big = os.urandom(200_000)  # larger than the pipe buffer and than one read
+
+        def write_big() -> None:
+            send_message(w, big)
+            os.close(w)
+
+        writer = threading.Thread(target=write_big)
+        writer.start()
+        got: list[bytes] = []
+        while not reader.eof:
+            got += reader.read()
+        writer.join()
+        assert got == [b"one", b"", big]
+    finally:
+        os.close(r)
+
+
+def test_message_pipe_keeps_a_partial_message_for_the_next_read() -> None:
+    r, w = os.pipe()
+    reader = MessageReader(r)
+    try:
+        os.write(w, (5).to_bytes(4, "little") + b"ab")
+        assert reader.read() == []
+        os.write(w, b"cde" + (1).to_bytes(4, "little") + b"z")
+        assert reader.read() == [b"abcde", b"z"]
+    finally:
+        os.close(r)
+        os.close(w)
