@@ -55,6 +55,9 @@ _RECONCILE_S = 1.0  # invariant 4: a runnable partition is fetching again within
 _WATCH_S = 2.0  # psutil checks of worker memory
 _CRASH_LOOP_LIMIT = 5  # deaths before becoming ready, in a row, before we give up
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
+_MAX_RECORDS_PER_TICK = 20_000  # one consume() call, at most
+_MIN_RECORDS_PER_TICK = 100  # ... and at least, even with full rings (amortises a tick)
+_FRAMES_PER_RING = 16  # frames are sized to hold about 1/16 of a ring (see _cut())
 
 
 @dataclass
@@ -99,6 +102,7 @@ class Supervisor:
         self.committed: dict[TP, int] = {}
         self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
         self._touched: set[TP] = set()  # partitions a rebalance callback changed this tick
+        self._bytes_per_record = 0.0  # moving average over all packed frames (fetch sizing)
 
     # ------------------------------------------------------------------ the story
     def run(self) -> int:
@@ -185,11 +189,8 @@ class Supervisor:
         assert self.consumer is not None
         wait_s = self.w.batch_max_wait_ms / 1000
         fetching = not self._assigned_once or any(not f.paused for f in self.flows.values())
-        # One consume() per tick for up to a batch per assigned partition: fewer ticks per
-        # record (each tick polls pipes and sentinels) without waiting longer for data.
-        want = min(20_000, self.w.batch_max_records * max(1, len(self.flows)))
         self._touched.clear()
-        fetched = self.consumer.consume(want, wait_s if fetching else 0)
+        fetched = self.consumer.consume(self._records_wanted(), wait_s if fetching else 0)
         if self._touched:
             self._settle_rebalance(fetched)
         if not fetching:
@@ -223,6 +224,21 @@ class Supervisor:
             if flow is not None and (flow.next_offset is None or offset >= flow.next_offset):
                 flow.eof_at = offset
                 flow.last_activity = now
+
+    def _records_wanted(self) -> int:
+        """How many records one consume() may return: up to a batch per assigned partition
+        (fewer ticks per record), but no more than the rings have room for. What does not
+        fit waits in a partition's pending queue and pauses it, and a pause makes librdkafka
+        drop what it had prefetched for the partition, to fetch it again on resume. With
+        10 KiB records a tick of 4,000 was 20 MB against 8 MiB rings: pauses all the time and
+        rings empty (mixed sizes, 30k → 50k records/s when sized by room)."""
+        assert self.pool is not None
+        want = min(_MAX_RECORDS_PER_TICK, self.w.batch_max_records * max(1, len(self.flows)))
+        if self._bytes_per_record:
+            room = sum(max(0.0, self.w.pause_above - fill) * h.ring.capacity
+                       for h, fill in zip(self.pool.handles, self._backlog_fills(), strict=True))
+            want = min(want, max(_MIN_RECORDS_PER_TICK, int(room / self._bytes_per_record)))
+        return want
 
     def _settle_rebalance(self, fetched: Fetched) -> None:
         """RACE: rebalance callbacks run inside consume(), and the records it returns may
@@ -262,17 +278,21 @@ class Supervisor:
             if (len(flow.open_msgs) >= flow.batch_records
                     or now - flow.open_since >= max_wait
                     or (ring.used_bytes() == 0 and not flow.pending)):
-                self._cut(flow, ring.max_frame)
+                self._cut(flow, ring.max_frame, ring.capacity)
 
-    def _cut(self, flow: PartitionFlow, max_frame: int) -> None:
+    def _cut(self, flow: PartitionFlow, max_frame: int, capacity: int) -> None:
         msgs, flow.open_msgs = flow.open_msgs, []
         step = flow.batch_records
         for i in range(0, len(msgs), step):
             self._enqueue(flow, msgs, i, min(i + step, len(msgs)), max_frame)
-        # Adaptive batch size: as many records as fit in half a frame at the size records
-        # of this partition had lately (learnt from packed frames: no per-record counting).
+        # Adaptive batch size: as many records as fit in a sixteenth of the ring (never more
+        # than half the largest frame) at the size records of this partition had lately,
+        # learnt from packed frames: no per-record counting. Small frames against the ring
+        # keep the pause rule fine-grained: with half-frame batches, 10 KiB records made
+        # 2 MiB frames and an 8 MiB ring refused the next one at 75 % full.
+        target = min(max_frame // 2, capacity // _FRAMES_PER_RING)
         flow.batch_records = max(1, min(self.w.batch_max_records,
-                                        int(max_frame // 2 / max(flow.bytes_per_record, 1.0))))
+                                        int(target / max(flow.bytes_per_record, 1.0))))
 
     def _enqueue(self, flow: PartitionFlow, msgs: Run, start: int, stop: int, max_frame: int) -> None:
         """Pack msgs[start:stop] into one frame and queue it for the partition's ring."""
@@ -282,6 +302,7 @@ class Supervisor:
         frame = pack_run(batch_id, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], msgs, start, stop)
         size = len(frame) / count
         flow.bytes_per_record = 0.7 * flow.bytes_per_record + 0.3 * size if flow.bytes_per_record else size
+        self._bytes_per_record = 0.7 * self._bytes_per_record + 0.3 * size if self._bytes_per_record else size
         first = offset_of(msgs[start])
         if len(frame) > max_frame:
             if count > 1:
@@ -542,8 +563,9 @@ class Supervisor:
         # runtime's own decision is re-applied at once, so a member whose rings are full
         # gets no extra batch because of a rebalance.
         new = [self.flows[tp] for tp in tps]
+        fills = self._backlog_fills()
         for flow in new:
-            flow.paused = self._wants_pause(flow)
+            flow.paused = self._wants_pause(flow, fills)
         self.consumer.pause([f.tp for f in new if f.paused])
         log.info("partitions assigned", extra={
             "partitions": ",".join(f.label for f in new), "paused": sum(f.paused for f in new)})
@@ -621,11 +643,19 @@ class Supervisor:
             h.lock.release()
 
     # ------------------------------------------------------------------ flow control
-    def _wants_pause(self, flow: PartitionFlow) -> bool:
+    def _backlog_fills(self) -> list[float]:
+        """Per worker: (bytes in its ring + bytes of frames waiting for it) / ring capacity;
+        1.0 for a worker that takes no frames now (dead, restarting, retiring)."""
         assert self.pool is not None
-        h = self.pool.handles[flow.worker]
-        fill = h.ring.fill() if h.accepting else 1.0
-        return wants_pause(flow, fill, self.w.pause_above, self.w.resume_below)
+        pending = [0] * len(self.pool.handles)
+        for f in self.flows.values():
+            if f.pending:
+                pending[f.worker] += f.pending_bytes
+        return [(h.ring.used_bytes() + pending[h.index]) / h.ring.capacity if h.accepting else 1.0
+                for h in self.pool.handles]
+
+    def _wants_pause(self, flow: PartitionFlow, fills: list[float]) -> bool:
+        return wants_pause(flow, fills[flow.worker], self.w.pause_above, self.w.resume_below)
 
     def reconcile_flow(self) -> None:
         """Apply pause/resume decisions, and guard against a client that lost one: a
@@ -634,8 +664,9 @@ class Supervisor:
         assert self.consumer is not None
         now = self.clock()
         pause, resume = [], []
+        fills = self._backlog_fills()
         for flow in self.flows.values():
-            want = self._wants_pause(flow)
+            want = self._wants_pause(flow, fills)
             if want != flow.paused:
                 flow.paused = want
                 (pause if want else resume).append(flow)

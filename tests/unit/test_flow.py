@@ -1,4 +1,5 @@
-"""The pause rule (invariant 3) with hysteresis."""
+"""The pause rule (invariant 3) with hysteresis, over a worker's backlog: the bytes in its
+ring plus the frames waiting for room in it."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ def test_pause_above_high_watermark_and_resume_below_low() -> None:
     assert not wants_pause(f, 0.3, 0.8, 0.4)
 
 
-def test_pending_batches_keep_the_partition_paused() -> None:
+def test_pending_frames_are_counted_in_bytes() -> None:
     f = flow()
-    f.pending.append(Batch(1, ("t", 0), 0, 1, 0, 0, 1, b""))
-    assert wants_pause(f, 0.0, 0.8, 0.4)
+    f.pending.extend([Batch(1, ("t", 0), 0, 1, 0, 0, 1, b"x" * 300),
+                      Batch(2, ("t", 0), 0, 1, 1, 1, 1, b"y" * 50)])
+    assert f.pending_bytes == 350 and not f.idle
 
 
 def test_blocked_partition_stays_paused() -> None:

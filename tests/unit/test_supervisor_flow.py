@@ -24,12 +24,13 @@ def msgs(tp: Any, *offsets: int) -> list[Message]:
 @dataclass
 class FakeRing:
     fill_value: float = 0.0
+    capacity: int = 1000
 
     def fill(self) -> float:
         return self.fill_value
 
     def used_bytes(self) -> int:
-        return int(self.fill_value * 1000)
+        return int(self.fill_value * self.capacity)
 
 
 @dataclass(eq=False)
@@ -136,6 +137,38 @@ def test_resume_on_drain_with_hysteresis() -> None:
     pool.handles[0].ring.fill_value = 0.1
     sup.reconcile_flow()
     assert TP0 not in consumer.paused
+
+
+def test_frames_waiting_for_a_ring_count_towards_its_fill() -> None:
+    """Invariant 3: the pending backlog is bounded because it counts as ring fill; a small
+    overflow (a frame that did not fit yet) pauses nothing, since a pause makes librdkafka
+    drop and later refetch what it had prefetched."""
+    from runtime.flow import Batch
+
+    sup, consumer, _clock, pool = make(fill=0.5)
+    assign(sup, consumer, [TP0, TP1])
+    sup.flows[TP0].pending.append(Batch(1, TP0, 0, 1, 0, 9, 10, b"f" * 100))  # 0.5 + 0.1 of the ring
+    sup.reconcile_flow()
+    assert not consumer.paused, "below pause_above with the backlog: keep fetching"
+    sup.flows[TP0].pending.append(Batch(2, TP0, 0, 1, 10, 19, 10, b"f" * 250))  # 0.85 with the backlog
+    sup.reconcile_flow()
+    assert consumer.paused == {TP0, TP1}, "the worker's backlog is over pause_above: all its partitions"
+    pool.handles[0].ring.fill_value = 0.1
+    sup.reconcile_flow()
+    assert consumer.paused == {TP0, TP1}, "0.1 + 0.35 pending is still above resume_below"
+    pool.handles[0].ring.fill_value = 0.0
+    sup.reconcile_flow()
+    assert not consumer.paused, "0.35 with the backlog: below resume_below, resumed"
+
+
+def test_a_fetch_asks_for_no_more_than_the_rings_can_take() -> None:
+    sup, consumer, _clock, pool = make(fill=0.5)
+    assign(sup, consumer, [TP0, TP1])
+    assert sup._records_wanted() == 1000, "nothing learnt yet: a batch per partition"
+    sup._bytes_per_record = 2.0  # room: (0.8 - 0.5) * 1000 bytes = 150 records of 2 bytes
+    assert sup._records_wanted() == 150
+    pool.handles[0].ring.fill_value = 0.95
+    assert sup._records_wanted() == 100, "full rings: still a minimal fetch, never zero"
 
 
 def test_a_lost_resume_is_repaired_within_a_second() -> None:
