@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -289,6 +290,34 @@ static int read_row(PyObject *m, Row *r) {
     return 0;
 }
 
+/* How a column is written: nil (it can be derived), its first value (all are equal), or
+ * an array of every row's value. */
+enum column_form { NIL, FIRST, ARRAY };
+
+static int pack_i64_column(Out *o, const Row *rows, Py_ssize_t n, size_t field, enum column_form form) {
+    if (form == NIL)
+        return pack_nil(o);
+    if (form == FIRST)
+        return pack_i64(o, *(const int64_t *)((const char *)&rows[0] + field));
+    if (pack_array_header(o, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pack_i64(o, *(const int64_t *)((const char *)&rows[i] + field)) < 0)
+            return -1;
+    return 0;
+}
+
+static int pack_obj_column(Out *o, const Row *rows, Py_ssize_t n, size_t field, enum column_form form) {
+    if (form == NIL)
+        return pack_nil(o);
+    if (pack_array_header(o, n) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pack_obj(o, *(PyObject *const *)((const char *)&rows[i] + field), 0) < 0)
+            return -1;
+    return 0;
+}
+
 static Py_ssize_t raw_size(PyObject *v) {
     return PyBytes_Check(v) ? PyBytes_GET_SIZE(v) + 5 : 1;
 }
@@ -340,53 +369,14 @@ static PyObject *pack_frame(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < nhead; i++)
         if (pack_obj(&o, PyTuple_GET_ITEM(head, i), 0) < 0)
             goto done;
-    if (pack_i64(&o, rows[0].offset) < 0)
+    if (pack_i64(&o, rows[0].offset) < 0
+        || pack_i64_column(&o, rows, n, offsetof(Row, offset), contiguous ? NIL : ARRAY) < 0
+        || pack_obj_column(&o, rows, n, offsetof(Row, key), ARRAY) < 0
+        || pack_obj_column(&o, rows, n, offsetof(Row, value), ARRAY) < 0
+        || pack_obj_column(&o, rows, n, offsetof(Row, headers), any_headers ? ARRAY : NIL) < 0
+        || pack_i64_column(&o, rows, n, offsetof(Row, ts_type), one_type ? FIRST : ARRAY) < 0
+        || pack_i64_column(&o, rows, n, offsetof(Row, ts), ARRAY) < 0)
         goto done;
-    if (contiguous) {
-        if (pack_nil(&o) < 0)
-            goto done;
-    } else {
-        if (pack_array_header(&o, n) < 0)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (pack_i64(&o, rows[i].offset) < 0)
-                goto done;
-    }
-    if (pack_array_header(&o, n) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (pack_obj(&o, rows[i].key, 0) < 0)
-            goto done;
-    if (pack_array_header(&o, n) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (pack_obj(&o, rows[i].value, 0) < 0)
-            goto done;
-    if (!any_headers) {
-        if (pack_nil(&o) < 0)
-            goto done;
-    } else {
-        if (pack_array_header(&o, n) < 0)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (pack_obj(&o, rows[i].headers, 0) < 0)
-                goto done;
-    }
-    if (one_type) {
-        if (pack_i64(&o, rows[0].ts_type) < 0)
-            goto done;
-    } else {
-        if (pack_array_header(&o, n) < 0)
-            goto done;
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (pack_i64(&o, rows[i].ts_type) < 0)
-                goto done;
-    }
-    if (pack_array_header(&o, n) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (pack_i64(&o, rows[i].ts) < 0)
-            goto done;
     result = out_finish(&o);
 
 done:

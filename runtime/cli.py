@@ -111,9 +111,12 @@ def check(config: str) -> None:
     """Validate a config (and import its plugin); print the effective settings, secrets
     redacted."""
     settings = _load(config)
+    from runtime import kafka, speedups, worker
+
     click.echo(json.dumps(redacted(settings), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
+    click.echo(f"hot paths: {speedups.describe([kafka.PACK, worker.BUILD_RECORDS])}", err=True)
 
 
 @main.group()

@@ -33,7 +33,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from benchkit.work import calibrate  # noqa: E402
+from benchkit.work import calibrate, time_work  # noqa: E402
 
 from runtime.devbroker import DevBroker  # noqa: E402
 from runtime.kafka import ensure_topics  # noqa: E402
@@ -99,13 +99,15 @@ plugin = "benchkit.work"
 
 
 def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iterations: int,
-                   processes: int, tmp: Path) -> dict[str, Any]:
+                   processes: int, tmp: Path, overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """One `ringmaster run --until-caught-up`; overrides are RINGMASTER__… variables."""
     cfg = tmp / f"rm-{uuid.uuid4().hex[:6]}.toml"
     cfg.write_text(ringmaster_config(bootstrap, topic, workload, iterations, processes))
     summary = tmp / "summary.json"
     out = subprocess.run([PY, "-m", "runtime.cli", "run", "-c", str(cfg), "--until-caught-up",
                           "--no-progress", "--summary-json", str(summary)],
-                         capture_output=True, text=True, env=ENV, timeout=900, cwd=ROOT)
+                         capture_output=True, text=True, env={**ENV, **(overrides or {})}, timeout=900,
+                         cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"ringmaster failed: {out.stderr[-2000:]}")
     s = json.loads(summary.read_text())
@@ -114,20 +116,28 @@ def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iter
             "total_cpu_s": s["supervisor_cpu_s"] + sum(w["cpu_s"] or 0 for w in s["workers"])}
 
 
-def measure(label: str, fn: Any, runs: int) -> dict[str, Any]:
-    results = []
+def measure_all(cases: list[tuple[str, Any]], runs: int) -> list[dict[str, Any]]:
+    """Run every (label, fn) case `runs` times, interleaved (run 1 of each, then run 2 of
+    each, ...): this machine's speed drifts by 10-40 % over minutes (host steal), and
+    consecutive runs of one consumer would pin the drift on whoever ran at a bad time."""
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in cases}
     for i in range(runs):
-        busy0, t0 = busy_cpu_s(), time.monotonic()
-        r = fn()
-        busy1, wall = busy_cpu_s(), time.monotonic() - t0
-        ours = r["total_cpu_s"]
-        # CPU the rest of the machine used during this run, as a share of all cores.
-        r["others_share"] = max(0.0, (busy1 - busy0 - ours) / (wall * psutil.cpu_count()))
-        r["rate"] = r["records"] / r["window_s"]
-        results.append(r)
-        console.print(f"  {label} run {i + 1}: {r['rate']:,.0f} rec/s "
-                      f"(main {r['main_cpu_s']:.2f} s, workers {r['worker_cpu_s']:.2f} s CPU, "
-                      f"others {r['others_share']:.0%})")
+        for label, fn in cases:
+            busy0, t0 = busy_cpu_s(), time.monotonic()
+            r = fn()
+            busy1, wall = busy_cpu_s(), time.monotonic() - t0
+            ours = r["total_cpu_s"]
+            # CPU the rest of the machine used during this run, as a share of all cores.
+            r["others_share"] = max(0.0, (busy1 - busy0 - ours) / (wall * psutil.cpu_count()))
+            r["rate"] = r["records"] / r["window_s"]
+            results[label].append(r)
+            console.print(f"  {label} run {i + 1}: {r['rate']:,.0f} rec/s "
+                          f"(main {r['main_cpu_s']:.2f} s, workers {r['worker_cpu_s']:.2f} s CPU, "
+                          f"others {r['others_share']:.0%})")
+    return [summarize(label, results[label]) for label, _ in cases]
+
+
+def summarize(label: str, results: list[dict[str, Any]]) -> dict[str, Any]:
     rates = sorted(r["rate"] for r in results)
     return {"label": label, "runs": results, "min": rates[0], "median": statistics.median(rates),
             "max": rates[-1],
@@ -299,6 +309,64 @@ def rebalance_and_memory(bootstrap: str, topic: str, iterations: int, work_us: f
     return result
 
 
+# The Tuning table of the README: (knob, RINGMASTER__ overrides, workload); ringmaster with
+# 2 processes, each against the baseline loop of the same invocation.
+_W = "RINGMASTER__WORKERS__"
+_C = "RINGMASTER__KAFKA__CONSUMER__"
+TUNING = [
+    ("defaults (ring 8 MiB, batch 500, fetch.wait.max.ms 100)", {}, "trivial"),
+    ("workers.ring_bytes = 1 MiB", {_W + "RING_BYTES": "1048576"}, "trivial"),
+    ("workers.ring_bytes = 32 MiB", {_W + "RING_BYTES": "33554432"}, "trivial"),
+    ("workers.batch_max_records = 100", {_W + "BATCH_MAX_RECORDS": "100"}, "trivial"),
+    ("workers.batch_max_records = 2000", {_W + "BATCH_MAX_RECORDS": "2000"}, "trivial"),
+    ("workers.processes = 1", {_W + "PROCESSES": "1"}, "trivial"),
+    ("ring 1 MiB and fetch.wait.max.ms = 500 (librdkafka's default)",
+     {_W + "RING_BYTES": "1048576", _C + "FETCH_WAIT_MAX_MS": "500"}, "trivial"),
+    ("fetch.queue.backoff.ms = 1000 (librdkafka's default)",
+     {_C + "FETCH_QUEUE_BACKOFF_MS": "1000"}, "trivial"),
+    ("defaults", {}, "mixed"),
+    ("workers.ring_bytes = 32 MiB", {_W + "RING_BYTES": "33554432"}, "mixed"),
+]
+
+
+def tuning_sweep(args: argparse.Namespace) -> int:
+    """--tuning: re-measure every line of the README's Tuning table in one invocation."""
+    out = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
+        tmp = Path(tmpdir)
+        topics = {"trivial": ("bench-256", args.records, [256]),
+                  "mixed": ("bench-mixed", args.records // 4, [100, 10240])}
+        ensure_topics(broker.bootstrap, [t for t, _, _ in topics.values()], partitions=args.partitions)
+        base: dict[str, float] = {}
+        for workload, (topic, n, sizes) in topics.items():
+            produce(broker.bootstrap, topic, n, sizes)
+            cases = [(f"baseline ({workload})", functools.partial(
+                run_peer, "baseline", broker.bootstrap, topic, n, workload, 0, 1))]
+            settings = [(label, overrides) for label, overrides, w in TUNING if w == workload]
+            cases += [(f"{label} ({workload})", functools.partial(
+                run_ringmaster, broker.bootstrap, topic, n, workload, 0, 2, tmp, overrides))
+                for label, overrides in settings]
+            measured = measure_all(cases, args.runs)
+            base[workload] = measured[0]["median"]
+            rows += [{"setting": label, "workload": workload, "overrides": overrides,
+                      "x_baseline": r["median"] / base[workload], **r}
+                     for (label, overrides), r in zip(settings, measured[1:], strict=True)]
+    md = [f"# Tuning measurements\n\nringmaster with 2 processes, {args.records:,} × 256 B records (mixed: "
+          f"{args.records // 4:,}, 100 B and 10 KiB), {args.partitions} partitions, embedded broker, "
+          f"{psutil.cpu_count()} cores; {args.runs} runs each; × baseline is against the single-process "
+          "loop of the same invocation. Produced by `./scripts/bench --tuning`.\n",
+          "| workload | setting | records/s min / median / max | × baseline | supervisor µs/record |",
+          "|---|---|---|---|---|"]
+    md += [f"| {r['workload']} | {r['setting']} | {r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f} | "
+           f"{r['x_baseline']:.2f} | {r['main_us_per_record']:.2f} |" for r in rows]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tuning.md").write_text("\n".join(md) + "\n")
+    (out / "tuning.json").write_text(json.dumps({"baseline": base, "rows": rows}, indent=2))
+    console.print("\n".join(md))
+    return 0
+
+
 def main() -> int:
     # SIGTERM unwinds like Ctrl-C: the broker and runs in progress are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -313,9 +381,13 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--skip-latency", action="store_true",
                     help="no latency, revocation or memory figures")
+    ap.add_argument("--tuning", action="store_true",
+                    help="re-measure the README's Tuning table into docs/tuning.md and docs/tuning.json")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
+    if args.tuning:
+        return tuning_sweep(args)
     if args.rebalance_only:
         out = Path(args.out)
         results = json.loads((out / "bench.json").read_text())
@@ -347,17 +419,16 @@ def main() -> int:
             n = args.records // 4 if workload == "mixed" else args.records
             topic = topics[workload]
             console.print(f"[bold]{workload}[/] ({n:,} records)")
-            rows = []
+            cases = []
             for peer in args.peers.split(","):
                 procs = 1 if peer == "baseline" else 2
-                rows.append(measure(peer if peer == "baseline" else f"{peer} ({procs} proc)",
-                                    functools.partial(run_peer, peer, broker.bootstrap, topic, n,
-                                                      workload, iterations, procs), args.runs))
+                cases.append((peer if peer == "baseline" else f"{peer} ({procs} proc)", functools.partial(
+                    run_peer, peer, broker.bootstrap, topic, n, workload, iterations, procs)))
             for procs in range(1, args.max_processes + 1):
-                rows.append(measure(f"ringmaster ({procs} proc)", functools.partial(
-                    run_ringmaster, broker.bootstrap, topic, n, workload, iterations, procs, tmp),
-                    args.runs))
-            results["matrix"][workload] = rows
+                cases.append((f"ringmaster ({procs} proc)", functools.partial(
+                    run_ringmaster, broker.bootstrap, topic, n, workload, iterations, procs, tmp)))
+            results["matrix"][workload] = measure_all(cases, args.runs)
+        results["cpu_work_us_end"] = time_work(iterations)  # the same work unit, timed again: drift
         if "cpu" in args.workloads and not args.skip_latency:
             peak = max(r["median"] for r in results["matrix"]["cpu"] if r["label"].startswith("ringmaster"))
             lat = functools.partial(latency, bootstrap=broker.bootstrap, seconds=args.latency_seconds,
@@ -381,7 +452,10 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     md = [f"# Benchmarks\n\n{results['records']:,} records × 256 B (mixed: ¼ as many, 100 B and 10 KiB), "
           f"{results['partitions']} partitions, embedded broker, {results['machine']['cpus']} cores, "
           f"Python {results['machine']['python']}. cpu work = {results['cpu_work_us']:.1f} µs/record of "
-          f"pure Python ({limit:,.0f} records/s is the {results['machine']['cpus']}-core limit). "
+          f"pure Python ({limit:,.0f} records/s is the {results['machine']['cpus']}-core limit"
+          + (f"; the same work took {results['cpu_work_us_end']:.1f} µs when timed again after the "
+             "throughput runs: this machine's speed drifts" if "cpu_work_us_end" in results else "")
+          + "). Runs of all consumers are interleaved so that drift hits them alike. "
           "Throughput = first record consumed → all offsets committed; CPU per record is counted over the "
           "same window (start-up and group joins excluded). Produced by `./scripts/bench`.\n"]
     console_table = Table(title="records/s (median of runs)")

@@ -142,7 +142,7 @@ class Ringmaster:
     """One `ringmaster run` daemon in a subprocess, observed through its status file."""
 
     def __init__(self, config: dict[str, Any], tmp: Path, name: str = "rm",
-                 args: Iterable[str] = ()) -> None:
+                 args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
         self.dir = tmp
         self.status_path = tmp / f"{name}.status.json"
         self.log_path = tmp / f"{name}.log"
@@ -150,7 +150,7 @@ class Ringmaster:
         config.setdefault("supervisor", {})["status_file"] = str(self.status_path)
         self.config_path = tmp / f"{name}.toml"
         self.config_path.write_text(to_toml(config))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
+        env = dict(os.environ, **(env or {}), PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "run", "-c", str(self.config_path), "--no-progress",
@@ -232,10 +232,10 @@ def journal(dir_: Path) -> list[tuple[int, int, int, int]]:
 
 
 def run_until_caught_up(config: dict[str, Any], tmp: Path, name: str = "rm",
-                        timeout_s: float = 120) -> Ringmaster:
+                        timeout_s: float = 120, env: dict[str, str] | None = None) -> Ringmaster:
     """`ringmaster run --until-caught-up`; asserts exit 0 and returns the finished daemon
     (its status file and log stay readable)."""
-    rm = Ringmaster(config, tmp, name, args=["--until-caught-up"])
+    rm = Ringmaster(config, tmp, name, args=["--until-caught-up"], env=env)
     try:
         assert rm.wait(timeout_s) == 0, rm.log_tail()
     finally:

@@ -31,13 +31,18 @@ def calibrate(target_us: float = 100.0) -> tuple[int, float]:
             n = max(1, int(n * target_us / per))
             break
         n *= 4
+    return n, time_work(n)
+
+
+def time_work(iterations: int) -> float:
+    """µs one spin(iterations) takes now (median of 5 rounds of 200)."""
     samples = []
     for _ in range(5):
         t = time.perf_counter()
         for _ in range(200):
-            spin(n)
+            spin(iterations)
         samples.append((time.perf_counter() - t) / 200 * 1e6)
-    return n, sorted(samples)[2]
+    return sorted(samples)[2]
 
 
 def do_work(workload: str, iterations: int, value: bytes | None) -> int:

@@ -1,5 +1,6 @@
 # Shared by scripts/*: create .venv at the repo root and install the project with extras.
-# Re-installs only when pyproject.toml or the extras change (a stamp file in .venv).
+# Re-installs only when the build inputs (pyproject.toml, setup.py, the C speedups) change
+# or an extra is asked for the first time (a stamp file per extras set in .venv).
 
 ringmaster_python() {
   local py="${PYTHON:-python3}"
@@ -22,12 +23,15 @@ ensure_venv() {
     echo "creating .venv with $("$py" -V)" >&2
     "$py" -m venv .venv || { echo "error: '$py -m venv' failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
   fi
-  local stamp=".venv/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)-${extras//,/_}"
+  local inputs
+  inputs="$(cat pyproject.toml setup.py runtime/_speedups.c | sha1sum | cut -c1-12)"
+  local stamp=".venv/.installed-${inputs}-${extras//,/_}"
   if [ ! -f "$stamp" ]; then
     echo "installing kafka-ringmaster[$extras] into .venv" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[$extras]" >&2
-    rm -f .venv/.installed-*
+    # Stamps of older build inputs are stale; other extras of the same inputs stay valid.
+    find .venv -maxdepth 1 -name '.installed-*' ! -name ".installed-${inputs}-*" -delete
     touch "$stamp"
   fi
 }
