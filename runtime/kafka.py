@@ -103,7 +103,7 @@ def _native_pack() -> Callable[..., bytes] | None:
     return speedups.native.pack_frame  # type: ignore[no-any-return]
 
 
-PACK = speedups.Path("pack_frame", _native_pack(), _pack_run_py)
+PACK = speedups.HotPath("pack_frame", _native_pack(), _pack_run_py)
 
 
 def pack_run(batch_id: int, slot: int, epoch: int, topic: str, partition: int, msgs: Run,

@@ -33,7 +33,7 @@ def _load() -> tuple[ModuleType | None, str]:
 native, native_status = _load()
 
 
-class Path:
+class HotPath:
     """One hot path: ``call(*args)`` runs the C version while it is trusted, else Python."""
 
     def __init__(self, name: str, c_fn: Callable[..., Any] | None, py_fn: Callable[..., Any],
@@ -74,6 +74,6 @@ class Path:
         log.warning("C speedup disabled; using the Python version", extra={"path": self.name, "why": why})
 
 
-def describe(paths: list[Path]) -> str:
+def describe(paths: list[HotPath]) -> str:
     """One line for logs and ``ringmaster check``."""
     return ", ".join(f"{p.name}: {'C' if p.in_c else 'Python (' + str(p.why_python) + ')'}" for p in paths)

@@ -227,11 +227,10 @@ class Supervisor:
 
     def _records_wanted(self) -> int:
         """How many records one consume() may return: up to a batch per assigned partition
-        (fewer ticks per record), but no more than the rings have room for. What does not
-        fit waits in a partition's pending queue and pauses it, and a pause makes librdkafka
-        drop what it had prefetched for the partition, to fetch it again on resume. With
-        10 KiB records a tick of 4,000 was 20 MB against 8 MiB rings: pauses all the time and
-        rings empty (mixed sizes, 30k → 50k records/s when sized by room)."""
+        (fewer ticks per record), but not much more than the rings have room for. What does
+        not fit waits as pending frames, which count towards the pause rule, and a pause
+        makes librdkafka drop what it had prefetched for the partition and fetch it again.
+        With 10 KiB records a tick of 4,000 records was 20 MB against 8 MiB rings."""
         assert self.pool is not None
         want = min(_MAX_RECORDS_PER_TICK, self.w.batch_max_records * max(1, len(self.flows)))
         if self._bytes_per_record:

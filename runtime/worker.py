@@ -73,7 +73,7 @@ def _same_records(a: list[Record], b: list[Record]) -> bool:
     return len(a) == len(b) and all(fields(x) == fields(y) for x, y in zip(a, b, strict=True))
 
 
-BUILD_RECORDS = speedups.Path("build_records", _records_c if speedups.native is not None else None,
+BUILD_RECORDS = speedups.HotPath("build_records", _records_c if speedups.native is not None else None,
                               _records_py, _same_records)
 
 

@@ -101,7 +101,7 @@ def test_a_failing_c_path_falls_back_to_python_for_good(caplog: pytest.LogCaptur
         calls.append("c")
         raise TypeError("unexpected input")
 
-    path = speedups.Path("demo", broken, lambda x: x * 2)
+    path = speedups.HotPath("demo", broken, lambda x: x * 2)
     with caplog.at_level(logging.WARNING, logger="ringmaster.speedups"):
         assert path.call(21) == 42 and path.call(1) == 2
     assert calls == ["c"] and not path.in_c and "unexpected input" in str(path.why_python)
@@ -109,10 +109,10 @@ def test_a_failing_c_path_falls_back_to_python_for_good(caplog: pytest.LogCaptur
 
 
 def test_a_c_path_that_disagrees_is_dropped_on_first_use() -> None:
-    path = speedups.Path("demo", lambda x: x + 1, lambda x: x * 2)
+    path = speedups.HotPath("demo", lambda x: x + 1, lambda x: x * 2)
     assert path.call(3) == 6, "the Python result wins"
     assert not path.in_c
-    agreeing = speedups.Path("demo", lambda x: x * 2, lambda x: x * 2)
+    agreeing = speedups.HotPath("demo", lambda x: x * 2, lambda x: x * 2)
     assert agreeing.call(3) == 6 and agreeing.in_c
 
 
