@@ -246,11 +246,16 @@ def latency_runs(lat: Any, kind: str, rate: float, runs: int) -> dict[str, Any]:
             "records": each[0]["records"], **out}
 
 
-def rebalance_and_memory(bootstrap: str, topic: str, iterations: int, work_us: float,
-                         tmp: Path) -> dict[str, Any]:
+def rebalance_and_memory(bootstrap: str, partitions: int, iterations: int, work_us: float,
+                         tmp: Path, rss_seconds: float = 10.0) -> dict[str, Any]:
     """A member with full rings: its supervisor's RSS over time, then how long it takes to
-    give partitions away when a second member joins (fenced: one batch, not a ring)."""
+    give partitions away when a second member joins (fenced: one batch, not a ring). On a
+    topic of its own, with enough records that the member is still busy when the second
+    one joins (its 2 workers do 4 × the cpu work per record)."""
     batch_records, heavy = 250, iterations * 4
+    topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
+    ensure_topics(bootstrap, [topic], partitions=partitions)
+    produce(bootstrap, topic, int((rss_seconds + 40) * 2 / (4 * work_us * 1e-6)), [256])
     st_a, st_b = tmp / "rebal-a.json", tmp / "rebal-b.json"
     group_cfg = ringmaster_config(bootstrap, topic, "cpu", heavy, 2,
                                   workers={"batch_max_records": batch_records, "ring_bytes": 4 * 2**20},
@@ -266,7 +271,7 @@ def rebalance_and_memory(bootstrap: str, topic: str, iterations: int, work_us: f
         full = _wait("member A's rings to fill (needs --records ≥ 40,000)",
                      lambda: (s := _read_status(st_a)) and s["paused"] > 0 and s, 90)
         rss, fills = [], []
-        t_end = time.monotonic() + 10
+        t_end = time.monotonic() + rss_seconds
         while time.monotonic() < t_end:
             s = _read_status(st_a)
             if s:
@@ -298,7 +303,11 @@ def rebalance_and_memory(bootstrap: str, topic: str, iterations: int, work_us: f
               "batch_ms": batch_records * work_us / 1000, "batches_in_ring": in_ring,
               "ring_work_ms": in_ring * batch_records * work_us / 1000,
               "rss_mb_first": rss[0] / 2**20, "rss_mb_last": rss[-1] / 2**20,
-              "rss_mb_max": max(rss) / 2**20, "rss_samples": len(rss), "ring_fill_min": min(fills)}
+              "rss_mb_max": max(rss) / 2**20, "rss_samples": len(rss), "ring_fill_min": min(fills),
+              "rss_seconds": rss_seconds, "rss_mb_series": [round(x / 2**20, 1) for x in rss],
+              "rss_mb_median_first_half": statistics.median(rss[:len(rss) // 2]) / 2**20,
+              "rss_mb_median_second_half": statistics.median(rss[len(rss) // 2:]) / 2**20,
+              "rss_mb_min": min(rss) / 2**20}
     console.print(f"  revocation with full rings: {result['revoke_ms']:.0f} ms, fenced in "
                   f"{result['revoke_fenced_ms']:.0f} ms (one batch "
                   f"{result['batch_ms']:.0f} ms; {in_ring} batches = {result['ring_work_ms']:,.0f} ms "
@@ -381,6 +390,8 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--skip-latency", action="store_true",
                     help="no latency, revocation or memory figures")
+    ap.add_argument("--rss-seconds", type=float, default=10.0,
+                    help="how long to watch the supervisor's RSS with full rings")
     ap.add_argument("--tuning", action="store_true",
                     help="re-measure the README's Tuning table into docs/tuning.md and docs/tuning.json")
     ap.add_argument("--rebalance-only", action="store_true",
@@ -392,10 +403,9 @@ def main() -> int:
         out = Path(args.out)
         results = json.loads((out / "bench.json").read_text())
         with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
-            ensure_topics(broker.bootstrap, ["bench-256"], partitions=args.partitions)
-            produce(broker.bootstrap, "bench-256", args.records, [256])
-            results["rebalance"] = rebalance_and_memory(broker.bootstrap, "bench-256", results["iterations"],
-                                                        results["cpu_work_us"], Path(tmpdir))
+            results["rebalance"] = rebalance_and_memory(
+                broker.bootstrap, args.partitions, results["iterations"], results["cpu_work_us"],
+                Path(tmpdir), args.rss_seconds)
         write_reports(results, out)
         return 0
     if args.runs < 3:
@@ -439,8 +449,8 @@ def main() -> int:
             results["latency_peak"] = peak
             results["latency_fetch_wait_ms"] = LATENCY_CONSUMER["fetch.wait.max.ms"]
             results["latency_seconds"] = args.latency_seconds
-            results["rebalance"] = rebalance_and_memory(broker.bootstrap, "bench-256", iterations, work_us,
-                                                        tmp)
+            results["rebalance"] = rebalance_and_memory(broker.bootstrap, args.partitions, iterations,
+                                                        work_us, tmp, args.rss_seconds)
     write_reports(results, Path(args.out))
     return 0
 
@@ -505,9 +515,14 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
                   f"{r['shutdown_release_ms']} ms and exited "
                   f"{r['sigterm_to_exit_s']:.2f} s after the signal (group leave and worker exit included). "
                   f"Its supervisor's RSS over {r['rss_samples']} samples "
-                  "in 10 s "
+                  f"in {r.get('rss_seconds', 10):.0f} s "
                   f"with full rings: {r['rss_mb_first']:.1f} MiB first, {r['rss_mb_last']:.1f} MiB last, "
-                  f"{r['rss_mb_max']:.1f} MiB max.")
+                  f"{r['rss_mb_max']:.1f} MiB max"
+                  + (f", {r['rss_mb_min']:.1f} MiB min; median {r['rss_mb_median_first_half']:.1f} MiB "
+                     f"over the first half and {r['rss_mb_median_second_half']:.1f} MiB over the second. The "
+                     "swings are librdkafka's prefetch queue (at most `queued.max.messages.kbytes`, 16 MiB) "
+                     "refilling after resumes" if "rss_mb_median_first_half" in r else "")
+                  + ".")
     (out / "bench.md").write_text("\n".join(md) + "\n")
     Console().print(console_table)
     try:
