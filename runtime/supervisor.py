@@ -327,9 +327,9 @@ class Supervisor:
             if not flow.pending or flow.blocked is not None:
                 continue
             h = self.pool.handles[flow.worker]
-            if not h.accepting:
+            if not h.accepting or self._batch_budget_spent(h):
                 continue
-            while flow.pending:
+            while flow.pending and not self._batch_budget_spent(h):
                 batch = flow.pending[0]
                 if not h.ring.try_write(batch.frame):  # frames are cut below max_frame
                     break
@@ -373,7 +373,12 @@ class Supervisor:
             self.totals.outputs += r.outputs
             self.totals.dead_letters += r.dead_letters
             self.per_worker_records[h.index] = self.per_worker_records.get(h.index, 0) + r.processed
-            if current and flow is not None:
+            # INVARIANT (1, 5): a batch that began before its partition was fenced (the worker
+            # checks the epoch under its lock first) and ran to the end while the revocation
+            # waited for it counts, whatever its epoch: that is the batch the revocation waits
+            # for, so that it commits it. Releasing a flow deletes its batches in flight, so a
+            # late result of a released flow (or of a slot now reused) completes nothing.
+            if flow is not None and batch is not None and batch.tp == flow.tp:
                 flow.tracker.complete(r.batch_id)
                 flow.records_done += r.processed
                 flow.outputs += r.outputs
@@ -418,6 +423,12 @@ class Supervisor:
         elif now - h.term_sent_at > 2.0:
             self.pool.kill(h, signal.SIGKILL)
 
+    def _batch_budget_spent(self, h: WorkerHandle) -> bool:
+        """Has this incarnation been given its max_batches (done, or queued in its ring)?
+        Then it gets no more frames, and the STOP frame that recycles it comes right after
+        its last batch instead of behind a ring's worth of more work."""
+        return bool(self.w.max_batches) and h.board.batches + len(h.in_flight) >= self.w.max_batches
+
     def _recycle_if_needed(self, check_rss: bool) -> None:
         """Replace workers past their memory or batch budget, between batches: a STOP frame
         goes behind the work already in the ring and nothing more is written after it."""
@@ -426,8 +437,8 @@ class Supervisor:
             if not h.alive or h.retiring or not h.board.ready:
                 continue
             reason = None
-            if self.w.max_batches and h.board.batches >= self.w.max_batches:
-                reason = f"{h.board.batches} batches done"
+            if self._batch_budget_spent(h):
+                reason = f"{h.board.batches} batches done, {len(h.in_flight)} more in its ring"
             elif check_rss:
                 try:
                     rss_mb = psutil.Process(h.pid).memory_info().rss / 2**20

@@ -292,7 +292,9 @@ def test_sigterm_exits_zero_and_leaves_nothing(broker: Any, names: dict[str, str
     final = rm.status()
     assert final is not None
     done = committed(broker.bootstrap, names["group"], names["in"], 2)
-    assert sum(done.values()) >= 500 and sum(done.values()) <= final["records"]
+    # A partition whose first batch had not begun at the signal was fenced: no offset yet.
+    total = sum(max(off, 0) for off in done.values())
+    assert total >= 500 and total <= final["records"], done
 
 
 def test_supervisor_memory_is_bounded_while_workers_are_slow(broker: Any, names: dict[str, str],

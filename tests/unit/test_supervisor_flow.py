@@ -171,6 +171,29 @@ def test_a_fetch_asks_for_no_more_than_the_rings_can_take() -> None:
     assert sup._records_wanted() == 100, "full rings: still a minimal fetch, never zero"
 
 
+def test_the_batch_a_revocation_waits_for_is_committed_with_it() -> None:
+    """Invariants 1 and 5: the fence bumps the epoch before waiting for the batch in
+    progress; that batch's DONE comes back with the old epoch and must still count, or the
+    revocation commits nothing of what it waited for (and a result of a partition already
+    released must count for nothing)."""
+    from runtime.flow import Batch
+    from runtime.frames import DONE, Result, encode_result
+
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0])
+    flow = sup.flows[TP0]
+    old_epoch = flow.epoch
+    flow.tracker.register(7, 0, 9)
+    pool.handles[0].in_flight[7] = Batch(7, TP0, flow.slot, old_epoch, 0, 9, 10, b"")
+    flow.epoch = sup.slots.fence(flow.slot)  # what _release_partitions does first
+    sup._on_result(pool.handles[0], encode_result(Result(DONE, 7, flow.slot, old_epoch, processed=10)))
+    assert flow.tracker.committable == 10, "the batch in progress at the fence is committed"
+    late = encode_result(Result(DONE, 8, flow.slot, old_epoch, processed=5))  # no longer in flight
+    flow.tracker.register(8, 10, 14)
+    sup._on_result(pool.handles[0], late)
+    assert flow.tracker.committable == 10, "a batch that is not in flight completes nothing"
+
+
 def test_a_lost_resume_is_repaired_within_a_second() -> None:
     sup, consumer, clock, pool = make(fill=0.95)
     assign(sup, consumer, [TP0])
