@@ -38,8 +38,7 @@ class WorkerHandle:
     lock: BoardLock | None = None
     bell: Doorbell | None = None
     bell_conn: Any = None  # keeps the doorbell's writing end open
-    conn: Any = None  # owns the reading end of the result pipe
-    results: MessageReader | None = None  # reads it
+    results: MessageReader | None = None  # the reading end of the result pipe
     started_at: float = 0.0
     deaths_before_ready: int = 0
     consecutive_crashes: int = 0
@@ -113,7 +112,7 @@ class WorkerPool:
             h.bell_conn.close()
         h.bell_conn = bell_writer
         h.bell = Doorbell(bell_writer.fileno())
-        h.process, h.conn, h.results = proc, reader, MessageReader(reader.fileno())
+        h.process, h.results = proc, MessageReader(reader.fileno(), owner=reader)
         h.started_at = time.monotonic()
         h.restart_at = None
         h.retiring = False
@@ -135,9 +134,9 @@ class WorkerPool:
         h.process.join(0)
         h.process.close()
         h.process = None
-        if h.conn is not None:
-            h.conn.close()
-            h.conn, h.results = None, None
+        if h.results is not None:
+            h.results.close()
+            h.results = None
         if h.bell_conn is not None:
             h.bell_conn.close()
             h.bell_conn, h.bell = None, None

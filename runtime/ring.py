@@ -21,6 +21,7 @@ import contextlib
 import os
 import select
 import time
+from typing import Any
 
 from runtime.errors import FrameTooLarge
 
@@ -174,14 +175,22 @@ class MessageReader:
 
     _CHUNK = 1 << 16
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, owner: Any = None) -> None:
+        """``owner``: the object that holds ``fd`` open (a ``Connection``), closed with it."""
         self.fd = fd
+        self._owner = owner
         os.set_blocking(fd, False)
         self.eof = False
         self._pending = b""
 
     def fileno(self) -> int:
         return self.fd
+
+    def close(self) -> None:
+        if self._owner is not None:
+            self._owner.close()
+        else:
+            os.close(self.fd)
 
     def read(self) -> list[bytes]:
         chunks = []

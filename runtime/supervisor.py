@@ -300,8 +300,8 @@ class Supervisor:
         count = stop - start
         frame = pack_run(batch_id, flow.slot, flow.epoch, flow.tp[0], flow.tp[1], msgs, start, stop)
         size = len(frame) / count
-        flow.bytes_per_record = 0.7 * flow.bytes_per_record + 0.3 * size if flow.bytes_per_record else size
-        self._bytes_per_record = 0.7 * self._bytes_per_record + 0.3 * size if self._bytes_per_record else size
+        flow.bytes_per_record = _moving_average(flow.bytes_per_record, size)
+        self._bytes_per_record = _moving_average(self._bytes_per_record, size)
         first = offset_of(msgs[start])
         if len(frame) > max_frame:
             if count > 1:
@@ -860,6 +860,11 @@ class Supervisor:
             self.epochs.release()
         if self.segments is not None:
             self.segments.unlink_all()
+
+
+def _moving_average(average: float, sample: float) -> float:
+    """Bytes per record as frames are packed: recent frames count most; 0 means none yet."""
+    return 0.7 * average + 0.3 * sample if average else sample
 
 
 def _usage(pid: int | None) -> tuple[int | None, float | None]:
