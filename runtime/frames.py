@@ -102,11 +102,19 @@ class Result:
     detail: str = ""
 
 
+def batch_head(batch_id: int, slot: int, epoch: int, topic: str, partition: int) -> tuple[object, ...]:
+    """A batch frame's header fields (also what the C packer writes first)."""
+    return (BATCH, batch_id, slot, epoch, topic, partition)
+
+
+def encode_columns(head: tuple[object, ...], c: Columns) -> bytes:
+    return msgpack.packb([*head, c.first, c.offsets, c.keys, c.values, c.headers, c.ts_types,
+                          c.timestamps], use_bin_type=True)
+
+
 def encode_batch(batch_id: int, slot: int, epoch: int, topic: str, partition: int,
                  columns: Columns) -> bytes:
-    c = columns
-    return msgpack.packb([BATCH, batch_id, slot, epoch, topic, partition, c.first, c.offsets, c.keys,
-                          c.values, c.headers, c.ts_types, c.timestamps], use_bin_type=True)
+    return encode_columns(batch_head(batch_id, slot, epoch, topic, partition), columns)
 
 
 STOP_FRAME = msgpack.packb([STOP], use_bin_type=True)

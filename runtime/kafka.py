@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from runtime import speedups
 from runtime.errors import KafkaError
-from runtime.frames import BATCH, Columns, Headers, encode_batch
+from runtime.frames import Columns, Headers, batch_head, encode_columns
 
 log = logging.getLogger(__name__)
 TP = tuple[str, int]
@@ -88,8 +88,7 @@ def columns_of(msgs: Run) -> Columns:
 
 
 def _pack_run_py(head: tuple[Any, ...], msgs: Run, start: int, stop: int) -> bytes:
-    _, batch_id, slot, epoch, topic, partition = head
-    return encode_batch(batch_id, slot, epoch, topic, partition, columns_of(msgs[start:stop]))
+    return encode_columns(head, columns_of(msgs[start:stop]))
 
 
 def _native_pack() -> Callable[..., bytes] | None:
@@ -110,7 +109,8 @@ def pack_run(batch_id: int, slot: int, epoch: int, topic: str, partition: int, m
              start: int, stop: int) -> bytes:
     """Runs in: supervisor (hot path). msgs[start:stop] as one batch frame (runtime.frames):
     in C, about 0.2 µs per record; in Python, about 0.8 µs."""
-    return PACK.call((BATCH, batch_id, slot, epoch, topic, partition), msgs, start, stop)  # type: ignore[no-any-return]
+    head = batch_head(batch_id, slot, epoch, topic, partition)
+    return PACK.call(head, msgs, start, stop)  # type: ignore[no-any-return]
 
 
 # Errors that librdkafka reports but recovers from by itself.

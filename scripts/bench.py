@@ -61,6 +61,27 @@ def busy_cpu_s() -> float:
     return t.user + t.system + t.nice + getattr(t, "irq", 0) + getattr(t, "softirq", 0)
 
 
+# What each workload reads: topic, a share of --records (1/n), value sizes (cycled).
+DATA_SETS = {"trivial": ("bench-256", 1, [256]), "cpu": ("bench-256", 1, [256]),
+             "mixed": ("bench-mixed", 4, [100, 10240])}
+
+
+def make_data_sets(bootstrap: str, workloads: list[str], records: int,
+                   partitions: int) -> dict[str, tuple[str, int]]:
+    """Create and fill each topic the workloads need, once; workload -> (topic, records)."""
+    out: dict[str, tuple[str, int]] = {}
+    filled: set[str] = set()
+    for workload in workloads:
+        topic, share, sizes = DATA_SETS[workload]
+        n = records // share
+        if topic not in filled:
+            ensure_topics(bootstrap, [topic], partitions=partitions)
+            produce(bootstrap, topic, n, sizes)
+            filled.add(topic)
+        out[workload] = (topic, n)
+    return out
+
+
 def run_peer(kind: str, bootstrap: str, topic: str, records: int, workload: str, iterations: int,
              processes: int) -> dict[str, Any]:
     out = subprocess.run([PY, "-m", "benchkit.runners", kind, "--bootstrap", bootstrap, "--topic", topic,
@@ -344,12 +365,9 @@ def tuning_sweep(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
         tmp = Path(tmpdir)
-        topics = {"trivial": ("bench-256", args.records, [256]),
-                  "mixed": ("bench-mixed", args.records // 4, [100, 10240])}
-        ensure_topics(broker.bootstrap, [t for t, _, _ in topics.values()], partitions=args.partitions)
+        data = make_data_sets(broker.bootstrap, ["trivial", "mixed"], args.records, args.partitions)
         base: dict[str, float] = {}
-        for workload, (topic, n, sizes) in topics.items():
-            produce(broker.bootstrap, topic, n, sizes)
+        for workload, (topic, n) in data.items():
             cases = [(f"baseline ({workload})", functools.partial(
                 run_peer, "baseline", broker.bootstrap, topic, n, workload, 0, 1))]
             settings = [(label, overrides) for label, overrides, w in TUNING if w == workload]
@@ -420,14 +438,8 @@ def main() -> int:
                                "cpu_work_us": work_us, "iterations": iterations, "matrix": {}}
     with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
         tmp = Path(tmpdir)
-        topics = {"trivial": "bench-256", "cpu": "bench-256", "mixed": "bench-mixed"}
-        ensure_topics(broker.bootstrap, set(topics.values()), partitions=args.partitions)
-        produce(broker.bootstrap, "bench-256", args.records, [256])
-        if "mixed" in args.workloads:
-            produce(broker.bootstrap, "bench-mixed", args.records // 4, [100, 10240])
-        for workload in args.workloads.split(","):
-            n = args.records // 4 if workload == "mixed" else args.records
-            topic = topics[workload]
+        data = make_data_sets(broker.bootstrap, args.workloads.split(","), args.records, args.partitions)
+        for workload, (topic, n) in data.items():
             console.print(f"[bold]{workload}[/] ({n:,} records)")
             cases = []
             for peer in args.peers.split(","):
