@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 BOARD_BYTES = 128
-_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY = range(7)
+(_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
+ _PHASE_NS) = range(9)
+PHASE_CALL, PHASE_DELIVER = 1, 2  # runtime.execution's phases (the board stores any of them)
 
 
 class Board:
@@ -25,13 +27,22 @@ class Board:
 
     # worker side
     def begin(self, batch_id: int, slot: int) -> None:
-        self._w[_STARTED_NS] = time.monotonic_ns()
+        now = time.monotonic_ns()
+        self._w[_STARTED_NS] = now
+        self._w[_PHASE_NS] = now
+        self._w[_PHASE] = PHASE_CALL
         self._w[_CURRENT_SLOT] = slot
         self._w[_CURRENT_BATCH] = batch_id
+
+    def set_phase(self, phase: int) -> None:
+        # The time is stored before the phase: a reader that sees the new phase sees its time.
+        self._w[_PHASE_NS] = time.monotonic_ns()
+        self._w[_PHASE] = phase
 
     def end(self, records: int) -> None:
         self._w[_CURRENT_BATCH] = 0
         self._w[_CURRENT_SLOT] = -1
+        self._w[_PHASE] = 0
         self._w[_BATCHES] += 1
         self._w[_RECORDS] += records
 
@@ -46,6 +57,7 @@ class Board:
         for i in range(len(self._w)):
             self._w[i] = 0
         self._w[_CURRENT_SLOT] = -1
+        self._w[_HEARTBEAT_NS] = time.monotonic_ns()  # a new incarnation starts with a fresh beat
 
     @property
     def current(self) -> tuple[int, int]:
@@ -54,9 +66,20 @@ class Board:
 
     @property
     def busy_for_s(self) -> float:
+        """Since the batch in progress began (0 when idle)."""
         if self._w[_CURRENT_BATCH] == 0:
             return 0.0
         return (time.monotonic_ns() - self._w[_STARTED_NS]) / 1e9
+
+    def in_phase_for_s(self, phase: int) -> float:
+        """How long the worker has been in ``phase`` of its current batch (0 if it is not)."""
+        if self._w[_CURRENT_BATCH] == 0 or self._w[_PHASE] != phase:
+            return 0.0
+        return max(0.0, (time.monotonic_ns() - self._w[_PHASE_NS]) / 1e9)
+
+    @property
+    def phase(self) -> int:
+        return self._w[_PHASE] if self._w[_CURRENT_BATCH] else 0
 
     @property
     def heartbeat_age_s(self) -> float:

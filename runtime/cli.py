@@ -63,41 +63,41 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
             update={"stop_when_caught_up": True})})
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
     from runtime.progress import ProgressDisplay, summary_table
-    from runtime.supervisor import Supervisor
+    from runtime.supervisor import run_daemon
 
     display = None
     if progress or (progress is None and sys.stderr.isatty()):
         display = ProgressDisplay(expect_records)
-    supervisor = Supervisor(settings, on_status=display.update if display else None)
     try:
-        code = supervisor.run()
-    except RingmasterError as exc:
-        if display:
-            display.close()
-        log.critical(str(exc))
-        click.echo(f"ringmaster: error: {exc}", err=True)
-        _exit(exc.exit_code, supervisor)
+        result = run_daemon(settings, on_status=display.update if display else None)
+    except Exception:
+        # A bug, not a condition the user caused: the traceback goes to the log, one line here.
+        log.critical("internal error", exc_info=True)
+        click.echo("ringmaster: internal error (a bug); the log above has the traceback", err=True)
+        _exit(1, False)
         return
     finally:
         # a second Ctrl-C during cleanup must not leave segments behind
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-    if display:
-        display.close()
-    final: dict[str, Any] = getattr(supervisor, "final_status", None) or {}
-    if summary and final:
+        if display:
+            display.close()
+    if result.error is not None:
+        log.critical(str(result.error))
+        click.echo(f"ringmaster: error: {result.error}", err=True)
+    final = result.final_status
+    if summary and final is not None:
         from rich.console import Console
         Console().print(summary_table(final))
-    if summary_json and final:
-        Path(summary_json).write_text(json.dumps(final, indent=2))
-    _exit(code, supervisor)
+    if summary_json and final is not None:
+        Path(summary_json).write_text(json.dumps(final.to_dict(), indent=2))
+    _exit(result.exit_code, result.consumer_abandoned)
 
 
-def _exit(code: int, supervisor: Any) -> None:
+def _exit(code: int, consumer_abandoned: bool) -> None:
     """sys.exit, unless leaving the group was abandoned (GroupConsumer.close): then the
     Kafka client is still busy on a helper thread and interpreter teardown could wait on it
     or free it under its feet, so flush what we print and end the process at once."""
-    consumer = getattr(supervisor, "consumer", None)
-    if consumer is not None and consumer.abandoned:
+    if consumer_abandoned:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -56,12 +56,23 @@ class WorkerSettings(_Section):
     plugin: str = Field(min_length=1, description="importable module path of the plugin")
     processes: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
     start_method: Literal["spawn", "forkserver"] = "spawn"
+    ordering: Literal["partition", "key", "unordered"] = Field(
+        default="partition", description="partition: one worker per partition, offset order; key: "
+        "records spread over workers by key, each key in offset order; unordered: any worker")
+    max_uncommitted_records: int = Field(
+        default=20_000, ge=1, description="key/unordered: how far a partition may run ahead of its "
+        "committed offset before it pauses (bounds duplicates after a rebalance, and memory)")
     ring_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
     batch_max_records: int = Field(default=500, ge=1, le=100_000)
     batch_max_wait_ms: int = Field(default=20, ge=0, le=10_000)
     pause_above: float = Field(default=0.8, gt=0.0, le=1.0)
     resume_below: float = Field(default=0.4, ge=0.0, lt=1.0)
-    batch_timeout_s: float = Field(default=300.0, gt=0)
+    batch_timeout_s: float = Field(default=300.0, gt=0, description="plugin time per call")
+    setup_timeout_s: float = Field(default=120.0, gt=0, description="import + setup() of a worker")
+    start_attempts: int = Field(default=3, ge=1, le=100, description="failed first starts before "
+                                "the daemon stops with exit 3")
+    heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="a worker silent this long "
+                                       "(SIGSTOPped, or holding the GIL) is replaced")
     max_rss_mb: int = Field(default=0, ge=0, description="0 disables RSS recycling")
     max_batches: int = Field(default=0, ge=0, description="0 disables count recycling")
     restart_backoff_s: float = Field(default=0.2, ge=0)
@@ -77,6 +88,10 @@ class WorkerSettings(_Section):
 
 class OutputSettings(_Section):
     topic: str | None = None
+    delivery_timeout_s: float = Field(default=30.0, gt=0, description="wait for the broker's "
+                                      "acknowledgements of a batch's outputs and dead letters")
+    retry_backoff_s: float = Field(default=1.0, ge=0, description="after a failed delivery, first wait")
+    retry_backoff_max_s: float = Field(default=60.0, ge=0)
 
 
 class DeadLetterSettings(_Section):
@@ -259,7 +274,22 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
 
 
 def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
-    props: dict[str, LibrdkafkaValue] = {"linger.ms": 5, "enable.idempotence": True}
+    props: dict[str, LibrdkafkaValue] = {
+        "linger.ms": 5, "enable.idempotence": True,
+        # librdkafka fails a message it could not deliver in this time itself, so a batch
+        # waiting for acknowledgements learns of an outage within output.delivery_timeout_s.
+        "message.timeout.ms": int(settings.output.delivery_timeout_s * 1000),
+    }
     props.update(settings.kafka.producer)
     props["bootstrap.servers"] = settings.kafka.bootstrap_servers
     return props
+
+
+def max_message_bytes(settings: Settings) -> int:
+    """The producer's message.max.bytes (librdkafka's default 1,000,000): the size a dead
+    letter is made to fit."""
+    value = settings.kafka.producer.get("message.max.bytes", 1_000_000)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1_000_000

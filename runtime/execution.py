@@ -2,20 +2,34 @@
 failing records, so that good records go through and bad ones can be dead-lettered.
 
 Shared by the local worker (runtime/worker.py) and the Spark backend (runtime/spark/apply.py),
-so a plugin fails the same way on both. Produces nothing itself: it returns outputs and
-failures, and the caller decides where they go.
+so a plugin fails the same way on both. It produces nothing itself: the caller may pass
+``deliver``, called with the outputs of every plugin call that returned, inside the retry
+path. ``deliver`` raising :class:`OutputRejected` (the broker refuses an output for what it
+is) fails that call like a plugin exception; raising :class:`BatchDeferred` (an outage, a
+plugin's ``Backoff``) abandons the whole batch untouched, to be tried again later.
+
+What counts as a failure of the records: any exception from ``process()`` or from iterating
+what it returned, ``SystemExit`` (``sys.exit(n)`` in plugin code, whatever ``n``), an output
+outside the contract (TypeError naming the type and the fix), and a refused output.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runtime.plugin import Output, Plugin, Record, Reject, normalize_output
+from runtime.errors import BatchDeferred, OutputRejected
+from runtime.plugin import Output, Plugin, Record, Reject, collect_outputs
 
 log = logging.getLogger("ringmaster.execution")
+
+# What a runner is doing, for the worker's board: only time spent in the plugin counts
+# towards a batch's deadline; waiting for the broker or for a retry does not.
+PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
 
 
 @dataclass
@@ -33,9 +47,14 @@ class Outcome:
     # contiguous offset ranges, so "outputs of records before offset X" is exact.
     outputs: list[tuple[int, list[Output]]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    stopped_early: bool = False  # stop_at_first_failure: records after the failure were not run
 
     def outputs_before(self, offset: int | None = None) -> list[Output]:
         return [o for last, outs in self.outputs if offset is None or last < offset for o in outs]
+
+    @property
+    def output_count(self) -> int:
+        return sum(len(outs) for _, outs in self.outputs)
 
     @property
     def first_failure(self) -> Failure | None:
@@ -49,45 +68,89 @@ class RetryPolicy:
     backoff_max_s: float = 5.0
 
 
-def run_batch(plugin: Plugin, records: list[Record], policy: RetryPolicy, who: str = "") -> Outcome:
-    outcome = Outcome()
-    _run(plugin, records, outcome, policy, who)
-    return outcome
+Deliver = Callable[[list[Output]], None]
 
 
-def _call(plugin: Plugin, records: list[Record], outcome: Outcome) -> None:
-    produced = plugin.process(records)
-    outputs: list[Output] = []
-    rejects: list[Reject] = []
-    for item in produced or ():
-        out = normalize_output(item, None)
-        if isinstance(out, Reject):
-            rejects.append(out)
-        else:
-            outputs.append(out)
-    # Only a call that returned completely contributes: a raise discards its outputs.
-    outcome.outputs.append((records[-1].offset, outputs))
-    outcome.failures.extend(Failure(r.record, "Rejected", r.reason, "", 1) for r in rejects)
+class _Run:
+    def __init__(self, plugin: Plugin, policy: RetryPolicy, who: str, deliver: Deliver | None,
+                 stop_at_first_failure: bool, phase: Callable[[int], None],
+                 sleep: Callable[[float], None]) -> None:
+        self.plugin, self.policy, self.who = plugin, policy, who
+        self.deliver, self.stop_first = deliver, stop_at_first_failure
+        self.phase, self.sleep = phase, sleep
+        self.pid = os.getpid()
+        self.outcome = Outcome()
 
-
-def _run(plugin: Plugin, records: list[Record], outcome: Outcome, policy: RetryPolicy, who: str) -> None:
-    delay = policy.backoff_s
-    for attempt in range(1, policy.max_attempts + 1):
+    def call(self, records: list[Record]) -> None:
+        self.phase(PHASE_CALL)
         try:
-            _call(plugin, records, outcome)
+            items = collect_outputs(self.plugin.process(records))
+        finally:
+            # A plugin that forked: the child returned here with the parent's memory, rings
+            # and producer (whose threads it does not have). It must not go on as a second
+            # worker; only the process that called the plugin continues.
+            if os.getpid() != self.pid:
+                os._exit(0)
+        outputs = [o for o in items if isinstance(o, Output)]
+        rejects = [o for o in items if isinstance(o, Reject)]
+        if self.deliver is not None and outputs:
+            self.phase(PHASE_DELIVER)
+            self.deliver(outputs)
+        # Only a call that returned (and whose outputs were delivered) contributes.
+        self.outcome.outputs.append((records[-1].offset, outputs))
+        self.outcome.failures.extend(Failure(r.record, "Rejected", r.reason, "", 1) for r in rejects)
+
+    def run(self, records: list[Record]) -> None:
+        if self.outcome.stopped_early:
             return
-        except Exception as exc:
-            if attempt == policy.max_attempts:
-                if len(records) == 1:
-                    outcome.failures.append(Failure(records[0], type(exc).__name__, str(exc),
-                                                    traceback.format_exc(), attempt))
-                    return
-                break
-            log.warning("plugin failed; retrying", extra={
-                "worker": who, "records": len(records), "attempt": attempt,
-                "error": f"{type(exc).__name__}: {exc}"})
-            time.sleep(delay)
-            delay = min(delay * 2, policy.backoff_max_s)
-    mid = len(records) // 2
-    _run(plugin, records[:mid], outcome, policy, who)
-    _run(plugin, records[mid:], outcome, policy, who)
+        delay = self.policy.backoff_s
+        for attempt in range(1, self.policy.max_attempts + 1):
+            try:
+                self.call(records)
+                if self.stop_first and self.outcome.failures:
+                    self.outcome.stopped_early = True
+                return
+            except BatchDeferred:
+                raise  # not the records' fault: the caller tries the whole batch again later
+            except BaseException as exc:  # SystemExit too: sys.exit() in plugin code fails the batch
+                if attempt == self.policy.max_attempts:
+                    if len(records) == 1:
+                        self.outcome.failures.append(Failure(
+                            records[0], type(exc).__name__, _message(exc), traceback.format_exc(), attempt))
+                        if self.stop_first:
+                            self.outcome.stopped_early = True
+                        return
+                    break
+                log.warning("plugin failed; retrying", extra={
+                    "worker": self.who, "records": len(records), "attempt": attempt,
+                    "error": f"{type(exc).__name__}: {_message(exc)}"})
+                self.phase(PHASE_WAIT)
+                self.sleep(delay)
+                delay = min(delay * 2, self.policy.backoff_max_s)
+        mid = len(records) // 2
+        self.run(records[:mid])
+        self.run(records[mid:])
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"plugin code called sys.exit({exc.code!r})"
+    if isinstance(exc, OutputRejected):
+        return str(exc)
+    return str(exc) or repr(exc)
+
+
+def run_batch(plugin: Plugin, records: list[Record], policy: RetryPolicy, who: str = "", *,
+              deliver: Deliver | None = None, stop_at_first_failure: bool = False,
+              phase: Callable[[int], None] = lambda _p: None,
+              sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """Run records through the plugin; return their outputs and the records that failed.
+
+    ``stop_at_first_failure``: stop at the first record that fails for good (used when no
+    dead-letter topic exists: nothing after a failing record may be processed)."""
+    run = _Run(plugin, policy, who, deliver, stop_at_first_failure, phase, sleep)
+    try:
+        run.run(records)
+    finally:
+        phase(PHASE_IDLE)
+    return run.outcome

@@ -31,7 +31,8 @@ FRAME_FIELDS = 13
 DONE = 1  # batch handled: outputs and dead letters acknowledged by the broker
 FENCED = 2  # batch skipped: its partition was revoked (epoch moved on)
 BLOCKED = 3  # a record failed and no dead-letter topic exists: partition stops there
-FATAL = 4  # the worker cannot go on (plugin setup failed...): payload says why
+FATAL = 4  # the plugin could not start (import or setup failed): sent only before READY
+DEFERRED = 5  # not done, not failed: try the batch again later (outage, plugin Backoff)
 
 # Hostile-input limits for decoding: a frame can never claim more than the ring holds.
 _LIMITS = dict(max_str_len=2**31 - 1, max_bin_len=2**31 - 1, max_array_len=10_000_000,
@@ -100,6 +101,11 @@ class Result:
     outputs: int = 0
     dead_letters: int = 0
     detail: str = ""
+    cause: str = ""  # DEFERRED: "delivery" or "backoff"
+    delay_ms: int = -1  # DEFERRED: how long to wait (-1: the supervisor's own back-off)
+    scope: str = ""  # DEFERRED: "partition" or "all"
+    busy_ms: float = 0.0  # DONE: time the batch took in the worker
+    discarded: int = 0  # DONE: outputs with no topic to go to (no [output] topic configured)
 
 
 def batch_head(batch_id: int, slot: int, epoch: int, topic: str, partition: int) -> tuple[object, ...]:
@@ -160,7 +166,9 @@ def peek_header(data: bytes | memoryview) -> tuple[int, int, int]:
 
 def encode_result(result: Result) -> bytes:
     return msgpack.packb([result.kind, result.batch_id, result.slot, result.epoch,
-                          result.processed, result.outputs, result.dead_letters, result.detail])
+                          result.processed, result.outputs, result.dead_letters, result.detail,
+                          result.cause, result.delay_ms, result.scope, result.busy_ms,
+                          result.discarded])
 
 
 def decode_result(data: bytes) -> Result:

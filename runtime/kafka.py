@@ -6,14 +6,17 @@ Rebalance callbacks run inside ``consume()`` on the supervisor's one thread.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
+from zlib import crc32
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,7 +32,7 @@ from confluent_kafka import KafkaError as _CKError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from runtime import speedups
-from runtime.errors import KafkaError
+from runtime.errors import DeliveryFailed, KafkaError, OutputRejected
 from runtime.frames import Columns, Headers, batch_head, encode_columns
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,25 @@ TP = tuple[str, int]
 # messages are opaque: use offset_of, fields_of and pack_run.
 Run = list[Message]
 offset_of: Callable[[Message], int] = Message.offset  # type: ignore[assignment]
+
+
+def split_by_key(msgs: Run, lanes: int, null_lane: int) -> dict[int, Run]:
+    """Key ordering: a run's messages by lane, each lane in offset order. A key's lane is a
+    stable hash of its bytes (CRC-32: the same on every host and after every restart);
+    records without a key stay together on null_lane, in partition order."""
+    out: dict[int, Run] = {}
+    for m, k in zip(msgs, map(Message.key, msgs), strict=True):
+        lane = null_lane if k is None else crc32(k) % lanes
+        bucket = out.get(lane)
+        if bucket is None:
+            out[lane] = [m]
+        else:
+            bucket.append(m)
+    return out
+
+
+def keys_of(msgs: Run) -> list[bytes | None]:
+    return list(map(Message.key, msgs))
 
 
 def _topic_partition_of(m: Message) -> tuple[str | None, int | None]:
@@ -210,11 +232,15 @@ class GroupConsumer:
         out = Fetched()
         by_tp = out.runs
         count = 0
-        messages = self._c.consume(max_records, 0)
-        if not messages and timeout_s > 0:
-            messages = self._c.consume(1, timeout_s)
-            if messages and max_records > 1:
-                messages += self._c.consume(max_records - 1, 0)
+        try:
+            messages = self._c.consume(max_records, 0)
+            if not messages and timeout_s > 0:
+                messages = self._c.consume(1, timeout_s)
+                if messages and max_records > 1:
+                    messages += self._c.consume(max_records - 1, 0)
+        except KafkaException as exc:
+            self._raise_or_log(exc, "consume")
+            messages = []
         for _, run_iter in groupby(messages, self._run_key):
             run = list(run_iter)
             # Errors (mostly end-of-partition events) come at the edges of a run.
@@ -250,15 +276,29 @@ class GroupConsumer:
         else:
             log.error("consume error", extra={"error": str(err)})
 
+    def _raise_or_log(self, exc: KafkaException, what: str) -> None:
+        """Every librdkafka error that reaches the loop is handled here: a fatal one becomes
+        a KafkaError (exit 5, one line), anything else is logged and the loop goes on."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], _CKError) else None
+        if err is not None and err.fatal():
+            raise KafkaError(f"fatal Kafka client error during {what}: {err}") from None
+        log.warning("kafka client call failed; carrying on", extra={"call": what, "error": str(exc)})
+
     def pause(self, tps: Iterable[TP]) -> None:
         parts = [TopicPartition(t, p) for t, p in tps]
         if parts:
-            self._c.pause(parts)
+            try:
+                self._c.pause(parts)
+            except KafkaException as exc:  # e.g. a partition no longer assigned: nothing to pause
+                self._raise_or_log(exc, "pause")
 
     def resume(self, tps: Iterable[TP]) -> None:
         parts = [TopicPartition(t, p) for t, p in tps]
         if parts:
-            self._c.resume(parts)
+            try:
+                self._c.resume(parts)
+            except KafkaException as exc:
+                self._raise_or_log(exc, "resume")
 
     def commit(self, offsets: Mapping[TP, int], asynchronous: bool) -> bool:
         """Commit next-offsets; False (logged) when the broker refused. Never raises for
@@ -279,24 +319,46 @@ class GroupConsumer:
                 return False
         return True
 
-    def committed(self, tps: Iterable[TP], timeout_s: float = 10.0) -> dict[TP, int | None]:
-        parts = self._c.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout_s)
-        return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID else p.offset)
+    def committed(self, tps: Iterable[TP], timeout_s: float = 5.0) -> dict[TP, int | None]:
+        """The group's committed offsets; raises KafkaError when the broker does not answer
+        within timeout_s (bounded: this runs on the supervisor's loop)."""
+        try:
+            parts = self._c.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaError(f"reading committed offsets failed: {exc.args[0]}") from None
+        return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID or p.offset < 0 else p.offset)
                 for p in parts}
 
-    def seek_to_start(self, tps: Iterable[TP]) -> None:
+    def seek_to_start(self, tps: Iterable[TP]) -> list[TP]:
         """Restart fetching of just-assigned partitions at their committed offset (or the
-        reset position). A seek also discards whatever librdkafka had queued for them."""
+        reset position). A seek also discards whatever librdkafka had queued for them.
+        Returns the partitions that could not be sought now (the broker did not answer in
+        time): the caller keeps them paused and tries again."""
         tps = list(tps)
         if not tps:
-            return
-        start = self.committed(tps)
+            return []
+        try:
+            start = self.committed(tps)
+        except KafkaError as exc:
+            log.warning("cannot read committed offsets yet; will retry", extra={"error": str(exc)})
+            return tps
         reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+        failed = []
         for tp, offset in start.items():
-            try:
-                self._c.seek(TopicPartition(tp[0], tp[1], reset if offset is None else offset))
-            except KafkaException as exc:
-                log.warning("seek failed", extra={"tp": f"{tp[0]}[{tp[1]}]", "error": str(exc.args[0])})
+            if not self.seek(tp, reset if offset is None else offset):
+                failed.append(tp)
+        return failed
+
+    def seek(self, tp: TP, offset: int) -> bool:
+        """Fetch tp from offset next; what librdkafka had queued for it is discarded (its op
+        version moves on). False (logged) if librdkafka refused."""
+        try:
+            self._c.seek(TopicPartition(tp[0], tp[1], offset))
+            return True
+        except KafkaException as exc:
+            log.warning("seek failed", extra={"tp": f"{tp[0]}[{tp[1]}]", "offset": offset,
+                                              "error": str(exc.args[0])})
+            return False
 
     def high_watermark(self, tp: TP) -> int | None:
         """The high watermark cached from fetch responses (never a ListOffsets look-up)."""
@@ -342,20 +404,44 @@ class GroupConsumer:
         return True
 
 
-class DeliveryFailed(KafkaError):
-    pass
+# Delivery errors that are about the message itself: retrying cannot help, and it is the
+# record whose output (or dead letter) this is that must be isolated. Every other delivery
+# error (broker away, leader moving, topic missing, not authorised, timed out) is an outage:
+# the batch waits and is tried again, and no record is blamed for it.
+RECORD_ERRORS = frozenset({
+    _CKError.MSG_SIZE_TOO_LARGE, _CKError.RECORD_LIST_TOO_LARGE, _CKError.INVALID_RECORD,
+    _CKError.INVALID_TIMESTAMP,
+})
+
+
+def is_record_error(err: _CKError) -> bool:
+    return err.code() in RECORD_ERRORS
+
+
+OnDelivery = Callable[[_CKError | None, Any], None]
 
 
 class OutputProducer:
-    """Produce and wait for delivery. Runs in: a worker (outputs, dead letters) or the
-    supervisor (dead letters of records that crash workers)."""
+    """Produce and wait, within a bound, for the broker's acknowledgements. Runs in: a worker
+    (outputs, dead letters) or the supervisor (dead letters of records that crash workers,
+    asynchronously through ``on_delivery`` and ``poll``: it must never block the loop).
+
+    ``deliver()`` raises :class:`OutputRejected` when the broker or the client refuses a
+    message for what it is (record-specific) and :class:`DeliveryFailed` for anything else
+    (an outage), never both: an outage wins, the whole batch is tried again later. A fatal
+    error (the idempotent producer lost its state, e.g. after a broker restart) makes
+    ``broken`` true: the owner drops this producer and creates a new one."""
 
     def __init__(self, props: Mapping[str, Any]) -> None:
         props = dict(props)
         props["error_cb"] = self._on_error
         self._p = Producer(props)
-        self._failures: list[str] = []
+        self._failures: list[tuple[str, _CKError]] = []
         self.fatal: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self.fatal is not None
 
     def _on_error(self, err: _CKError) -> None:
         if err.fatal():
@@ -364,27 +450,81 @@ class OutputProducer:
 
     def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
         if err is not None:
-            self._failures.append(f"{msg.topic()}: {err}")
+            self._failures.append((str(msg.topic()), err))
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
-                headers: list[tuple[str, bytes | None]] | None = None) -> None:
+                headers: list[tuple[str, bytes | None]] | None = None,
+                on_delivery: OnDelivery | None = None, queue_wait_s: float = 30.0) -> None:
+        """Queue one message. Raises OutputRejected if the client refuses it for what it is
+        (larger than message.max.bytes), DeliveryFailed if the local queue stays full for
+        queue_wait_s (an outage that kept earlier messages from leaving)."""
+        deadline = time.monotonic() + queue_wait_s
         while True:
             try:
-                self._p.produce(topic, value, key, headers=headers, on_delivery=self._on_delivery)
+                self._p.produce(topic, value, key, headers=headers,
+                                on_delivery=on_delivery or self._on_delivery)
                 return
             except BufferError:
+                if time.monotonic() >= deadline:
+                    raise DeliveryFailed(f"the producer's local queue stayed full for {queue_wait_s:g} s "
+                                         "(the broker is not taking messages)") from None
                 self._p.poll(0.05)  # local queue full: let deliveries drain, then retry
+            except KafkaException as exc:
+                err = exc.args[0]
+                if is_record_error(err):
+                    raise OutputRejected(_refusal(topic, err, value, key)) from None
+                raise DeliveryFailed(f"producing to {topic!r} failed: {err}") from None
 
-    def flush(self, timeout_s: float = 60.0) -> None:
-        """Wait until every produced message is acknowledged; raise DeliveryFailed if any
-        was refused or the wait timed out (the caller must not acknowledge its batch)."""
-        remaining = self._p.flush(timeout_s)
+    def poll(self, timeout_s: float = 0.0) -> None:
+        self._p.poll(timeout_s)
+
+    def deliver(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
+        """Wait until every queued message is acknowledged, at most timeout_s (calling beat()
+        between short waits). Raise as described in the class docstring."""
+        deadline = time.monotonic() + timeout_s
+        remaining = len(self._p)
+        while remaining and not self.fatal:
+            remaining = self._p.flush(max(0.0, min(0.5, deadline - time.monotonic())))
+            beat()
+            if time.monotonic() >= deadline:
+                break
         failures, self._failures = self._failures, []
+        if remaining or self.fatal:
+            self.discard_queued()
+        outage = [f"{t}: {e}" for t, e in failures if not is_record_error(e)]
+        if self.fatal:
+            outage.insert(0, f"fatal producer error: {self.fatal}")
         if remaining:
-            failures.append(f"{remaining} message(s) still undelivered after {timeout_s:.0f} s")
-        if failures or self.fatal:
-            raise DeliveryFailed(f"delivery failed: {(failures or [self.fatal])[0]}"
-                                 f" ({len(failures)} failure(s))")
+            outage.append(f"{remaining} message(s) not acknowledged within {timeout_s:g} s")
+        if outage:
+            raise DeliveryFailed(f"delivery failed: {outage[0]}"
+                                 + (f" (+{len(outage) - 1} more)" if len(outage) > 1 else ""))
+        if failures:
+            topic, err = failures[0]
+            raise OutputRejected(_refusal(topic, err) + (f" (+{len(failures) - 1} more)"
+                                                         if len(failures) > 1 else ""))
+
+    def discard_queued(self) -> None:
+        """Drop messages not yet sent: the batch they belong to is tried again later, and they
+        must not pile up in the producer's queue across retries of a long outage. Messages
+        already in flight may still arrive (a duplicate, never a loss)."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._p.purge(in_queue=True, in_flight=False, blocking=False)
+        self._p.poll(0)
+        self._failures.clear()
+
+    def flush(self, timeout_s: float) -> int:
+        """Best effort at exit: what was still queued after timeout_s."""
+        return int(self._p.flush(timeout_s))
+
+
+def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes | None = None) -> str:
+    size = "" if value is None and key is None else \
+        f" (key {len(key or b'')} + value {len(value or b'')} bytes)"
+    hint = "; raise kafka.producer message.max.bytes (and the topic's max.message.bytes) or " \
+           "make the output smaller" if err.code() in (_CKError.MSG_SIZE_TOO_LARGE,
+                                                       _CKError.RECORD_LIST_TOO_LARGE) else ""
+    return f"the output to {topic!r} was refused: {err.str()}{size}{hint}"
 
 
 def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,

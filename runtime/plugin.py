@@ -10,8 +10,16 @@ iterable of outputs, or None. An output is
 * :class:`Reject` – marks one input record as failed without raising: it goes to the
   dead-letter topic with the given reason (the rest of the batch goes on).
 
+Anything else (a ``str`` or ``dict`` returned whole, a number, an ``Output`` whose value is
+not bytes...) fails the batch with a ``TypeError`` that names the type and the fix, inside
+the same retry/dead-letter path as a plugin exception.
+
 An exception fails the batch: it is retried, then bisected to find the failing records,
-which go to the dead-letter topic. The same module runs unchanged on Spark.
+which go to the dead-letter topic. ``SystemExit`` (``sys.exit(n)`` in plugin code) counts
+as an exception of the batch, whatever ``n``. Raising :class:`Backoff` is not a failure: the
+batch is tried again later, in order, and its partition (or every partition) waits
+meanwhile – a circuit breaker for a failing downstream. The same module runs unchanged on
+Spark.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from runtime.errors import PluginError
+from runtime.errors import BatchDeferred, PluginError
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -61,6 +69,24 @@ class Reject:
     reason: str
 
 
+class Backoff(BatchDeferred):
+    """Raise from ``process`` when a downstream is failing: the batch is not failed and not
+    dead-lettered; its partition (``scope="partition"``) or every partition of this
+    supervisor (``scope="all"``) pauses for ``seconds`` (doubling if raised again for the
+    same partition), then the same batch is tried again in order. Nothing is committed
+    past it."""
+
+    cause = "backoff"
+
+    def __init__(self, seconds: float, reason: str = "", scope: str = "partition") -> None:
+        if scope not in ("partition", "all"):
+            raise ValueError(f'Backoff scope must be "partition" or "all", not {scope!r}')
+        if not seconds >= 0:
+            raise ValueError(f"Backoff seconds must be >= 0, not {seconds!r}")
+        super().__init__(reason or f"plugin asked to back off for {seconds:g} s", float(seconds), scope)
+        self.seconds = float(seconds)
+
+
 @dataclass
 class Context:
     """Given to ``setup``. Runs in: a worker process (or a Spark Python worker)."""
@@ -93,26 +119,71 @@ def load_plugin(name: str) -> Plugin:
                   teardown if callable(teardown) else None)
 
 
-def normalize_output(item: Any, default_topic: str | None) -> Output | Reject:
-    """Turn whatever ``process`` yielded into an Output or a Reject, or raise TypeError."""
-    if isinstance(item, Output | Reject):
-        return item
+_NOT_AN_ITERABLE = (str, bytes, bytearray, memoryview, dict, int, float, bool, Output, Reject)
+
+
+def collect_outputs(produced: Any) -> list[Output | Reject]:
+    """What one ``process()`` call returned, as validated outputs. Raises TypeError naming
+    the type and the fix for anything outside the contract, so a wrong return type fails the
+    batch (retry, isolate, dead-letter) instead of crashing a worker or going unnoticed."""
+    if produced is None:
+        return []
+    if isinstance(produced, _NOT_AN_ITERABLE) or not hasattr(produced, "__iter__"):
+        raise TypeError(f"process() returned {type(produced).__name__}; return an iterable of "
+                        "outputs (a list or a generator of bytes, (key, value) tuples, Output or "
+                        "Reject) or None")
+    return [normalize_output(item) for item in produced]
+
+
+def normalize_output(item: Any, default_topic: str | None = None) -> Output | Reject:
+    """Turn whatever ``process`` yielded into a valid Output or Reject, or raise TypeError."""
+    if isinstance(item, Output):
+        return Output(_as_bytes(item.value, "Output.value"), _as_bytes(item.key, "Output.key"),
+                      _headers(item.headers), _topic(item.topic))
+    if isinstance(item, Reject):
+        if not isinstance(item.record, Record):
+            raise TypeError(f"Reject.record must be the input Record, not {type(item.record).__name__}")
+        return Reject(item.record, str(item.reason))
     if isinstance(item, bytes | bytearray | memoryview):
         return Output(bytes(item))
-    if isinstance(item, tuple) and len(item) == 2:
-        key, value = item
-        return Output(_as_bytes(value), _as_bytes(key))
     if isinstance(item, str):
         return Output(item.encode())
-    raise TypeError(f"process() yielded {type(item).__name__}; expected bytes, (key, value), "
-                    "Output or Reject")
+    if isinstance(item, tuple) and len(item) == 2:
+        key, value = item
+        return Output(_as_bytes(value, "the value of a (key, value) output"),
+                      _as_bytes(key, "the key of a (key, value) output"))
+    what = f"a tuple of {len(item)}" if isinstance(item, tuple) else type(item).__name__
+    raise TypeError(f"process() yielded {what}; expected bytes, str, a (key, value) tuple, Output "
+                    "or Reject")
 
 
-def _as_bytes(v: Any) -> bytes | None:
+def _as_bytes(v: Any, what: str) -> bytes | None:
     if v is None or isinstance(v, bytes):
         return v
     if isinstance(v, str):
         return v.encode()
     if isinstance(v, bytearray | memoryview):
         return bytes(v)
-    raise TypeError(f"output key/value must be bytes or str, not {type(v).__name__}")
+    raise TypeError(f"{what} must be bytes, str or None, not {type(v).__name__} "
+                    "(serialise it first, e.g. json.dumps(v).encode())")
+
+
+def _headers(h: Any) -> Headers | None:
+    if h is None:
+        return None
+    if isinstance(h, Mapping):
+        h = list(h.items())
+    if not isinstance(h, list | tuple):
+        raise TypeError(f"Output.headers must be a list of (name, value) pairs, not {type(h).__name__}")
+    out: Headers = []
+    for pair in h:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise TypeError(f"Output.headers: each header must be a (str, bytes) pair, not {pair!r:.80}")
+        out.append((pair[0], _as_bytes(pair[1], f"the value of header {pair[0]!r}")))
+    return out
+
+
+def _topic(t: Any) -> str | None:
+    if t is None or (isinstance(t, str) and t):
+        return t
+    raise TypeError(f"Output.topic must be a non-empty str or None, not {t!r:.80}")

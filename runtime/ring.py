@@ -129,6 +129,7 @@ class Doorbell:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         os.set_blocking(fd, False)
+        self.closed = False  # reader side: every writer is gone (the supervisor died)
 
     def ring(self) -> None:
         # A full pipe means a wake-up is already pending; a broken one, that the reader is
@@ -144,15 +145,29 @@ class Doorbell:
                 return True
         # Drain pending wake-ups first, then re-check: a write after the re-check makes the
         # pipe readable again, so no wake-up is lost.
-        try:
-            while os.read(self.fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        self._drain()
         if ring.peek() is not None:
             return True
+        if self.closed:
+            return False
         select.select([self.fd], [], [], timeout)
         return ring.peek() is not None
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                if not os.read(self.fd, 4096):
+                    # End of file: the writing end is closed for good, so the supervisor is
+                    # gone (whatever process is our parent: with forkserver it is not the
+                    # supervisor, so getppid() cannot tell).
+                    self.closed = True
+                    return
+        except BlockingIOError:
+            pass
+
+    def check_closed(self) -> bool:
+        self._drain()
+        return self.closed
 
 
 _LEN = 4  # message pipe: a 4-byte little-endian length before each payload

@@ -2,10 +2,14 @@
 
     ring ──peek──▶ fence check (under the worker lock) ──▶ decode ──▶ plugin.process
          ◀─advance─┘                                                   │
-    result pipe ◀── DONE / FENCED / BLOCKED ◀── flush (outputs + dead letters acked) ◀┘
+    result pipe ◀── DONE / FENCED / BLOCKED / DEFERRED ◀── deliver (outputs + dead letters acked) ◀┘
 
 Runs in: a worker process started with spawn/forkserver (never forked from a process that
 holds a librdkafka client). It never talks to the consumer group; it only produces.
+
+What the supervisor learns from a worker is what the worker *reports*, never how it ended:
+FATAL is sent only before READY (the plugin could not start), and a worker that was ready
+and dies has crashed, whatever its exit status (a plugin may call ``os._exit(3)``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -22,11 +29,12 @@ from typing import Any
 
 from runtime import speedups
 from runtime.board import BOARD_BYTES, Board, BoardLock, EpochTable
-from runtime.deadletter import dead_letter_headers
-from runtime.errors import PluginError
-from runtime.execution import Failure, RetryPolicy, run_batch
+from runtime.deadletter import DeadLetter, dead_letter_headers, fit_dead_letter, reference_dead_letter
+from runtime.errors import BatchDeferred, DeliveryFailed, OutputRejected, PluginError
+from runtime.execution import PHASE_DELIVER, Failure, RetryPolicy, run_batch
 from runtime.frames import (
     BLOCKED,
+    DEFERRED,
     DONE,
     FATAL,
     FENCED,
@@ -37,7 +45,7 @@ from runtime.frames import (
     encode_result,
     peek_header,
 )
-from runtime.kafka import DeliveryFailed, OutputProducer
+from runtime.kafka import KafkaException, OutputProducer
 from runtime.logs import configure_logging
 from runtime.plugin import Context, Output, Plugin, Record, load_plugin
 from runtime.ring import Doorbell, Ring, send_message
@@ -45,11 +53,8 @@ from runtime.shm import Segment
 
 log = logging.getLogger("ringmaster.worker")
 
-# Reserved exit codes (like gunicorn's): the supervisor reads them to tell a broken
-# deployment, which must stop the daemon, from a crash, which is retried.
-EXIT_PLUGIN = 3
-EXIT_DELIVERY = 75
 _PR_SET_PDEATHSIG = 1
+_GUARD_INTERVAL_S = 0.5  # heartbeat period, and how soon a worker notices its supervisor died
 
 
 def _records_py(topic: str, partition: int, c: Columns) -> list[Record]:
@@ -97,6 +102,8 @@ class WorkerSpec:
     retry_backoff_s: float
     retry_backoff_max_s: float
     parent_pid: int
+    delivery_timeout_s: float = 30.0
+    max_message_bytes: int = 1_000_000
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -106,18 +113,49 @@ class WorkerSpec:
 
 
 def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL us when the supervisor dies (no orphans, invariant 7).
-    The worker loop also checks getppid() as a fallback for non-Linux systems."""
+    """Ask the kernel to SIGKILL us when our parent dies (no orphans, invariant 7). With
+    spawn the parent is the supervisor; with forkserver it is the fork server, which does
+    not die with the supervisor (its children keep its "alive" pipe open), so the guard
+    thread below watches the supervisor itself."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _start_guard(spec: WorkerSpec, board: Board, bell: Doorbell) -> None:
+    """A daemon thread that beats the board's heartbeat every half second and kills this
+    process as soon as the supervisor is gone, even while the plugin is busy in a long call.
+    The heartbeat says the process is scheduled and can take the GIL; it stops for a
+    SIGSTOPped process or a plugin that holds the GIL in C code."""
+    try:
+        pidfd: int | None = os.pidfd_open(spec.parent_pid)
+    except (OSError, AttributeError):
+        pidfd = None  # old kernel: the doorbell's end of file still tells, between batches
+    # RACE: the supervisor could have died, and its pid been reused, before pidfd_open. The
+    # doorbell's writing end is the supervisor's alone: not closed now means the pidfd is it.
+    if bell.check_closed():
+        os._exit(0)
+
+    def guard() -> None:
+        while True:
+            board.beat()
+            if pidfd is None:
+                time.sleep(_GUARD_INTERVAL_S)
+                continue
+            readable, _, _ = select.select([pidfd], [], [], _GUARD_INTERVAL_S)
+            if readable:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    board.beat()
+    threading.Thread(target=guard, name="ringmaster-guard", daemon=True).start()
+
+
 def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     """Entry point of a worker process."""
     _die_with_parent()
-    if os.getppid() != spec.parent_pid:
-        os._exit(0)  # RACE: the supervisor died before prctl took effect
+    bell = Doorbell(doorbell.fileno())
+    if bell.check_closed():
+        os._exit(0)  # RACE: the supervisor died before we started
     stopping = [False]
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group;
     signal.signal(signal.SIGTERM, lambda *_: stopping.__setitem__(0, True))  # supervisor decides
@@ -128,145 +166,229 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     board = Board(segment.buf[:BOARD_BYTES])
     ring = Ring(segment.buf[BOARD_BYTES:])
     epochs = EpochTable(epochs_seg.buf)
-    bell = Doorbell(doorbell.fileno())
     lock = BoardLock(spec.segment_path)
+    _start_guard(spec, board, bell)
 
     results_fd = results.fileno()  # `results` (a Connection) keeps it open
 
     def send(result: Result) -> None:
         send_message(results_fd, encode_result(result))
 
-    try:
-        plugin = load_plugin(spec.plugin)
-        context = Context(spec.name, spec.settings, spec.output_topic,
-                          logging.getLogger(f"ringmaster.plugin.{spec.plugin}"))
-        if plugin.setup is not None:
-            plugin.setup(context)
-        needs_producer = spec.output_topic is not None or spec.dead_letter_topic is not None
-        producer = OutputProducer(spec.producer_props) if needs_producer else None
-    except Exception as exc:
-        detail = str(exc) if isinstance(exc, PluginError) else \
-            f"plugin {spec.plugin!r} setup failed: {type(exc).__name__}: {exc}"
-        send(Result(FATAL, 0, -1, 0, detail=detail))
-        os._exit(EXIT_PLUGIN)
-
-    runner = BatchRunner(plugin, producer, spec)
+    plugin, producer = _start_plugin(spec, send)
+    runner = BatchRunner(plugin, spec, board, producer)
     # No gc.freeze() here, unlike the supervisor: with start-up's objects out of the count,
     # CPython runs full collections more often over what a plugin builds up (measured with
     # workers.fingerprint and its growing LSH index: +4.4 % worker CPU), and on trivial work
     # a worker ran 2 collections a run, so there was nothing to win.
     board.set_ready()
     log.debug("worker ready", extra={"worker": spec.name})
+    # Partitions whose later frames must not run: a batch of theirs was deferred or blocked,
+    # so everything after it waits for the supervisor to fence them (new epoch) and re-read.
+    held: dict[int, int] = {}  # slot -> epoch
     while True:
-        board.beat()
         view = ring.peek()
         if view is None:
-            if stopping[0]:
+            if stopping[0] or bell.closed:
                 break
-            if not bell.wait(ring, timeout=0.5) and os.getppid() != spec.parent_pid:
-                break  # orphaned: the supervisor is gone
+            bell.wait(ring, timeout=0.5)
             continue
         batch_id, slot, epoch = peek_header(view)
         if slot < 0:  # STOP frame: everything before it is done; exit cleanly
             view.release()
             ring.advance()
             break
+        if stopping[0]:
+            # SIGTERM: the supervisor fenced our partitions before asking us to stop, and the
+            # next owner reads what is still queued again. Don't drain the ring (and don't
+            # write FENCED results nobody reads: a full pipe would block us until SIGKILL).
+            view.release()
+            break
         # RACE: revocation bumps the epoch and then reads our current batch under this same
         # lock. Either we see the new epoch here and skip the frame, or the supervisor
         # sees the batch we begin here and waits for it: never both missed (invariant 5).
         with lock:
-            live = epochs.get(slot) == epoch and slot not in runner.blocked_slots
+            live = epochs.get(slot) == epoch and held.get(slot) != epoch
             if live:
                 board.begin(batch_id, slot)
         if not live:
             view.release()
             ring.advance()
-            kind = FENCED if epochs.get(slot) != epoch else BLOCKED
-            send(Result(kind, batch_id, slot, epoch))
+            send(Result(FENCED, batch_id, slot, epoch))
             continue
         frame = decode_frame(view)
         view.release()
         ring.advance()
-        try:
-            result = runner.run(frame)
-        except DeliveryFailed as exc:
-            log.error("outputs could not be delivered; restarting the worker",
-                      extra={"worker": spec.name, "error": str(exc)})
-            os._exit(EXIT_DELIVERY)
+        assert frame is not None
+        result = runner.run(frame)
+        if result.kind in (BLOCKED, DEFERRED):
+            held[slot] = epoch
         send(result)
-        board.end(len(frame.columns))
-    if plugin.teardown is not None:
-        try:
-            plugin.teardown()
-        except Exception:
-            log.exception("plugin teardown failed", extra={"worker": spec.name})
-    if producer is not None:
-        with contextlib.suppress(DeliveryFailed):
-            producer.flush(10)
+        board.end(result.processed)
+    _stop_plugin(plugin, runner, spec)
     ring.release()
     board.release()
     epochs.release()
     os._exit(0)
 
 
+def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
+    """Import the plugin, run its setup, create the producer. If that fails, say why (FATAL,
+    the only time a worker sends it) and exit: the supervisor decides whether the daemon can
+    go on."""
+    try:
+        plugin = load_plugin(spec.plugin)
+        context = Context(spec.name, spec.settings, spec.output_topic,
+                          logging.getLogger(f"ringmaster.plugin.{spec.plugin}"))
+        if plugin.setup is not None:
+            plugin.setup(context)
+        # Always there, so that Output(topic=...) is delivered even without [output] topic.
+        return plugin, OutputProducer(spec.producer_props)
+    except BaseException as exc:  # SystemExit too: sys.exit() in setup() is a setup failure
+        if isinstance(exc, PluginError):
+            detail = str(exc)
+        elif isinstance(exc, KafkaException):
+            detail = f"cannot create the output producer: {exc}; check [kafka.producer]"
+        elif isinstance(exc, SystemExit):
+            detail = f"plugin {spec.plugin!r} setup() called sys.exit({exc.code!r})"
+        else:
+            detail = f"plugin {spec.plugin!r} setup() failed: {type(exc).__name__}: {exc}"
+        send(Result(FATAL, 0, -1, 0, detail=detail))
+        os._exit(1)
+
+
+def _stop_plugin(plugin: Plugin, runner: BatchRunner, spec: WorkerSpec) -> None:
+    if plugin.teardown is not None:
+        try:
+            plugin.teardown()
+        except BaseException:
+            log.exception("plugin teardown failed", extra={"worker": spec.name})
+    runner.close()
+
+
 class BatchRunner:
     """Runs one batch through the plugin (runtime.execution: retries, then bisection) and
-    delivers what came out: outputs to their topic, failures to the dead-letter topic."""
+    delivers what came out: outputs to their topic, failures to the dead-letter topic.
 
-    def __init__(self, plugin: Plugin, producer: OutputProducer | None, spec: WorkerSpec) -> None:
+    Delivery is part of the retry path: the outputs of each plugin call are produced and
+    acknowledged before the call counts. A refused output fails its records like an
+    exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch."""
+
+    def __init__(self, plugin: Plugin, spec: WorkerSpec, board: Board, producer: OutputProducer) -> None:
         self.plugin = plugin
-        self.producer = producer
         self.spec = spec
+        self.board = board
         self.policy = RetryPolicy(spec.max_attempts, spec.retry_backoff_s, spec.retry_backoff_max_s)
-        self.blocked_slots: set[int] = set()
+        self.producer = producer
+        self._discarded = 0
         self._warned_no_output = False
 
     def run(self, frame: BatchFrame) -> Result:
+        started = time.monotonic()
         records = records_of(frame)
-        outcome = run_batch(self.plugin, records, self.policy, self.spec.name)
+        self._discarded = 0
+        head = (frame.batch_id, frame.slot, frame.epoch)
+        try:
+            if self.spec.dead_letter_topic is None:
+                return self._run_until_first_failure(records, head)
+            outcome = run_batch(self.plugin, records, self.policy, self.spec.name,
+                                deliver=self._deliver, phase=self.board.set_phase)
+            self._dead_letter(outcome.failures)
+        except BatchDeferred as d:
+            if isinstance(d, DeliveryFailed) or self.producer.broken:
+                self._renew_producer_if_broken()
+            log.warning("batch deferred", extra={"worker": self.spec.name, "cause": d.cause,
+                                                 "tp": f"{frame.topic}[{frame.partition}]",
+                                                 "reason": d.reason})
+            delay_ms = -1 if d.delay_s is None else int(d.delay_s * 1000)
+            return Result(DEFERRED, *head, detail=d.reason, cause=d.cause, delay_ms=delay_ms,
+                          scope=d.scope)
+        return Result(DONE, *head, processed=len(records), outputs=outcome.output_count - self._discarded,
+                      dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
+                      discarded=self._discarded)
+
+    def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int]) -> Result:
+        """INVARIANT: never skip a record silently. Without a dead-letter topic the partition
+        stops at its first failing record: only outputs of records before it are produced,
+        the batch is not acknowledged, so nothing from it on is committed."""
+        outcome = run_batch(self.plugin, records, self.policy, self.spec.name,
+                            stop_at_first_failure=True, phase=self.board.set_phase)
         first = outcome.first_failure
-        if first is not None and self.spec.dead_letter_topic is None:
-            # INVARIANT: never skip a record silently. Without a dead-letter topic the
-            # partition stops at its first failing record: nothing after it is produced and
-            # the batch is not acknowledged, so nothing from it on is committed.
-            self.blocked_slots.add(frame.slot)
-            self._produce_outputs(outcome.outputs_before(first.record.offset))
-            self._flush()
-            return Result(BLOCKED, frame.batch_id, frame.slot, frame.epoch,
-                          detail=f"offset {first.record.offset}: {first.error_type}: {first.message}")
-        for failure in outcome.failures:
-            self._dead_letter(failure)
-        n_out = self._produce_outputs(outcome.outputs_before())
-        self._flush()
-        return Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=len(records),
-                      outputs=n_out, dead_letters=len(outcome.failures))
+        before = outcome.outputs_before(None if first is None else first.record.offset)
+        try:
+            if before:
+                self.board.set_phase(PHASE_DELIVER)
+                self._deliver(before)
+        except OutputRejected as exc:
+            first = first or Failure(records[0], "OutputRejected", str(exc), "", 1)
+        if first is None:
+            return Result(DONE, *head, processed=len(records), outputs=len(before) - self._discarded,
+                          discarded=self._discarded)
+        return Result(BLOCKED, *head, detail=f"offset {first.record.offset}: {first.error_type}: "
+                                             f"{first.message}")
 
     # -- producing -------------------------------------------------------------------
-    def _produce_outputs(self, outputs: list[Output]) -> int:
-        n = 0
+    def _deliver(self, outputs: list[Output]) -> None:
         for out in outputs:
             topic = out.topic or self.spec.output_topic
-            if topic is None or self.producer is None:
+            if topic is None:
+                self._discarded += 1
                 if not self._warned_no_output:
-                    log.warning("plugin produced outputs but no [output] topic is configured; "
-                                "they are discarded", extra={"worker": self.spec.name})
+                    log.warning("plugin produced outputs without a topic and no [output] topic is "
+                                "configured; they are discarded (counted in status)",
+                                extra={"worker": self.spec.name})
                     self._warned_no_output = True
                 continue
-            self.producer.produce(topic, out.value, out.key, out.headers)
-            n += 1
-        return n
+            self.producer.produce(topic, out.value, out.key, out.headers,
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
 
-    def _dead_letter(self, f: Failure) -> None:
-        assert self.producer is not None and self.spec.dead_letter_topic is not None
+    def _dead_letter(self, failures: list[Failure]) -> None:
+        if not failures:
+            return
+        topic = self.spec.dead_letter_topic
+        assert topic is not None
+        letters = [self._letter(f) for f in failures]
+        self.board.set_phase(PHASE_DELIVER)
+        for letter in letters:
+            self.producer.produce(topic, letter.value, letter.key, letter.headers,
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        try:
+            self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+        except OutputRejected:
+            # The broker refused a dead letter for what it is (a topic limit below the
+            # client's, a null key on a compacted topic): write where the record is instead.
+            # Letters that were accepted are written twice: at-least-once.
+            for f, letter in zip(failures, letters, strict=True):
+                r = f.record
+                ref = reference_dead_letter(letter, r.topic, r.partition, r.offset)
+                self.producer.produce(topic, ref.value, ref.key, ref.headers,
+                                      queue_wait_s=self.spec.delivery_timeout_s)
+            try:
+                self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+            except OutputRejected as exc:
+                raise DeliveryFailed(f"the dead-letter topic {topic!r} refuses even a reference "
+                                     f"record: {exc}") from None
+        for f in failures:
+            r = f.record
+            log.error("record dead-lettered", extra={
+                "worker": self.spec.name, "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
+                "error": f"{f.error_type}: {f.message}"})
+
+    def _letter(self, f: Failure) -> DeadLetter:
         r = f.record
         headers = dead_letter_headers(r.headers, error_type=f.error_type, message=f.message,
                                       traceback=f.traceback, topic=r.topic, partition=r.partition,
                                       offset=r.offset, attempts=f.attempts, worker=self.spec.name)
-        self.producer.produce(self.spec.dead_letter_topic, r.value, r.key, headers)
-        log.error("record dead-lettered", extra={
-            "worker": self.spec.name, "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
-            "error": f"{f.error_type}: {f.message}"})
+        return fit_dead_letter(r.key, r.value, headers, self.spec.max_message_bytes)  # type: ignore[arg-type]
 
-    def _flush(self) -> None:
-        if self.producer is not None:
-            self.producer.flush()
+    def _renew_producer_if_broken(self) -> None:
+        if self.producer.broken:
+            log.warning("output producer hit a fatal error; creating a new one",
+                        extra={"worker": self.spec.name, "error": self.producer.fatal})
+            self.producer = OutputProducer(self.spec.producer_props)
+
+    def close(self) -> None:
+        if self.producer.flush(10):
+            log.warning("outputs still queued at exit", extra={"worker": self.spec.name})
+
+

@@ -77,7 +77,7 @@ def test_a_record_that_kills_its_worker_is_isolated_and_dead_lettered(
     assert [m.value() for m in dead] == [b"crash:r333"]
     h = headers(dead[0])
     assert h["ringmaster.error.type"] == b"WorkerCrashed"
-    assert b"exited with code 13" in h["ringmaster.error.message"]
+    assert b"exited with status 13" in h["ringmaster.error.message"]
     good = {json.loads(m.value())["id"] for m in read_topic(broker.bootstrap, names["out"], 999)}
     assert good == {v for v in values if ":" not in v}
     assert committed(broker.bootstrap, names["group"], names["in"], 2) == counts
