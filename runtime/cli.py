@@ -124,6 +124,32 @@ def spark() -> None:
     """Run the same plugin on Apache Spark (PySpark; needs Java 17+)."""
 
 
+# The modules of the `spark` extra; an ImportError of anything else is a bug and keeps its traceback.
+_SPARK_EXTRA = ("pyspark", "pyarrow", "pandas")
+
+
+def _missing_spark_module(exc: BaseException) -> str | None:
+    """The module of the `spark` extra whose import failed, if that is what `exc` says. PySpark
+    reports a missing pandas or pyarrow as its own ImportError raised from the original one."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        top = (getattr(seen, "name", None) or "").split(".")[0]
+        if isinstance(seen, ImportError) and top in _SPARK_EXTRA:
+            return top
+        seen = seen.__cause__
+    return None
+
+
+def _fail_if_spark_extra_missing(exc: ImportError) -> None:
+    """One line and exit 1 when the `spark` extra is not installed; otherwise return (the
+    caller re-raises)."""
+    missing = _missing_spark_module(exc)
+    if missing is not None:
+        what = "PySpark" if missing == "pyspark" else missing
+        _fail(RingmasterError(f"the Spark backend needs {what}, which is not installed: "
+                              "pip install 'kafka-ringmaster[spark]'"))
+
+
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--until-caught-up", is_flag=True, help='Use trigger "availableNow": stop at the end.')
@@ -140,6 +166,9 @@ def spark_run(config: str, until_caught_up: bool) -> None:
         sys.exit(run_stream(settings))
     except RingmasterError as exc:
         _fail(exc)
+    except ImportError as exc:
+        _fail_if_spark_extra_missing(exc)
+        raise
 
 
 @spark.command("backfill")
@@ -163,6 +192,9 @@ def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> No
     except RingmasterError as exc:
         _fail(exc)
         return
+    except ImportError as exc:
+        _fail_if_spark_extra_missing(exc)
+        raise
     click.echo(json.dumps(summary))
 
 

@@ -12,15 +12,27 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime.errors import ConfigError, PluginError
 
 ENV_PREFIX = "RINGMASTER__"
-# librdkafka properties that carry secrets; `ringmaster check` and logs never show them.
-_SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|jaas|credential|oauthbearer\.config)", re.I)
+# Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
+# ssl.keystore.password, sasl.password, sasl.oauthbearer.config, ...client.secret,
+# ...assertion.private.key.passphrase/.pem), Java-style and schema-registry properties
+# (sasl.jaas.config, ssl.keystore.key, basic.auth.user.info), Spark/Hadoop conf (fs.s3a.access.key,
+# fs.azure.account.key.*) and plugin settings (api_key, auth_token, private_key, ...).
+_SECRET_KEY = re.compile(
+    r"password|passwd|passphrase|secret|token|credential|jaas|oauthbearer\.config|user\.info"
+    r"|(api|private|access|account|keystore)[._-]?key|^ssl[._]key$|\.pem$", re.I)
+# ... except where the value only says where a secret is (a path, a URL) or is a public id or a
+# count: ssl.key.location, sasl.oauthbearer.assertion.private.key.file, ...token.endpoint.url,
+# ...client.credentials.client.id, a plugin's tokenizer or max_tokens.
+_NOT_SECRET = re.compile(r"[._-](location|file|path|url|client[._-]id)$|tokeni[sz]|(max|min|num)[._-]?tokens",
+                         re.I)
 LibrdkafkaValue = str | int | float | bool
 
 
@@ -185,16 +197,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
-    """RINGMASTER__WORKERS__PROCESSES=4 sets workers.processes. Under kafka.consumer and
-    kafka.producer the last part names a librdkafka property with dots written as
-    underscores (RINGMASTER__KAFKA__CONSUMER__FETCH_MAX_BYTES -> fetch.max.bytes)."""
+    """RINGMASTER__WORKERS__PROCESSES=4 sets workers.processes. Under kafka.consumer,
+    kafka.producer and spark.conf the last part names a property with dots written as
+    underscores (RINGMASTER__KAFKA__CONSUMER__FETCH_MAX_BYTES -> fetch.max.bytes). The value is
+    read by the type of the key it sets (_env_value)."""
     for name, text in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
         if len(parts) < 2:
             raise ConfigError(f"environment variable {name}: expected {ENV_PREFIX}SECTION__KEY")
-        if parts[:2] == ["kafka", "consumer"] or parts[:2] == ["kafka", "producer"]:
+        if parts[:2] in (["kafka", "consumer"], ["kafka", "producer"], ["spark", "conf"]):
             parts = [*parts[:2], ".".join(parts[2:]).replace("_", ".")]
         node = raw
         for part in parts[:-1]:
@@ -202,14 +215,72 @@ def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
             if not isinstance(child, dict):
                 raise ConfigError(f"environment variable {name}: {part} is not a section")
             node = child
-        node[parts[-1]] = _parse_env_value(text)
+        node[parts[-1]] = _env_value(name, text, _key_kind(parts))
 
 
-def _parse_env_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
+def _key_kind(parts: list[str]) -> str:
+    """How an override of the key at `parts` is read, from the type the models give it:
+    "str" (kept as given), "list", "raw" (a librdkafka or Spark property: kept as given, the
+    client parses it), "toml" (free-form plugin settings, a whole table) or "text" (numbers,
+    booleans, unknown keys: pydantic validates the text and names the key when it is wrong)."""
+    model: type[BaseModel] = Settings
+    for i, part in enumerate(parts):
+        field = model.model_fields.get(part)
+        if field is None:
+            return "text"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+            continue
+        if i < len(parts) - 1:  # a key inside a table: pass-through properties or plugin settings
+            return "toml" if get_args(ann)[1:] == (Any,) else "raw"
+        return _type_kind(ann)
+    return "toml"  # a whole section given as an inline table
+
+
+def _type_kind(ann: Any) -> str:
+    origin = get_origin(ann)
+    if origin in (Union, UnionType):
+        kinds = {_type_kind(a) for a in get_args(ann) if a is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else "text"
+    if ann is str or (origin is Literal and all(isinstance(a, str) for a in get_args(ann))):
+        return "str"
+    if origin is list:
+        return "list"
+    if origin is dict:
+        return "toml"
+    return "text"
+
+
+def _env_value(name: str, text: str, kind: str) -> Any:
+    if kind == "toml":
+        try:
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            return text
+    if kind == "list":
+        if not text.lstrip().startswith("["):
+            return [item.strip() for item in text.split(",")]
+        try:
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"environment variable {name}: expected a TOML array like "
+                              f'["a", "b"] or a comma-separated list like a,b ({exc})') from None
+    return text
+
+
+def librdkafka_int(props: Mapping[str, Any], key: str, default: int) -> int:
+    """An integer librdkafka property read by the runtime itself (message.max.bytes, ...).
+
+    The config file gives an int, an environment override the string as typed (librdkafka parses
+    its properties itself, so pass-through values stay strings): both are accepted here. Only
+    decimal digits, as librdkafka accepts; anything else is a ConfigError naming the key."""
+    value = props.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+        return int(value)
+    raise ConfigError(f"{key}: expected an integer (got {value!r})")
 
 
 def _describe(exc: ValidationError, path: Any) -> str:
@@ -230,7 +301,8 @@ def _describe(exc: ValidationError, path: Any) -> str:
 
 
 def is_secret_key(key: str) -> bool:
-    return bool(_SECRET_KEY.search(key))
+    """Whether a key (a librdkafka/Spark property or a plugin setting) holds a secret."""
+    return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key)
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Runs in: Spark Python workers. The plugin module is imported and ``setup(context
 once per Python worker process (workers are reused across tasks), ``teardown()`` at its
 exit. Records of a task are grouped per Kafka partition, in offset order, and go through
 the same retry/bisect path as in a local worker. Outputs and dead letters become rows for
-the Kafka sink.
+the Kafka sink, or for a Parquet directory (backfill --parquet): there an output with no
+topic is kept with a null topic, and a dead letter is a row whose topic is the dead-letter
+topic's name.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class PluginJob:
     output_topic: str | None
     dead_letter_topic: str | None
     policy: RetryPolicy
+    # Rows go to a Parquet directory, not to Kafka: outputs without a topic are kept (topic null).
+    to_parquet: bool = False
 
 
 _loaded: dict[str, Plugin] = {}
@@ -77,7 +81,7 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
                         f"{f.error_type}: {f.message} (no [dead_letter] topic: the job stops here)")
                 for out in outcome.outputs_before():
                     topic = out.topic or job.output_topic
-                    if topic is not None:
+                    if topic is not None or job.to_parquet:
                         rows.append({"topic": topic, "key": out.key, "value": out.value,
                                      "headers": _headers(out.headers)})
                 for f in outcome.failures:

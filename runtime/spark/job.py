@@ -71,12 +71,23 @@ def sink_options(settings: Settings) -> dict[str, str]:
     return {"bootstrap": settings.kafka.bootstrap_servers, "kafka_producer": json.dumps(props)}
 
 
-def plugin_job(settings: Settings) -> Any:
+def plugin_job(settings: Settings, to_parquet: bool = False) -> Any:
     from runtime.spark.apply import PluginJob
 
     dl = settings.dead_letter
     return PluginJob(settings.workers.plugin, dict(settings.workers.settings), settings.output.topic,
-                     dl.topic, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s))
+                     dl.topic, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
+                     to_parquet)
+
+
+def driver_client(settings: Settings) -> Any:
+    """A client of the driver for offsets and commits, with the user's consumer properties
+    (security settings included)."""
+    from runtime.spark import offsets as ko
+
+    props = {**consumer_properties(settings), "group.id": settings.kafka.group_id}
+    props.pop("partition.assignment.strategy", None)
+    return ko.client(props)
 
 
 class GroupCommitter:
@@ -88,9 +99,7 @@ class GroupCommitter:
         from runtime.spark import offsets as ko
 
         self._ko = ko
-        props = {**consumer_properties(settings), "group.id": settings.kafka.group_id}
-        props.pop("partition.assignment.strategy", None)
-        self._c = ko.client(props)
+        self._c = driver_client(settings)
         self._lock = threading.Lock()
         self.committed: dict[str, dict[str, int]] = {}
 
@@ -187,11 +196,20 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
+    # Planned once, here, before Spark starts: the job reads exactly these ranges and the
+    # summary counts them, so a bad --from/--to fails in seconds and nothing moves in between.
+    c = driver_client(settings)
+    try:
+        tps = ko.partitions_of(c, settings.kafka.topics)
+        first, last = ko.plan(c, tps, settings.spark.end_offsets, start, end)
+    finally:
+        c.close()
+    planned = ko.ranges(first, last)
     spark = session(settings)
     try:
-        opts = {**source_options(settings), "startingOffsets": start, "endingOffsets": end}
+        opts = {**source_options(settings), "ranges": json.dumps(planned)}
         df = spark.read.format(NAME).options(**opts).load()
-        out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
+        out = df.mapInArrow(applier(plugin_job(settings, to_parquet=parquet is not None)), OUTPUT_SCHEMA)
         status = spark.sparkContext.statusTracker()
         done = threading.Event()
 
@@ -220,15 +238,7 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
         finally:
             done.set()
             shower.join(2)
-        c = ko.client({"bootstrap.servers": settings.kafka.bootstrap_servers,
-                       "group.id": settings.kafka.group_id})
-        try:
-            tps = ko.partitions_of(c, settings.kafka.topics)
-            s = ko.parse(start, c, tps, settings.spark.end_offsets)
-            e = ko.parse(end, c, tps, settings.spark.end_offsets)
-        finally:
-            c.close()
-        return {"records": ko.total(s, e), "seconds": round(time.monotonic() - t0, 2),
-                "from": s, "to": e, "target": parquet or settings.output.topic}
+        return {"records": ko.records(planned), "seconds": round(time.monotonic() - t0, 2),
+                "from": first, "to": last, "target": parquet or settings.output.topic}
     finally:
         spark.stop()

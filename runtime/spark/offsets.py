@@ -1,4 +1,4 @@
-"""Kafka offsets for the Spark source: start, end and JSON forms.
+"""Kafka offsets for the Spark source: start, end and JSON forms, and offset ranges.
 
 Offsets travel as ``{"topic": {"partition": next_offset}}`` (JSON-safe strings as keys).
 
@@ -6,6 +6,11 @@ End offsets come from ListOffsets (``get_watermark_offsets``) by default: correc
 Kafka. ``end_offsets = "fetch"`` instead reads each partition's high watermark from a fetch
 response (the cached watermark), for brokers whose ListOffsets answer is wrong (the embedded
 Tansu broker returns the base offset of the last batch). It is a switch, never the default.
+Start offsets of partitions nobody has read yet are their low watermark (ListOffsets
+"earliest", right on Tansu too), as in Spark's own Kafka source.
+
+Every function that plans reading covers every partition it is given, or fails naming the
+ones it cannot place: a partition is never skipped silently.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicParti
 from runtime.errors import RingmasterError
 
 Offsets = dict[str, dict[str, int]]
+Range = tuple[str, int, int, int]  # topic, partition, start, end (exclusive)
+# Spark's conventions inside JSON offsets.
+EARLIEST = -2
+LATEST = -1
+_JSON_FORM = 'JSON like {"topic": {"0": 100, "1": -2}} (-2: earliest, -1: latest)'
 
 
 def client(props: Mapping[str, Any]) -> Consumer:
@@ -27,6 +37,7 @@ def client(props: Mapping[str, Any]) -> Consumer:
 
 
 def partitions_of(c: Consumer, topics: Iterable[str], timeout_s: float = 30.0) -> list[tuple[str, int]]:
+    """Every partition of the topics, as the broker knows them now (call again to see new ones)."""
     out = []
     for topic in topics:
         md = c.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -43,24 +54,31 @@ def earliest(c: Consumer, tps: Iterable[tuple[str, int]]) -> Offsets:
 def latest(c: Consumer, tps: list[tuple[str, int]], mode: str) -> Offsets:
     if mode == "list":
         return _pack({tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps})
+    if not tps:
+        return {}
     # "fetch": assign at the low watermark and wait until every partition returned a record
     # or an EOF event: only then does librdkafka's cached high watermark come from a fetch
     # response (before that it may hold the stale ListOffsets answer).
+    wanted = set(tps)
     lows = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[0] for tp in tps}
     c.assign([TopicPartition(t, p, lows[(t, p)]) for t, p in tps])
     fetched: set[tuple[str, int]] = set()
     deadline = time.monotonic() + 30
-    while len(fetched) < len(tps) and time.monotonic() < deadline:
+    while fetched != wanted and time.monotonic() < deadline:
         for m in c.consume(1000, 0.2):
-            fetched.add((m.topic(), m.partition()))
+            tp = (m.topic(), m.partition())
+            if tp in wanted:  # a client-level error event names no partition
+                fetched.add(tp)
     highs = {tp: c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in fetched}
     c.unassign()
-    if len(fetched) < len(tps):
-        raise RingmasterError("no fetch response for some partitions within 30 s (end_offsets = \"fetch\")")
+    if fetched != wanted:
+        raise RingmasterError(f"no fetch response within 30 s for {_names(wanted - fetched)} "
+                              '(end_offsets = "fetch")')
     return _pack(highs)
 
 
 def committed(c: Consumer, tps: list[tuple[str, int]]) -> Offsets:
+    """The group's committed offsets, only for the partitions that have one."""
     try:
         parts = c.committed([TopicPartition(*tp) for tp in tps], timeout=30)
     except KafkaException as exc:
@@ -76,23 +94,149 @@ def commit(c: Consumer, offsets: Offsets) -> None:
         c.commit(offsets=parts, asynchronous=False)
 
 
-def parse(spec: str, c: Consumer, tps: list[tuple[str, int]], mode: str) -> Offsets:
-    """'earliest', 'latest', 'committed' (falling back to earliest), or a JSON object."""
+def parse(spec: str, c: Consumer, tps: list[tuple[str, int]], mode: str, what: str = "offsets",
+          ending: bool = False) -> Offsets:
+    """'earliest', 'latest', 'committed' (earliest where the group has committed nothing), or
+    JSON naming every partition of `tps`. `what` names the option in errors; `ending` says it
+    is an end (exclusive), where -2 (earliest) means nothing and is refused, as Spark does."""
     if spec == "earliest":
         return earliest(c, tps)
     if spec == "latest":
         return latest(c, tps, mode)
     if spec == "committed":
-        base = earliest(c, tps)
-        for t, ps in committed(c, tps).items():
-            base.setdefault(t, {}).update(ps)
-        return base
+        lows = earliest(c, tps)
+        # A commit below the low watermark points at records retention has deleted.
+        return at_least(merge(lows, committed(c, tps)), lows)
+    return _from_json(spec, c, tps, mode, what, ending)
+
+
+def _from_json(spec: str, c: Consumer, tps: list[tuple[str, int]], mode: str, what: str,
+               ending: bool) -> Offsets:
+    given = _read_json(spec, what)
+    unknown_topics = sorted({t for t, _ in given} - {t for t, _ in tps})
+    if unknown_topics:
+        raise RingmasterError(f"{what}: {', '.join(map(repr, unknown_topics))} not in kafka.topics "
+                              f"({', '.join(sorted({t for t, _ in tps}))})")
+    unknown = set(given) - set(tps)
+    if unknown:
+        raise RingmasterError(f"{what}: no such partition {_names(unknown)}")
+    missing = set(tps) - set(given)
+    if missing:
+        fix = "-1 for latest" if ending else "-2 for earliest"
+        raise RingmasterError(f"{what} gives no offset for {_names(missing)}: add them, or give {fix}")
+    refused = {tp for tp, o in given.items() if o < EARLIEST or (ending and o == EARLIEST)}
+    if refused:
+        allowed = "-1 (latest) or an offset" if ending else "-2 (earliest), -1 (latest) or an offset"
+        raise RingmasterError(f"{what}: {_names(refused)} must be {allowed}")
+    out = _pack({tp: o for tp, o in given.items() if o >= 0})
+    out = merge(out, earliest(c, [tp for tp, o in given.items() if o == EARLIEST]))
+    return merge(out, latest(c, sorted(tp for tp, o in given.items() if o == LATEST), mode))
+
+
+def _read_json(spec: str, what: str) -> dict[tuple[str, int], int]:
+    bad = RingmasterError(f"{what} {spec!r}: expected earliest, latest, committed or {_JSON_FORM}")
     try:
         given = json.loads(spec)
-        return {str(t): {str(p): int(o) for p, o in ps.items()} for t, ps in given.items()}
-    except (ValueError, AttributeError, TypeError):
-        raise RingmasterError(f"offsets {spec!r}: expected earliest, latest, committed or JSON like "
-                              '{"topic": {"0": 100}}') from None
+    except ValueError:
+        raise bad from None
+    if not isinstance(given, dict) or not all(isinstance(ps, dict) for ps in given.values()):
+        raise bad
+    out = {}
+    for t, ps in given.items():
+        for p, o in ps.items():
+            if not (p.isascii() and p.isdigit()) or type(o) is not int:
+                raise bad
+            out[(str(t), int(p))] = o
+    return out
+
+
+def plan(c: Consumer, tps: list[tuple[str, int]], mode: str, start_spec: str, end_spec: str,
+         what: tuple[str, str] = ("--from", "--to")) -> tuple[Offsets, Offsets]:
+    """Start and end offsets of a batch read, for every partition of `tps`. A start past its end
+    is an error; starts below the low watermark (deleted by retention) move up to it."""
+    start = parse(start_spec, c, tps, mode, what[0])
+    end = parse(end_spec, c, tps, mode, what[1], ending=True)
+    past = {(t, int(p)) for t, ps in start.items() for p, s in ps.items() if s > end[t][p]}
+    if past:
+        shown = ", ".join(f"{t}[{p}] {start[t][str(p)]} > {end[t][str(p)]}" for t, p in sorted(past)[:10])
+        raise RingmasterError(f"{what[0]} is past {what[1]} for {shown}")
+    start = at_least(start, earliest(c, tps))
+    return start, at_least(end, start)
+
+
+def admit(start: Offsets, end: Offsets, max_records: int) -> Offsets:
+    """Admission control: move from `start` towards `end` by at most `max_records` records in
+    all, shared fairly over the partitions that have some. Every partition of `start` and `end`
+    is in the result; `start` must place every partition of `end` (see with_starts)."""
+    _require_starts(start, end)
+    out = at_least(start, {})
+    budget = max_records
+    pending = [(t, p, e) for t, ps in end.items() for p, e in ps.items() if e > out[t][p]]
+    while budget > 0 and pending:
+        share = max(1, budget // len(pending))
+        nxt = []
+        for t, p, e in pending:
+            take = min(share, e - out[t][p], budget)
+            out[t][p] += take
+            budget -= take
+            if out[t][p] < e:
+                nxt.append((t, p, e))
+            if budget <= 0:
+                break
+        pending = nxt
+    return out
+
+
+def new_partitions(start: Offsets, end: Offsets) -> list[tuple[str, int]]:
+    """Partitions of `end` that `start` does not know: added to a topic, or not yet in a
+    checkpoint."""
+    return [(t, int(p)) for t, ps in sorted(end.items()) for p in sorted(ps, key=int)
+            if p not in start.get(t, {})]
+
+
+def with_starts(c: Consumer, start: Offsets, end: Offsets) -> Offsets:
+    """`start`, plus the low watermark of every partition of `end` it does not know, so a new
+    partition is read from its beginning rather than skipped."""
+    new = new_partitions(start, end)
+    return merge(start, earliest(c, new)) if new else start
+
+
+def ranges(start: Offsets, end: Offsets) -> list[Range]:
+    """The offset ranges to read: one per partition of `end` with records past its start."""
+    _require_starts(start, end)
+    out = []
+    for t, ps in sorted(end.items()):
+        for p, e in sorted(ps.items(), key=lambda x: int(x[0])):
+            s = start[t][p]
+            if e > s:
+                out.append((t, int(p), s, e))
+    return out
+
+
+def _require_starts(start: Offsets, end: Offsets) -> None:
+    missing = new_partitions(start, end)
+    if missing:  # a bug, not a user error: a partition without a start would be skipped
+        raise RingmasterError(f"no start offset for {_names(missing)}")
+
+
+def records(planned: Iterable[Range]) -> int:
+    return sum(e - s for _, _, s, e in planned)
+
+
+def merge(base: Offsets, over: Offsets) -> Offsets:
+    out = {t: dict(ps) for t, ps in base.items()}
+    for t, ps in over.items():
+        out.setdefault(t, {}).update(ps)
+    return out
+
+
+def at_least(offsets: Offsets, floor: Offsets) -> Offsets:
+    """Every partition of either, at the higher of its two offsets: a partition never moves back."""
+    out = merge(floor, offsets)
+    for t, ps in floor.items():
+        for p, o in ps.items():
+            out[t][p] = max(out[t][p], o)
+    return out
 
 
 def _pack(by_tp: Mapping[tuple[str, int], int]) -> Offsets:
@@ -102,5 +246,7 @@ def _pack(by_tp: Mapping[tuple[str, int], int]) -> Offsets:
     return out
 
 
-def total(start: Offsets, end: Offsets) -> int:
-    return sum(max(0, o - start.get(t, {}).get(p, 0)) for t, ps in end.items() for p, o in ps.items())
+def _names(tps: Iterable[tuple[str, int]]) -> str:
+    shown = sorted(tps)
+    more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+    return ", ".join(f"{t}[{p}]" for t, p in shown[:10]) + more

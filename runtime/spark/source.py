@@ -60,13 +60,7 @@ def _props(options: dict[str, str]) -> dict[str, Any]:
 
 
 def _ranges(start: ko.Offsets, end: ko.Offsets) -> list[KafkaRange]:
-    out = []
-    for t, ps in sorted(end.items()):
-        for p, e in sorted(ps.items(), key=lambda x: int(x[0])):
-            s = start.get(t, {}).get(p, e)
-            if e > s:
-                out.append(KafkaRange(t, int(p), s, e))
-    return out
+    return [KafkaRange(*r) for r in ko.ranges(start, end)]
 
 
 def read_range(options: dict[str, str], r: KafkaRange) -> Iterator[tuple[Any, ...]]:
@@ -114,11 +108,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
+        self.topics = options["topics"].split(",")
         self.mode = options.get("endoffsets", "list")
         self.max_rows = int(options.get("maxrecordspertrigger", "0"))
         self._target: ko.Offsets | None = None
         self._client: Any = None
-        self._tps = ko.partitions_of(self._c, options["topics"].split(","))
 
     @property
     def _c(self) -> Any:
@@ -130,47 +124,38 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None}
 
+    def _partitions(self) -> list[tuple[str, int]]:
+        # Listed again for every micro-batch (one metadata request), so partitions added to a
+        # topic while the query runs are read too.
+        return ko.partitions_of(self._c, self.topics)
+
     def initialOffset(self) -> dict[str, Any]:
-        return ko.parse(self.options.get("startingoffsets", "committed"), self._c, self._tps, self.mode)
+        return ko.parse(self.options.get("startingoffsets", "committed"), self._c, self._partitions(),
+                        self.mode, what="startingOffsets")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = ko.latest(self._c, self._tps, self.mode)
+        self._target = ko.latest(self._c, self._partitions(), self.mode)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = self._target or ko.latest(self._c, self._tps, self.mode)
-        if not isinstance(limit, ReadMaxRows):
-            return end
-        # Admission control: share the budget fairly, partition by partition.
-        budget = limit.max_rows
-        out: ko.Offsets = {t: dict(ps) for t, ps in start.items()}
-        pending = [(t, p, o) for t, ps in end.items() for p, o in ps.items()
-                   if o > start.get(t, {}).get(p, o)]
-        while budget > 0 and pending:
-            share = max(1, budget // len(pending))
-            nxt = []
-            for t, p, e in pending:
-                s = out.setdefault(t, {}).get(p, start.get(t, {}).get(p, e))
-                take = min(share, e - s, budget)
-                out[t][p] = s + take
-                budget -= take
-                if out[t][p] < e:
-                    nxt.append((t, p, e))
-                if budget <= 0:
-                    break
-            pending = nxt
-        for t, ps in end.items():  # partitions new since start
-            for p in ps:
-                out.setdefault(t, {}).setdefault(p, start.get(t, {}).get(p, ps[p]))
-        return out
+        end = self._target or ko.latest(self._c, self._partitions(), self.mode)
+        # Partitions new since `start` (added, or missing from a checkpoint) begin at their low
+        # watermark, as in Spark's Kafka source, and their backlog counts against the limit.
+        begin = ko.with_starts(self._c, start, end)
+        end = ko.at_least(end, begin)  # a stale or lower end never moves a partition back
+        if isinstance(limit, ReadMaxRows):
+            return ko.admit(begin, end, limit.max_rows)
+        return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._target
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
-        return _ranges(start, end)
+        # A partition new in this batch is not in `start` (the previous batch's end): it starts
+        # at its low watermark, as latestOffset assumed (also when a restart replans the batch).
+        return _ranges(ko.with_starts(self._c, start, end), end)
 
     def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
         return read_range(self.options, partition)
@@ -185,21 +170,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
 
 
 class KafkaBatchReader(DataSourceReader):  # type: ignore[misc]
-    """An offset range read once (backfill): startingOffsets .. endingOffsets."""
+    """An offset range read once (backfill). `ranges` (set by `ringmaster spark backfill`) is the
+    exact plan; otherwise startingOffsets .. endingOffsets are planned here."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
-        mode = options.get("endoffsets", "list")
+        if "ranges" in options:
+            self.planned = [KafkaRange(*r) for r in json.loads(options["ranges"])]
+            return
         c = ko.client(_props(options))
         try:
             tps = ko.partitions_of(c, options["topics"].split(","))
-            self.start = ko.parse(options.get("startingoffsets", "earliest"), c, tps, mode)
-            self.end = ko.parse(options.get("endingoffsets", "latest"), c, tps, mode)
+            start, end = ko.plan(c, tps, options.get("endoffsets", "list"),
+                                 options.get("startingoffsets", "earliest"),
+                                 options.get("endingoffsets", "latest"),
+                                 what=("startingOffsets", "endingOffsets"))
         finally:
             c.close()
+        self.planned = _ranges(start, end)
 
     def partitions(self) -> list[KafkaRange]:
-        return _ranges(self.start, self.end)
+        return self.planned
 
     def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
         return read_range(self.options, partition)

@@ -128,6 +128,25 @@ def test_backfill_writes_exactly_the_range(broker: Any, names: dict[str, str], t
     assert pq.read_table(parquet).num_rows == 75
 
 
+def test_parquet_backfill_without_an_output_topic_keeps_every_output(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 1, names["in"], names["dlq"])
+    values = orders(40)
+    produce(broker.bootstrap, names["in"], values, 1)
+    cfg = spark_config(broker, names, tmp_path)
+    del cfg["output"]  # in Parquet mode the directory is the destination
+    parquet = tmp_path / "parquet"
+    r = ringmaster(cfg, tmp_path, "spark", "backfill", "--from", json.dumps({names["in"]: {"0": -2}}),
+                   "--to", json.dumps({names["in"]: {"0": -1}}), "--parquet", str(parquet))
+    assert json.loads(r.stdout.strip().splitlines()[-1])["records"] == 40
+    import pyarrow.parquet as pq
+    rows = pq.read_table(parquet).to_pylist()
+    bad = sorted(v.encode() for v in values if v.startswith("broken"))
+    assert sorted(r["value"] for r in rows if r["topic"] == names["dlq"]) == bad, "dead letters"
+    outputs = [r for r in rows if r["topic"] is None]
+    assert len(outputs) == 40 - len(bad) and len(rows) == 40
+
+
 def test_streaming_run_stops_cleanly_on_sigterm(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
     counts = produce(broker.bootstrap, names["in"], orders(200), 2)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import consumer_properties, load_settings, redacted
+from runtime.config import consumer_properties, is_secret_key, librdkafka_int, load_settings, redacted
 from runtime.errors import ConfigError, PluginError
 
 GOOD = """
@@ -44,14 +44,141 @@ def test_env_overrides(tmp_path: Path) -> None:
            "RINGMASTER__OUTPUT__TOPIC": "out"}
     s = load_settings(write(tmp_path, GOOD), env=env)
     assert s.workers.processes == 5
-    assert s.kafka.consumer["fetch.max.bytes"] == 1048576
+    # librdkafka parses its own properties: the string is passed through as given
+    assert s.kafka.consumer["fetch.max.bytes"] == "1048576"
     assert s.output.topic == "out"
+
+
+@pytest.mark.parametrize("value", ["0x1F", "1_000", "007", "true", "1e3", "[a]", '"quoted"', "a = b"])
+@pytest.mark.parametrize("var", ["RINGMASTER__OUTPUT__TOPIC", "RINGMASTER__KAFKA__GROUP_ID",
+                                 "RINGMASTER__KAFKA__PRODUCER__SASL_PASSWORD"])
+def test_env_override_of_a_string_key_keeps_the_exact_string(tmp_path: Path, var: str, value: str) -> None:
+    s = load_settings(write(tmp_path, GOOD), env={var: value})
+    got = {"RINGMASTER__OUTPUT__TOPIC": s.output.topic, "RINGMASTER__KAFKA__GROUP_ID": s.kafka.group_id,
+           "RINGMASTER__KAFKA__PRODUCER__SASL_PASSWORD": s.kafka.producer.get("sasl.password")}[var]
+    assert got == value
+
+
+@pytest.mark.parametrize("value", ['["a", "b"]', "a,b", " a , b "])
+def test_env_override_of_a_list_takes_a_toml_array_or_commas(tmp_path: Path, value: str) -> None:
+    s = load_settings(write(tmp_path, GOOD), env={"RINGMASTER__KAFKA__TOPICS": value})
+    assert s.kafka.topics == ["a", "b"]
+
+
+def test_env_override_of_a_list_with_a_broken_array_names_the_variable(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="RINGMASTER__KAFKA__TOPICS: expected a TOML array") as info:
+        load_settings(write(tmp_path, GOOD), env={"RINGMASTER__KAFKA__TOPICS": '["a", '})
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("var", "value", "needle"), [
+    ("RINGMASTER__WORKERS__PROCESSES", "abc", "workers.processes: Input should be a valid integer"),
+    ("RINGMASTER__WORKERS__PAUSE_ABOVE", "high", "workers.pause_above"),
+    ("RINGMASTER__SUPERVISOR__STOP_WHEN_CAUGHT_UP", "maybe", "supervisor.stop_when_caught_up"),
+])
+def test_bad_env_override_is_one_line_naming_the_key(tmp_path: Path, var: str, value: str,
+                                                      needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, GOOD), env={var: value})
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_env_overrides_of_numbers_and_booleans_are_validated_from_text(tmp_path: Path) -> None:
+    env = {"RINGMASTER__WORKERS__PAUSE_ABOVE": "0.9",
+           "RINGMASTER__SUPERVISOR__STOP_WHEN_CAUGHT_UP": "true",
+           "RINGMASTER__DEAD_LETTER__MAX_ATTEMPTS": "7",
+           "RINGMASTER__SPARK__CONF__SPARK_EXECUTOR_MEMORY": "2g"}
+    s = load_settings(write(tmp_path, GOOD), env=env)
+    assert s.workers.pause_above == 0.9
+    assert s.supervisor.stop_when_caught_up is True
+    assert s.dead_letter.max_attempts == 7
+    assert s.spark.conf == {"spark.executor.memory": "2g"}
+
+
+def test_plugin_settings_from_the_environment_are_toml_when_they_parse(tmp_path: Path) -> None:
+    env = {"RINGMASTER__WORKERS__SETTINGS__THRESHOLD": "0.8",
+           "RINGMASTER__WORKERS__SETTINGS__TOKEN": '"0x1F"',  # quoted: a string
+           "RINGMASTER__WORKERS__SETTINGS__MODE": "fast",
+           "RINGMASTER__WORKERS__SETTINGS__RAW": "0x1F"}
+    s = load_settings(write(tmp_path, GOOD), env=env)
+    assert s.workers.settings == {"threshold": 0.8, "token": "0x1F", "mode": "fast", "raw": 31}
+
+
+@pytest.mark.parametrize(("value", "expected"), [(1048576, 1048576), ("1048576", 1048576), (" 42 ", 42),
+                                                 (None, 7)])
+def test_librdkafka_int_takes_an_int_or_its_string(value: object, expected: int) -> None:
+    props = {} if value is None else {"message.max.bytes": value}
+    assert librdkafka_int(props, "message.max.bytes", 7) == expected
+
+
+@pytest.mark.parametrize("value", ["1_000", "0x10", "1e6", "", True, 1.5])
+def test_librdkafka_int_rejects_what_librdkafka_would(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"message\.max\.bytes: expected an integer"):
+        librdkafka_int({"message.max.bytes": value}, "message.max.bytes", 7)
 
 
 def test_secrets_are_redacted(tmp_path: Path) -> None:
     s = load_settings(write(tmp_path, GOOD), env={})
     assert redacted(s)["kafka"]["consumer"]["sasl.password"] == "***"
     assert "hunter2" not in str(redacted(s))
+
+
+SECRETS = [
+    # librdkafka (CONFIGURATION.md)
+    "sasl.password", "ssl.key.password", "ssl.key.pem", "ssl_key", "ssl.keystore.password",
+    "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase", "sasl.oauthbearer.assertion.private.key.pem",
+    # Java clients, schema registry, Spark/Hadoop conf
+    "sasl.jaas.config", "ssl.keystore.key", "ssl.truststore.password", "basic.auth.user.info",
+    "schema.registry.basic.auth.user.info", "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net", "spark.authenticate.secret",
+    "spark.ssl.keyPassword",
+    # plugin settings
+    "password", "db_password", "secret", "client_secret", "token", "auth_token", "accessToken",
+    "api_key", "apikey", "API-Key", "credential", "credentials", "passphrase", "private_key",
+    "privateKey", "aws_access_key_id",
+]
+NOT_SECRETS = [
+    "ssl.key.location", "ssl.keystore.location", "ssl.certificate.location", "ssl.ca.location",
+    "sasl.oauthbearer.assertion.private.key.file", "sasl.oauthbearer.assertion.jwt.template.file",
+    "sasl.oauthbearer.assertion.file", "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.credentials.client.id", "sasl.username",
+    "sasl.kerberos.keytab", "sasl.mechanisms", "security.protocol", "api.version.request",
+    "ssl.endpoint.identification.algorithm", "fetch.max.bytes", "model_path", "tokenizer",
+    "max_tokens", "threshold", "private_key_file",
+]
+
+
+@pytest.mark.parametrize("key", SECRETS)
+def test_secret_keys_are_redacted(key: str) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", NOT_SECRETS)
+def test_paths_ids_and_plain_settings_stay_visible(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+def test_redacted_hides_secrets_in_every_section(tmp_path: Path) -> None:
+    text = GOOD + """[workers.settings]
+api_key = "k-123"
+model_path = "/m"
+[workers.settings.db]
+password = "p-456"
+[spark.conf]
+"spark.hadoop.fs.s3a.secret.key" = "s-789"
+"""
+    text = text.replace('"sasl.password" = "hunter2"', '"sasl.password" = "hunter2"\n'
+                        '"sasl.oauthbearer.assertion.private.key.passphrase" = "pp-0"\n'
+                        '"ssl.key.location" = "/etc/key.pem"')
+    out = redacted(load_settings(write(tmp_path, text), env={}))
+    for leaked in ("hunter2", "pp-0", "k-123", "p-456", "s-789"):
+        assert leaked not in str(out)
+    assert out["kafka"]["consumer"]["ssl.key.location"] == "/etc/key.pem"
+    assert out["workers"]["settings"]["model_path"] == "/m"
 
 
 @pytest.mark.parametrize(("text", "needle"), [

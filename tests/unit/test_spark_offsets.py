@@ -1,0 +1,195 @@
+"""Offset planning of the Spark source against a fake Kafka client: no Java, no broker, no
+SparkSession. Partitions added to a running topic are only testable here: the test broker
+(Tansu) does not support create_partitions."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import OFFSET_INVALID, TopicPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from runtime.errors import RingmasterError
+from runtime.execution import RetryPolicy
+from runtime.spark import offsets as ko
+from runtime.spark.apply import PluginJob, applier
+from runtime.spark.source import KafkaRange, KafkaStreamReader
+
+
+class FakeClient:
+    """Partitions per topic, low/high watermarks and committed offsets, all changeable."""
+
+    def __init__(self, partitions: dict[str, int], highs: dict[tuple[str, int], int],
+                 lows: dict[tuple[str, int], int] | None = None,
+                 commits: dict[tuple[str, int], int] | None = None) -> None:
+        self.partitions = partitions
+        self.highs = highs
+        self.lows = lows or {}
+        self.commits = commits or {}
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        known = {topic: SimpleNamespace(partitions=dict.fromkeys(range(self.partitions[topic])), error=None)}
+        return SimpleNamespace(topics=known if topic in self.partitions else {})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> Any:
+        key = (tp.topic, tp.partition)
+        return self.lows.get(key, 0), self.highs.get(key, 0)
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(t.topic, t.partition, self.commits.get((t.topic, t.partition), OFFSET_INVALID))
+                for t in tps]
+
+    def close(self) -> None:
+        pass
+
+
+def tps(c: FakeClient) -> list[tuple[str, int]]:
+    return ko.partitions_of(c, sorted(c.partitions))
+
+
+# --- JSON offsets: strict and explicit -------------------------------------------------------
+
+def test_json_offsets_resolve_spark_conventions() -> None:
+    c = FakeClient({"in": 3}, highs={("in", 2): 40}, lows={("in", 1): 3})
+    got = ko.parse(json.dumps({"in": {"0": 5, "1": -2, "2": -1}}), c, tps(c), "list")
+    assert got == {"in": {"0": 5, "1": 3, "2": 40}}
+
+
+@pytest.mark.parametrize(("ending", "fix"), [(False, "give -2 for earliest"), (True, "give -1 for latest")])
+def test_json_offsets_missing_a_partition_are_an_error_naming_it(ending: bool, fix: str) -> None:
+    c = FakeClient({"in": 3, "other": 1}, highs={})
+    with pytest.raises(RingmasterError) as info:
+        ko.parse(json.dumps({"in": {"0": 5}}), c, tps(c), "list", what="--from", ending=ending)
+    msg = str(info.value)
+    assert "in[1], in[2], other[0]" in msg and fix in msg and msg.startswith("--from")
+
+
+@pytest.mark.parametrize(("given", "needle"), [
+    ({"in": {"0": 1}, "nope": {"0": 1}}, "'nope' not in kafka.topics (in)"),
+    ({"in": {"0": 1, "7": 1}}, "no such partition in[7]"),
+    ({"in": {"0": -3}}, "in[0] must be -2 (earliest), -1 (latest) or an offset"),
+    ({"in": {"0": "5"}}, "expected earliest, latest, committed or JSON"),
+    ({"in": {"x": 5}}, "expected earliest, latest, committed or JSON"),
+    (["in"], "expected earliest, latest, committed or JSON"),
+])
+def test_bad_json_offsets_are_refused(given: Any, needle: str) -> None:
+    c = FakeClient({"in": 1}, highs={})
+    with pytest.raises(RingmasterError) as info:
+        ko.parse(json.dumps(given), c, tps(c), "list")
+    assert needle in str(info.value)
+
+
+def test_earliest_is_refused_as_an_end() -> None:
+    c = FakeClient({"in": 1}, highs={})
+    with pytest.raises(RingmasterError, match="must be -1"):
+        ko.parse('{"in": {"0": -2}}', c, tps(c), "list", ending=True)
+
+
+def test_committed_falls_back_to_earliest_per_partition_and_never_below_it() -> None:
+    c = FakeClient({"in": 3}, highs={}, lows={("in", 0): 4, ("in", 1): 3, ("in", 2): 6},
+                   commits={("in", 0): 7, ("in", 2): 2})  # in[2]: committed before retention
+    assert ko.parse("committed", c, tps(c), "list") == {"in": {"0": 7, "1": 3, "2": 6}}
+
+
+# --- backfill plan: what is read is what is counted ------------------------------------------
+
+def test_plan_counts_exactly_the_ranges_it_reads() -> None:
+    c = FakeClient({"in": 3}, highs={("in", 0): 100, ("in", 1): 50, ("in", 2): 0}, lows={("in", 1): 20})
+    start, end = ko.plan(c, tps(c), "list", json.dumps({"in": {"0": 10, "1": 0, "2": -2}}), "latest")
+    planned = ko.ranges(start, end)
+    # in[1] 0..20 was deleted by retention: it is not read, so not counted; in[2] is empty.
+    assert planned == [("in", 0, 10, 100), ("in", 1, 20, 50)]
+    assert ko.records(planned) == 120
+
+
+def test_plan_refuses_a_start_past_its_end() -> None:
+    c = FakeClient({"in": 2}, highs={})
+    with pytest.raises(RingmasterError, match=r"--from is past --to for in\[1\] 30 > 20"):
+        ko.plan(c, tps(c), "list", '{"in": {"0": 0, "1": 30}}', '{"in": {"0": 5, "1": 20}}')
+
+
+def test_ranges_never_skip_a_partition_without_a_start() -> None:
+    with pytest.raises(RingmasterError, match=r"no start offset for in\[1\]"):
+        ko.ranges({"in": {"0": 0}}, {"in": {"0": 5, "1": 5}})
+
+
+# --- the streaming reader ----------------------------------------------------------------------
+
+def reader(c: FakeClient, **options: str) -> KafkaStreamReader:
+    r = KafkaStreamReader({"topics": ",".join(sorted(c.partitions)), "bootstrap": "x", "group": "g",
+                           "endoffsets": "list", **options})
+    r._client = c
+    return r
+
+
+def test_partitions_added_while_running_are_read_from_their_beginning() -> None:
+    c = FakeClient({"in": 2}, highs={("in", 0): 10, ("in", 1): 10})
+    r = reader(c)
+    start = r.initialOffset()
+    first = r.latestOffset(start, ReadAllAvailable())
+    assert first == {"in": {"0": 10, "1": 10}}
+    c.partitions["in"] = 3  # a partition is added while the query runs
+    c.highs[("in", 2)] = 50
+    second = r.latestOffset(first, ReadAllAvailable())
+    assert second == {"in": {"0": 10, "1": 10, "2": 50}}
+    assert r.partitions(first, second) == [KafkaRange("in", 2, 0, 50)]
+
+
+def test_a_partition_missing_from_the_checkpoint_starts_at_earliest_within_the_limit() -> None:
+    c = FakeClient({"in": 2}, highs={("in", 0): 100, ("in", 1): 60}, lows={("in", 1): 5})
+    r = reader(c)
+    checkpoint = {"in": {"0": 90}}  # restart: in[1] is not in the checkpoint's offsets
+    end = r.latestOffset(checkpoint, ReadMaxRows(40))
+    assert end == {"in": {"0": 100, "1": 35}}, "in[1]'s backlog from its low watermark shares the budget"
+    planned = r.partitions(checkpoint, end)
+    assert planned == [KafkaRange("in", 0, 90, 100), KafkaRange("in", 1, 5, 35)]
+    assert sum(p.end - p.start for p in planned) == 40
+    assert r.latestOffset(end, ReadMaxRows(1000)) == {"in": {"0": 100, "1": 60}}
+
+
+def test_a_lower_end_never_moves_a_partition_back() -> None:
+    c = FakeClient({"in": 1}, highs={("in", 0): 40})  # e.g. a stale ListOffsets answer
+    r = reader(c)
+    assert r.latestOffset({"in": {"0": 50}}, ReadAllAvailable()) == {"in": {"0": 50}}
+    assert r.latestOffset({"in": {"0": 50}}, ReadMaxRows(10)) == {"in": {"0": 50}}
+
+
+def test_available_now_reads_to_the_target_including_partitions_new_since_the_checkpoint() -> None:
+    c = FakeClient({"in": 2}, highs={("in", 0): 30, ("in", 1): 20})
+    r = reader(c)
+    r.prepareForTriggerAvailableNow()
+    c.highs[("in", 0)] = 1000  # arrives after the run started: not part of it
+    end = r.latestOffset({"in": {"0": 10}}, ReadMaxRows(1000))
+    assert end == {"in": {"0": 30, "1": 20}}
+
+
+def test_admission_shares_the_budget_fairly() -> None:
+    got = ko.admit({"a": {"0": 0, "1": 0}, "b": {"0": 0}}, {"a": {"0": 5, "1": 100}, "b": {"0": 100}}, 61)
+    assert got == {"a": {"0": 5, "1": 28}, "b": {"0": 28}}
+    assert sum(got["a"].values()) + got["b"]["0"] == 61
+
+
+# --- plugin outputs for a Parquet backfill ------------------------------------------------------
+
+def apply_probe(to_parquet: bool, output_topic: str | None) -> list[dict[str, Any]]:
+    rows = [{"topic": "in", "partition": 0, "offset": i, "key": b"k", "value": v, "headers": [],
+             "timestamp_type": 0, "timestamp": 0} for i, v in enumerate([b"a", b"reject:b", b"c"])]
+    job = PluginJob("probe", {}, output_topic, "dlq", RetryPolicy(1, 0, 0), to_parquet)
+    out = list(applier(job)(iter([pa.RecordBatch.from_pylist(rows)])))
+    return [r for rb in out for r in rb.to_pylist()]
+
+
+def test_parquet_backfill_keeps_outputs_without_an_output_topic() -> None:
+    rows = apply_probe(to_parquet=True, output_topic=None)
+    assert [r["topic"] for r in rows] == [None, None, "dlq"]
+    assert [json.loads(r["value"])["id"] for r in rows[:2]] == ["a", "c"]
+    assert rows[2]["value"] == b"reject:b"
+
+
+def test_kafka_sink_rows_need_a_topic() -> None:
+    assert [r["topic"] for r in apply_probe(to_parquet=False, output_topic=None)] == ["dlq"]
+    assert [r["topic"] for r in apply_probe(to_parquet=False, output_topic="out")] == ["out", "out", "dlq"]
