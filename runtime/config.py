@@ -166,6 +166,7 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+    max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
     if check_plugin:
         check_plugin_importable(settings.workers.plugin)
     return settings
@@ -360,8 +361,7 @@ def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
 def max_message_bytes(settings: Settings) -> int:
     """The producer's message.max.bytes (librdkafka's default 1,000,000): the size a dead
     letter is made to fit."""
-    value = settings.kafka.producer.get("message.max.bytes", 1_000_000)
     try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 1_000_000
+        return librdkafka_int(settings.kafka.producer, "message.max.bytes", 1_000_000)
+    except ConfigError as exc:
+        raise ConfigError(f"kafka.producer.{exc}") from None

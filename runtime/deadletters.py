@@ -103,6 +103,8 @@ class DeadLetterDesk:
     def _delivered(self, x: _Letter, err: Any) -> None:
         """Runs in: producer.poll(), on the supervisor's thread."""
         x.in_flight = False
+        if err is not None and self._producer is not None:
+            self._producer.note(err)
         if err is None:
             self._waiting.remove(x)
             self._done.append((x.tp, x.batch_id))

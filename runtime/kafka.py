@@ -414,6 +414,16 @@ RECORD_ERRORS = frozenset({
 })
 
 
+# Errors that mean the producer's own idempotence state is lost or fenced: it will fail every
+# message from now on, so its owner replaces it (seen on the embedded broker after messages
+# timed out during an outage: every retry came back PRODUCER_FENCED).
+PRODUCER_STATE_ERRORS = frozenset({
+    _CKError.PRODUCER_FENCED, _CKError.INVALID_PRODUCER_EPOCH, _CKError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    _CKError.UNKNOWN_PRODUCER_ID, _CKError.INVALID_PRODUCER_ID_MAPPING, _CKError._FENCED,
+    _CKError._FATAL, _CKError._INCONSISTENT, _CKError._GAPLESS_GUARANTEE,
+})
+
+
 def is_record_error(err: _CKError) -> bool:
     return err.code() in RECORD_ERRORS
 
@@ -451,6 +461,12 @@ class OutputProducer:
     def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
         if err is not None:
             self._failures.append((str(msg.topic()), err))
+            self.note(err)
+
+    def note(self, err: _CKError) -> None:
+        """Remember a delivery error that breaks the producer itself (see PRODUCER_STATE_ERRORS)."""
+        if err.code() in PRODUCER_STATE_ERRORS or err.fatal():
+            self.fatal = self.fatal or str(err)
 
     def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
                 headers: list[tuple[str, bytes | None]] | None = None,

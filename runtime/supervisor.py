@@ -385,12 +385,15 @@ class Supervisor:
                 workers[h.pid] = cpu_s
         return _usage(os.getpid())[1] or 0.0, workers
 
-    def status(self) -> StatusSnapshot:
+    def status(self, flows: list[PartitionFlow] | None = None) -> StatusSnapshot:
+        """The snapshot; ``flows``: these partitions instead of the ones held now (the final
+        snapshot shows what was held when the stop began)."""
         now = self.clock()
         elapsed = max(now - self._started_at, 1e-9)
         first = self.intake.first_record_at
         working = max(now - first, 1e-9) if first is not None else elapsed
-        parts = [self._partition_status(f) for f in sorted(self.flows.values(), key=lambda f: f.tp)]
+        held = self.flows.values() if flows is None else flows
+        parts = [self._partition_status(f) for f in sorted(held, key=lambda f: f.tp)]
         workers = []
         for h, life in zip(self.pool.handles, self.workforce.lives, strict=True):
             rss, cpu_s = _usage(h.pid) if h.alive else (None, None)
@@ -441,7 +444,7 @@ class Supervisor:
             pending_batches=f.pending(), records=f.records_done, consumed=f.consumed, outputs=f.outputs,
             dead_letters=f.dead_letters, hot_key=f.hot_key)
 
-    def report_if_due(self, force: bool = False) -> None:
+    def report_if_due(self, force: bool = False, flows: list[PartitionFlow] | None = None) -> None:
         now = self.clock()
         interval = self.notifier.watchdog_interval_s
         if interval and now - self._last_watchdog >= interval:
@@ -450,7 +453,7 @@ class Supervisor:
         if not force and now - self._last_status < self.s.supervisor.status_interval_s:
             return
         self._last_status = now
-        snapshot = self.status()
+        snapshot = self.status(flows)
         self.latest_status = snapshot
         self.status_file.write(snapshot)
         if self.on_status is not None:
@@ -514,8 +517,9 @@ class Supervisor:
             while self.dead_letters.pending() and self.clock() < until:
                 self.deliver_dead_letters()
                 time.sleep(0.02)
+        held = list(self.flows.values())
         self.assignment.release(list(self.flows), commit=True)
-        self.report_final()
+        self.report_final(held)
         # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
         # end the process within shutdown_timeout_s whatever the group is doing.
         self.consumer.close(max(1.0, deadline - self.clock()))
@@ -528,8 +532,8 @@ class Supervisor:
             if h.results is not None:
                 h.results.read()
 
-    def report_final(self) -> None:
-        self.report_if_due(force=True)
+    def report_final(self, flows: list[PartitionFlow] | None = None) -> None:
+        self.report_if_due(force=True, flows=flows)
         self.final_status = self.latest_status
 
 

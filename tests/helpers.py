@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from runtime.kafka import ensure_topics
 
@@ -91,6 +91,56 @@ def read_topic(bootstrap: str, topic: str, expect: int, timeout_s: float = 60.0,
     return out
 
 
+Row = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]  # key, value, headers
+
+
+def produce_rows(bootstrap: str, topic: str, rows: Iterable[Row], partitions: int,
+                 extra: dict[str, Any] | None = None) -> dict[int, int]:
+    """Produce (key, value, headers) rows round-robin over partitions; records per partition."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
+                  **(extra or {})})
+    counts: dict[int, int] = {}
+    for i, (key, value, headers) in enumerate(rows):
+        part = i % partitions
+        while True:
+            try:
+                p.produce(topic, value, key=key, partition=part, headers=headers)
+                break
+            except BufferError:
+                p.poll(0.05)
+        counts[part] = counts.get(part, 0) + 1
+    assert p.flush(30) == 0
+    return counts
+
+
+def read_all(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Any]:
+    """Every record of a topic, read by assignment (no group to join) up to the end of each
+    partition (end-of-partition events come from fetch responses: right on Tansu too)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("read-all"),
+                  "enable.partition.eof": True, "enable.auto.commit": False,
+                  "fetch.message.max.bytes": 16 * 2**20, "receive.message.max.bytes": 64 * 2**20})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        parts = sorted(meta.partitions)
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        at_end: set[int] = set()
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(parts):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic}: no end of partition after {timeout_s} s")
+            for m in c.consume(1000, 0.2):
+                err = m.error()
+                if err is None:
+                    out.append(m)
+                    at_end.discard(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+        return out
+    finally:
+        c.close()
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
@@ -142,9 +192,10 @@ class Ringmaster:
     """One `ringmaster run` daemon in a subprocess, observed through its status file."""
 
     def __init__(self, config: dict[str, Any], tmp: Path, name: str = "rm",
-                 args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
+                 args: Iterable[str] = (), env: dict[str, str] | None = None,
+                 status_path: Path | None = None) -> None:
         self.dir = tmp
-        self.status_path = tmp / f"{name}.status.json"
+        self.status_path = status_path or tmp / f"{name}.status.json"
         self.log_path = tmp / f"{name}.log"
         config = json.loads(json.dumps(config))
         config.setdefault("supervisor", {})["status_file"] = str(self.status_path)
@@ -159,7 +210,7 @@ class Ringmaster:
     def status(self) -> dict[str, Any] | None:
         try:
             return json.loads(self.status_path.read_text())
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):
             return None
 
     def wait_status(self, pred: Callable[[dict[str, Any]], Any], timeout_s: float, what: str) -> Any:

@@ -1,5 +1,12 @@
 """A loopback TCP proxy that a test can cut (close every connection, refuse new ones) and
-restore: the broker "goes away and comes back" without losing its in-memory state."""
+restore: the broker "goes away and comes back" without losing its in-memory state.
+
+It also reads the Kafka protocol's framing (a 4-byte size, then the request, whose first
+two bytes are the API key) from client to broker, so that a test can make the broker
+refuse one kind of request while everything else goes on: ``block(PRODUCE, "stall")``
+swallows Produce requests (the broker seems unreachable to producers only: consumers
+still fetch and commit), ``block(PRODUCE, "reset")`` drops the connection that sent one
+(the broker refuses it)."""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ import contextlib
 import selectors
 import socket
 import threading
+
+PRODUCE = 0  # Kafka API key of Produce requests
 
 
 class Proxy:
@@ -17,6 +26,15 @@ class Proxy:
         self._listener: socket.socket | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._blocked: dict[int, str] = {}  # api key -> "stall" | "reset"
+        self.swallowed = 0
+
+    def block(self, api_key: int, how: str = "stall") -> None:
+        assert how in ("stall", "reset")
+        self._blocked[api_key] = how
+
+    def unblock(self, api_key: int) -> None:
+        self._blocked.pop(api_key, None)
 
     def start(self) -> Proxy:
         self.restore()
@@ -68,16 +86,33 @@ class Proxy:
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        """a: the client, b: the broker."""
         sel = selectors.DefaultSelector()
         sel.register(a, selectors.EVENT_READ, b)
         sel.register(b, selectors.EVENT_READ, a)
+        pending = b""  # client bytes not yet forwarded: an incomplete request
         try:
             while not self._stop.is_set():
                 for key, _ in sel.select(0.5):
                     data = key.fileobj.recv(65536)  # type: ignore[union-attr]
                     if not data:
                         return
-                    key.data.sendall(data)
+                    if key.fileobj is not a:
+                        key.data.sendall(data)
+                        continue
+                    pending += data
+                    while len(pending) >= 6:
+                        size = int.from_bytes(pending[:4], "big")
+                        if len(pending) < 4 + size:
+                            break
+                        request, pending = pending[:4 + size], pending[4 + size:]
+                        how = self._blocked.get(int.from_bytes(request[4:6], "big", signed=True))
+                        if how == "reset":
+                            return
+                        if how == "stall":
+                            self.swallowed += 1
+                            continue
+                        b.sendall(request)
         except OSError:
             return
         finally:

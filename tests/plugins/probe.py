@@ -1,56 +1,185 @@
 """A test plugin driven by record values, with a journal of what it processed.
 
-Values: ``<id>`` is processed; ``raise:<id>`` raises; ``crash:<id>`` kills the worker
-(``os._exit``); ``hang:<id>`` never returns; ``reject:<id>`` is rejected through the API.
-Setting ``fail_setup`` makes setup() raise. Output: JSON with the id and
-where it came from. Settings: ``sleep_ms`` per record, ``journal_dir`` (one file per
-worker process: ``partition offset pid monotonic_ns`` per record, written per batch).
+A value is ``[command[=arg]:]id[#padding]``. Plain ids are processed: the output is JSON
+with the id and where it came from. Commands (per record, in ``process``):
+
+==================  =====================================================================
+raise               raise ValueError
+crash               os._exit(13)
+osexit=N            os._exit(N)
+sysexit=N           sys.exit(N)
+signal=N            os.kill(self, N)
+hang                sleep for an hour
+reject              Reject(record) through the API
+return=KIND         process() returns a wrong type for the whole batch: str, dict, int0,
+                    false, emptystr, bytes
+yield=KIND          process() yields a wrong item: dict, int, tuple3, outdict (Output value
+                    a dict), outkeyint, outheaders, outtopic
+fork                os.fork(); the child goes on as if nothing happened (the runtime must
+                    stop it), the parent processes the record
+forkdaemon          fork a child that sleeps for an hour and writes its pid to pid_dir
+leak=MiB            keep MiB of memory for good
+bigout=N            an output of N bytes
+route=TOPIC         the output goes to TOPIC (Output(topic=...))
+backoff=S           raise Backoff(S) the first time this id is seen (state_dir), then process
+backoffall=S        the same with scope="all"
+flaky=N             raise the first N times this id is seen (state_dir), then process
+notopic             yield an Output without a topic (and nothing else for this record)
+==================  =====================================================================
+
+Settings: ``sleep_ms`` per record; ``journal_dir`` (one file per worker process:
+``topic partition offset pid monotonic_ns`` per record, written per batch); ``state_dir``
+(files that outlive worker restarts); ``pid_dir``; ``fail_setup`` (always) or
+``fail_setup_on`` (incarnations, e.g. [2, 3]: ``worker-0.2`` is incarnation 2 of worker 0);
+``setup_exit`` {code, on, how: "os"|"sys"}; ``hang_setup_on``; ``fail_teardown``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from runtime.plugin import Context, Output, Record, Reject
+from runtime.plugin import Backoff, Context, Output, Record, Reject
 
 _sleep_s = 0.0
 _journal: int | None = None
+_state_dir: str | None = None
+_pid_dir: str | None = None
+_fail_teardown = False
+_leaked: list[bytearray] = []
+
+
+def _incarnation(context: Context) -> int:
+    return int(context.worker_id.rsplit(".", 1)[1])
 
 
 def setup(context: Context) -> None:
-    global _sleep_s, _journal
-    if context.settings.get("fail_setup"):
+    global _sleep_s, _journal, _state_dir, _pid_dir, _fail_teardown
+    s = context.settings
+    n = _incarnation(context)
+    if s.get("fail_setup") or n in s.get("fail_setup_on", ()):
         raise RuntimeError("setup refused: fail_setup is set")
-    _sleep_s = float(context.settings.get("sleep_ms", 0)) / 1000
-    jdir = context.settings.get("journal_dir")
+    exit_cfg = s.get("setup_exit")
+    if exit_cfg and n in exit_cfg.get("on", ()):
+        if exit_cfg.get("how") == "sys":
+            sys.exit(exit_cfg["code"])
+        os._exit(exit_cfg["code"])
+    if n in s.get("hang_setup_on", ()):
+        time.sleep(3600)
+    _sleep_s = float(s.get("sleep_ms", 0)) / 1000
+    _state_dir = s.get("state_dir")
+    _pid_dir = s.get("pid_dir")
+    _fail_teardown = bool(s.get("fail_teardown"))
+    jdir = s.get("journal_dir")
     if jdir:
         _journal = os.open(os.path.join(jdir, f"{os.getpid()}.log"),
                            os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-def process(batch: Sequence[Record]) -> Iterator[Any]:
+def teardown() -> None:
+    if _fail_teardown:
+        raise RuntimeError("teardown refused: fail_teardown is set")
+
+
+def _seen(name: str) -> int:
+    """How many times this name was seen before (a file per name in state_dir)."""
+    assert _state_dir, "this command needs the state_dir setting"
+    path = os.path.join(_state_dir, name.replace("/", "_"))
+    try:
+        with open(path) as f:
+            n = int(f.read() or 0)
+    except FileNotFoundError:
+        n = 0
+    with open(path, "w") as f:
+        f.write(str(n + 1))
+    return n
+
+
+def parse(value: str) -> tuple[str, str, str]:
+    """(command, argument, id) of a value."""
+    head = value.split("#", 1)[0]
+    if ":" not in head:
+        return "", "", head
+    cmd, ident = head.split(":", 1)
+    name, _, arg = cmd.partition("=")
+    return name, arg, ident
+
+
+_WRONG_RETURNS: dict[str, Any] = {"str": "abc", "dict": {"a": 1}, "int0": 0, "false": False,
+                                  "emptystr": "", "bytes": b"xyz"}
+
+
+def _wrong_item(kind: str, r: Record) -> Any:
+    return {"dict": {"a": 1}, "int": 42, "tuple3": (b"k", b"v", b"x"),
+            "outdict": Output({"a": 1}),  # type: ignore[arg-type]
+            "outkeyint": Output(b"v", key=7),  # type: ignore[arg-type]
+            "outheaders": Output(b"v", headers="h=1"),  # type: ignore[arg-type]
+            "outtopic": Output(b"v", topic=""),
+            }[kind]
+
+
+def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
     lines = []
     outs: list[Any] = []
     for r in batch:
-        value = (r.value or b"").decode()
-        if value.startswith("raise:"):
+        value = (r.value or b"").decode(errors="replace")
+        cmd, arg, ident = parse(value)
+        if cmd == "raise":
             raise ValueError(f"poison record {value}")
-        if value.startswith("crash:"):
+        if cmd == "crash":
             os._exit(13)
-        if value.startswith("hang:"):
+        if cmd == "osexit":
+            os._exit(int(arg))
+        if cmd == "sysexit":
+            sys.exit(int(arg))
+        if cmd == "signal":
+            os.kill(os.getpid(), int(arg))
+            time.sleep(5)
+        if cmd == "hang":
             time.sleep(3600)
+        if cmd == "return":
+            return _WRONG_RETURNS[arg]
+        if cmd == "yield":
+            outs.append(_wrong_item(arg, r))
+            continue
+        if cmd == "fork" and os.fork() == 0:
+            pass  # the child goes on through the rest of process(), as a careless plugin would
+        if cmd == "forkdaemon":
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    time.sleep(3600)
+                finally:
+                    os._exit(0)
+            if _pid_dir:
+                with open(os.path.join(_pid_dir, f"{pid}.pid"), "w") as f:
+                    f.write(str(pid))
+        if cmd == "leak":
+            _leaked.append(bytearray(int(arg) * 2**20))
+        if cmd in ("backoff", "backoffall") and _seen(f"backoff-{r.topic}-{r.partition}-{r.offset}") == 0:
+            raise Backoff(float(arg), f"downstream down for {ident}",
+                          scope="all" if cmd == "backoffall" else "partition")
+        if cmd == "flaky" and _seen(f"flaky-{r.topic}-{r.partition}-{r.offset}") < int(arg):
+            raise RuntimeError(f"flaky record {value}")
         if _sleep_s:
             time.sleep(_sleep_s)
-        if value.startswith("reject:"):
+        if cmd == "reject":
             outs.append(Reject(r, f"rejected {value}"))
             continue
         lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()}\n")
-        outs.append(Output(json.dumps({"id": value, "p": r.partition, "o": r.offset,
-                                       "pid": os.getpid()}).encode(), key=r.key))
+        body = json.dumps({"id": ident if cmd else value.split("#", 1)[0], "p": r.partition, "o": r.offset,
+                           "pid": os.getpid(), "key": None if r.key is None else len(r.key)}).encode()
+        if cmd == "bigout":
+            body = body + b" " * int(arg)
+        if cmd == "notopic":
+            outs.append(Output(body, key=r.key, topic=None))
+            continue
+        outs.append(Output(body, key=r.key, topic=arg if cmd == "route" else None))
     if _journal is not None and lines:
         os.write(_journal, "".join(lines).encode())
     return iter(outs)
