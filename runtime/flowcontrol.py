@@ -52,7 +52,8 @@ class FlowControl:
                 fill = max(fills)
             else:
                 fill = shared
-            flow.flow_paused = wants_flow_pause(flow.flow_paused, fill, self.w.pause_above, self.w.resume_below)
+            flow.flow_paused = wants_flow_pause(flow.flow_paused, fill, self.w.pause_above,
+                                                self.w.resume_below)
             if self.w.ordering != "partition":
                 # Bounded run-ahead: a slow lane lets the others go on only this far past the
                 # committed offset, then the partition waits (memory, and duplicates after a

@@ -113,7 +113,9 @@ class Intake:
             flow = self.flows.get(tp)
             # RACE: one consume() can return a partition's last records and its EOF event
             # together (records applied above); an EOF counts only if nothing newer came after it.
-            if flow is not None and not flow.rewinding and (flow.next_offset is None or offset >= flow.next_offset):
+            if flow is None or flow.rewinding:
+                continue
+            if flow.next_offset is None or offset >= flow.next_offset:
                 flow.eof_at = offset
                 flow.last_activity = now
                 if flow.first_offset is None:
@@ -149,7 +151,8 @@ class Intake:
         may take."""
         shared = sum(sum(len(b.frame) for b in f.lanes.get(ANY_WORKER, ())) for f in self.flows.values())
         capacity = sum(h.ring.capacity for h in self.handles)
-        return (sum(fill * h.ring.capacity for fill, h in zip(fills, self.handles, strict=True)) + shared) / capacity
+        used = sum(fill * h.ring.capacity for fill, h in zip(fills, self.handles, strict=True))
+        return (used + shared) / capacity
 
     # ------------------------------------------------------------------ batching
     def cut_batches(self) -> None:

@@ -66,6 +66,7 @@ from runtime.workforce import Death, Workforce
 
 log = logging.getLogger("ringmaster.supervisor")
 
+Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, headers) of one record
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see run())
 _IDLE_WAIT_S = 0.02  # consume() waits this long for a first record when nothing is open
 _MAX_PLUGIN_BACKOFF_DOUBLINGS = 6
@@ -339,8 +340,8 @@ class Supervisor:
             h.process.join(5)
 
     # ------------------------------------------------------------------ dead letters
-    def _dead_letter(self, flow: PartitionFlow, batch_id: int, row: tuple[int, bytes | None, bytes | None, Any],
-                     error_type: str, message: str, attempts: int = 1) -> None:
+    def _dead_letter(self, flow: PartitionFlow, batch_id: int, row: Row, error_type: str, message: str,
+                     attempts: int = 1) -> None:
         if self.dead_letters is None:
             detail = f"offset {row[0]}: {error_type}: {message}"
             log.error("partition stopped at a failing record (no [dead_letter] topic)",
@@ -524,8 +525,8 @@ class Supervisor:
         # end the process within shutdown_timeout_s whatever the group is doing.
         self.consumer.close(max(1.0, deadline - self.clock()))
         self.workforce.stop_all(max(1.0, deadline - self.clock()), drain=self._drain_all_quietly)
-        log.info("supervisor stopped", extra={"records": self.totals.records,
-                                               "restarts": sum(life.restarts for life in self.workforce.lives)})
+        restarts = sum(life.restarts for life in self.workforce.lives)
+        log.info("supervisor stopped", extra={"records": self.totals.records, "restarts": restarts})
 
     def _drain_all_quietly(self) -> None:
         for h in self.pool.handles:
@@ -581,11 +582,13 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         check_space(sup.shm_dir, w.processes * (w.ring_bytes + 4096) + 8 * sup.max_partitions)
         segments = SegmentSet(sup.shm_dir)
         epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
-        pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method, worker_spec(settings, segments))
+        pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
+                          worker_spec(settings, segments))
         consumer = GroupConsumer(consumer_properties(settings))
         desk = None
         if settings.dead_letter.topic is not None:
-            desk = DeadLetterDesk(settings.dead_letter.topic, lambda: OutputProducer(producer_properties(settings)),
+            desk = DeadLetterDesk(settings.dead_letter.topic,
+                                  lambda: OutputProducer(producer_properties(settings)),
                                   max_message_bytes(settings), time.monotonic,
                                   settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
         pauses = None

@@ -80,7 +80,8 @@ def _rows(fault: Fault) -> list[tuple[bytes | None, bytes | None, Any]]:
     return [(str(i).encode(), fault.values.get(i, f"r{i}").encode(), None) for i in range(fault.n)]
 
 
-def _config(fault: Fault, bootstrap: str, names: dict[str, str], tmp: Path, dirs: dict[str, Path]) -> dict[str, Any]:
+def _config(fault: Fault, bootstrap: str, names: dict[str, str], tmp: Path,
+            dirs: dict[str, Path]) -> dict[str, Any]:
     workers = {"processes": 1, **fault.workers}
     cfg = base_config(bootstrap, names["in"], names["group"], tmp, **workers)
     settings = {k: (str(dirs["journal"]) if v == "JOURNAL" else v) for k, v in fault.settings.items()}
@@ -139,8 +140,12 @@ def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observ
                   workers={"processes": 2})
         obs, cfg = prepare(f, broker.bootstrap, tmp)
         obs.fault = fault
-        _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5, "retry_backoff_max_s": 2.0},
-                     "kafka": {"producer": {"request.timeout.ms": 1000, "retries": 1000000}}})
+        _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
+                                "retry_backoff_max_s": 2.0},
+                     "kafka": {"producer": {"request.timeout.ms": 1000}}})
+        def group_offsets() -> dict[int, int]:
+            return committed(broker.bootstrap, obs.names["group"], obs.names["in"], 2)
+
         proxy.block(PRODUCE, how)
         rm = Ringmaster(cfg, tmp, "rm")
         try:
@@ -148,11 +153,11 @@ def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observ
                 "delivery" in p["pause_reasons"] for p in s["partitions"]), 60, "deliveries to be deferred")
             obs.extra["during"] = during
             obs.extra["dead_during"] = read_all(broker.bootstrap, obs.names["dlq"])
-            obs.extra["committed_during"] = committed(broker.bootstrap, obs.names["group"], obs.names["in"], 2)
+            obs.extra["committed_during"] = group_offsets()
             obs.extra["swallowed"] = proxy.swallowed
             proxy.unblock(PRODUCE)
-            wait_for(lambda: committed(broker.bootstrap, obs.names["group"], obs.names["in"], 2) == obs.counts,
-                     90, "every offset committed after the outage", interval_s=0.3)
+            wait_for(lambda: group_offsets() == obs.counts, 90, "every offset committed after the outage",
+                     interval_s=0.3)
             obs.exit = rm.terminate(60)
         finally:
             rm.close()
@@ -181,7 +186,8 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     obs.fault = fault
     a = Ringmaster(cfg, tmp, "a")
     try:
-        s = a.wait_status(lambda s: s["records"] > 0 and all(w["alive"] for w in s["workers"]), 60, "progress")
+        s = a.wait_status(lambda s: s["records"] > 0 and all(w["alive"] for w in s["workers"]), 60,
+                          "progress")
         workers = [psutil.Process(w["pid"]) for w in s["workers"]]
         segments = [x for x in shm_segments() if x.startswith(f"ringmaster-{a.proc.pid}-")]
         a.kill()

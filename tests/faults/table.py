@@ -17,7 +17,8 @@ END = "<!-- fault-matrix:end -->"
 
 
 def render() -> str:
-    lines = [BEGIN, "", "| what happens when… | what ringmaster does | test (`tests/faults`) |", "|---|---|---|"]
+    lines = [BEGIN, "", "| what happens when… | what ringmaster does | test (`tests/faults`) |",
+             "|---|---|---|"]
     for group in dict.fromkeys(f.group for f in FAULTS):
         lines.append(f"| **{group}** | | |")
         lines.extend(f"| {f.when} | {f.then} | `{f.id}` |" for f in FAULTS if f.group == group)

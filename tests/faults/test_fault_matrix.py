@@ -122,7 +122,8 @@ def routed(obs: drive.Observation) -> None:
 
 
 def discarded_counted(obs: drive.Observation) -> None:
-    assert obs.status is not None and obs.status["discarded"] == obs.fault.n, obs.status and obs.status["discarded"]
+    assert obs.status is not None, "a final status was written"
+    assert obs.status["discarded"] == obs.fault.n, obs.status["discarded"]
 
 
 def outage_recovered(obs: drive.Observation) -> None:
@@ -159,4 +160,4 @@ def test_readme_table_matches_the_matrix() -> None:
     from .table import README, render
 
     text = Path(README).read_text()
-    assert render() in text, "README's 'What happens when' table is stale: python -m tests.faults.table --write"
+    assert render() in text, "README's table is stale: python -m tests.faults.table --write"

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -55,7 +54,9 @@ _leaked: list[bytearray] = []
 
 
 def _incarnation(context: Context) -> int:
-    return int(context.worker_id.rsplit(".", 1)[1])
+    """worker-0.2 is incarnation 2 of worker 0 (a Spark worker, spark-<pid>, counts as 1)."""
+    tail = context.worker_id.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else 1
 
 
 def setup(context: Context) -> None:
