@@ -28,6 +28,12 @@ def _fail(exc: RingmasterError) -> None:
 
 
 def _load(config: str | None) -> Settings:
+    # Like gunicorn, the current directory comes first on the import path, so a plugin module
+    # next to where `ringmaster` is started is found (a console script's sys.path[0] is the
+    # script's own directory instead). Workers inherit the path (spawn and forkserver).
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         return load_settings(config)
     except RingmasterError as exc:

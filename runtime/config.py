@@ -176,9 +176,16 @@ def check_plugin_importable(module_name: str) -> None:
     """Import the plugin once in the supervisor so a typo fails before Kafka is touched."""
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code is a plugin error
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # any import-time failure of user code, sys.exit() too
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
+            hint = (f" (searched the current directory {os.getcwd()!r}, PYTHONPATH and the installed "
+                    "packages: run ringmaster where the plugin's package is, set PYTHONPATH, or "
+                    "install it)")
         raise PluginError(
-            f"workers.plugin: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+            f"workers.plugin: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}"
         ) from None
     if not callable(getattr(module, "process", None)):
         raise PluginError(f"workers.plugin: module {module_name!r} has no process(batch) function")

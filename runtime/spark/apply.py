@@ -7,22 +7,38 @@ the same retry/bisect path as in a local worker. Outputs and dead letters become
 the Kafka sink, or for a Parquet directory (backfill --parquet): there an output with no
 topic is kept with a null topic, and a dead letter is a row whose topic is the dead-letter
 topic's name.
+
+The same failure model as a local worker, where Spark allows it:
+
+* a wrong output type, ``sys.exit()``, a ``Reject``: the same dead letters (runtime.execution);
+* an output larger than ``message.max.bytes`` is refused here, before the sink, so the
+  record that made it is dead-lettered as ``OutputRejected`` as it is locally; a dead letter
+  is made to fit the same way (runtime.deadletter);
+* ``Backoff`` raised by the plugin: the task waits and runs the same records again, in
+  order (doubling the wait if raised again). Spark has no partition to pause, so
+  ``scope="all"`` only holds this task; other tasks of the micro-batch go on. An outage of
+  the sink fails the task and Spark retries it (``spark.task.maxFailures``).
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from runtime.deadletter import dead_letter_headers
-from runtime.errors import RingmasterError
-from runtime.execution import RetryPolicy, run_batch
-from runtime.plugin import Context, Plugin, Record, load_plugin
+from runtime.deadletter import dead_letter_headers, fit_dead_letter
+from runtime.errors import BatchDeferred, OutputRejected, RingmasterError
+from runtime.execution import Outcome, RetryPolicy, run_batch
+from runtime.plugin import Context, Output, Plugin, Record, load_plugin
+
+log = logging.getLogger("ringmaster.spark")
+_MAX_BACKOFF_DOUBLINGS = 6
 
 OUTPUT_ARROW = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
                           ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
@@ -37,9 +53,11 @@ class PluginJob:
     policy: RetryPolicy
     # Rows go to a Parquet directory, not to Kafka: outputs without a topic are kept (topic null).
     to_parquet: bool = False
+    max_message_bytes: int = 1_000_000  # the producer's message.max.bytes
 
 
 _loaded: dict[str, Plugin] = {}
+_warned: list[bool] = []
 
 
 def _plugin(job: PluginJob) -> Plugin:
@@ -72,7 +90,7 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
             rows: list[dict[str, Any]] = []
             for records in groups.values():
                 records.sort(key=lambda x: x.offset)
-                outcome = run_batch(plugin, records, job.policy, who)
+                outcome = _run(plugin, records, job, who)
                 if outcome.failures and job.dead_letter_topic is None:
                     f = outcome.first_failure
                     assert f is not None
@@ -84,12 +102,41 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
                     if topic is not None or job.to_parquet:
                         rows.append({"topic": topic, "key": out.key, "value": out.value,
                                      "headers": _headers(out.headers)})
+                    elif not _warned:
+                        _warned.append(True)  # as a local worker: discarded, said once
+                        log.warning("plugin produced outputs without a topic and no [output] topic is "
+                                    "configured; they are discarded", extra={"worker": who})
                 for f in outcome.failures:
                     r = f.record
-                    rows.append({"topic": job.dead_letter_topic, "key": r.key, "value": r.value,
-                                 "headers": _headers(dead_letter_headers(
-                                     r.headers, error_type=f.error_type, message=f.message,
-                                     traceback=f.traceback, topic=r.topic, partition=r.partition,
-                                     offset=r.offset, attempts=f.attempts, worker=who))})
+                    letter = fit_dead_letter(r.key, r.value, dead_letter_headers(
+                        r.headers, error_type=f.error_type, message=f.message, traceback=f.traceback,
+                        topic=r.topic, partition=r.partition, offset=r.offset, attempts=f.attempts,
+                        worker=who), job.max_message_bytes)  # type: ignore[arg-type]
+                    rows.append({"topic": job.dead_letter_topic, "key": letter.key, "value": letter.value,
+                                 "headers": _headers(letter.headers)})
             yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
     return apply
+
+
+def _run(plugin: Plugin, records: list[Record], job: PluginJob, who: str) -> Outcome:
+    """run_batch, with outputs checked against message.max.bytes inside the retry path, and
+    the plugin's Backoff honoured by waiting in the task."""
+    def check_sizes(outputs: list[Output]) -> None:
+        for out in outputs:
+            size = len(out.key or b"") + len(out.value or b"") + sum(
+                len(k) + len(v or b"") for k, v in out.headers or [])
+            if size > job.max_message_bytes:
+                raise OutputRejected(f"an output of {size} bytes is larger than kafka.producer "
+                                     f"message.max.bytes ({job.max_message_bytes})")
+
+    waits = 0
+    while True:
+        try:
+            return run_batch(plugin, records, job.policy, who, deliver=check_sizes)
+        except BatchDeferred as d:
+            delay = (d.delay_s if d.delay_s is not None else job.policy.backoff_s) * 2 ** min(
+                waits, _MAX_BACKOFF_DOUBLINGS)
+            waits += 1
+            log.warning("plugin backing off; the task waits and runs the records again",
+                        extra={"worker": who, "reason": d.reason, "wait_s": delay})
+            time.sleep(delay)

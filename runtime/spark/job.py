@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runtime.config import Settings, consumer_properties, producer_properties
+from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import RingmasterError
 from runtime.execution import RetryPolicy
 
@@ -77,7 +77,7 @@ def plugin_job(settings: Settings, to_parquet: bool = False) -> Any:
     dl = settings.dead_letter
     return PluginJob(settings.workers.plugin, dict(settings.workers.settings), settings.output.topic,
                      dl.topic, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
-                     to_parquet)
+                     to_parquet, max_message_bytes(settings))
 
 
 def driver_client(settings: Settings) -> Any:

@@ -84,16 +84,20 @@ def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -
     return c
 
 
-@pytest.mark.parametrize("hot_paths", ["C", "Python"])
-def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[str, str],
-                                                       tmp_path: Path, hot_paths: str) -> None:
-    """Both implementations of the hot paths (runtime/_speedups.c and its Python twins)."""
+@pytest.mark.parametrize(("hot_paths", "start_method"), [("C", "spawn"), ("Python", "spawn"),
+                                                          ("C", "forkserver")])
+def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[str, str], tmp_path: Path,
+                                                       hot_paths: str, start_method: str) -> None:
+    """Both implementations of the hot paths (runtime/_speedups.c and its Python twins), and
+    every documented start method."""
     make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
     counts = produce(broker.bootstrap, names["in"], ids(6000), 4)
-    cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path))})
+    cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path))},
+                 start_method=start_method)
     env = {"RINGMASTER_NO_SPEEDUPS": "1" if hot_paths == "Python" else "0"}
     rm = run_until_caught_up(cfg, tmp_path, timeout_s=120, env=env)
-    assert f"frame_packer={hot_paths}" in rm.log_path.read_text(), "the path under test ran"
+    log = rm.log_path.read_text()
+    assert f"frame_packer={hot_paths}" in log and f"start_method={start_method}" in log, "what is tested ran"
     assert sorted(set(output_ids(broker.bootstrap, names["out"], 6000))) == sorted(ids(6000))
     assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
     assert_partition_order(journal(jdir(tmp_path)), max_runs=1)

@@ -225,3 +225,19 @@ def test_cli_check_prints_effective_config_redacted(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_a_plugin_next_to_where_ringmaster_runs_is_found_like_gunicorn(tmp_path: Path) -> None:
+    """Issue 9.12: the console script's sys.path[0] is its own bin directory, not the
+    current one; `ringmaster` puts the current directory first, as gunicorn does."""
+    (tmp_path / "localplugin.py").write_text("def process(batch):\n    return None\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(GOOD.replace('"workers.fingerprint"', '"localplugin"'))
+    script = Path(sys.executable).with_name("ringmaster")
+    ok = subprocess.run([str(script), "check", "-c", str(cfg)], capture_output=True, text=True, timeout=60,
+                        cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    cfg.write_text(GOOD.replace('"workers.fingerprint"', '"missingplugin"'))
+    bad = subprocess.run([str(script), "check", "-c", str(cfg)], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert bad.returncode == 3 and "current directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
