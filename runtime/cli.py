@@ -35,7 +35,12 @@ def _load(config: str | None) -> Settings:
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return load_settings(config)
+        settings = load_settings(config)
+        from runtime.config import consumer_properties, producer_properties
+        from runtime.kafka import check_client_properties
+
+        check_client_properties(consumer_properties(settings), producer_properties(settings))
+        return settings
     except RingmasterError as exc:
         _fail(exc)
         raise  # unreachable

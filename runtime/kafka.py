@@ -32,7 +32,7 @@ from confluent_kafka import KafkaError as _CKError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from runtime import speedups
-from runtime.errors import DeliveryFailed, KafkaError, OutputRejected
+from runtime.errors import ConfigError, DeliveryFailed, KafkaError, OutputRejected
 from runtime.frames import Columns, Headers, batch_head, encode_columns
 
 log = logging.getLogger(__name__)
@@ -541,6 +541,27 @@ def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes |
            "make the output smaller" if err.code() in (_CKError.MSG_SIZE_TOO_LARGE,
                                                        _CKError.RECORD_LIST_TOO_LARGE) else ""
     return f"the output to {topic!r} was refused: {err.str()}{size}{hint}"
+
+
+def check_client_properties(consumer_props: Mapping[str, Any], producer_props: Mapping[str, Any]) -> None:
+    """Let librdkafka judge every property (a typo, a bad value) before anything connects: a
+    client made without bootstrap.servers never touches the network. Raises ConfigError
+    naming the section."""
+    for section, client_type, props in (("kafka.consumer", Consumer, consumer_props),
+                                        ("kafka.producer", Producer, producer_props)):
+        # log_level 3: errors only (no notice that there is no bootstrap.servers: on purpose).
+        offline = {k: v for k, v in props.items() if k != "bootstrap.servers"} | {"log_level": 3}
+        try:
+            client = client_type(offline)
+        except KafkaException as exc:
+            err = exc.args[0]
+            raise ConfigError(f"{section}: {err.str() if isinstance(err, _CKError) else err}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{section}: {exc}") from None
+        if isinstance(client, Consumer):
+            client.close()
+        else:
+            client.flush(0)
 
 
 def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,

@@ -123,23 +123,34 @@ class Supervisor:
         """Run until stopped by a signal or (optionally) caught up. Returns the exit code;
         raises RingmasterError for a stop the user must act on."""
         self._install_signal_handlers()
-        self.start()
-        while not self.stopping:
-            self._last_tick = self.clock()
-            self.handle_signals()
-            self.apply_operator_pauses()
-            self.fetch()
-            self.intake.cut_batches()
-            self.intake.dispatch()
-            self.collect_results()
-            self.manage_workers()
-            self.deliver_dead_letters()
-            self.assignment.advance_rewinds()
-            self.flow_control.reconcile()
-            self.commits.commit_if_due()
-            self.report_if_due()
-            self.stop_if_caught_up()
-        self.shutdown()
+        try:
+            self.start()
+            while not self.stopping:
+                self._last_tick = self.clock()
+                self.handle_signals()
+                self.apply_operator_pauses()
+                self.fetch()
+                self.intake.cut_batches()
+                self.intake.dispatch()
+                self.collect_results()
+                self.manage_workers()
+                self.deliver_dead_letters()
+                self.assignment.advance_rewinds()
+                self.flow_control.reconcile()
+                self.commits.commit_if_due()
+                self.report_if_due()
+                self.stop_if_caught_up()
+        except RingmasterError as exc:
+            # A stop the user must act on (the plugin cannot start, a fatal Kafka error): it
+            # still ends like any stop – batches in progress finish, what is done is committed,
+            # the final status says why – and only then is it raised for the exit code.
+            self.exit_error = exc
+            log.critical(f"stopping: {exc}")
+        try:
+            self.shutdown()
+        except RingmasterError as exc:
+            log.error("stopping did not finish cleanly", extra={"error": str(exc)})
+            self.exit_error = self.exit_error or exc
         if self.exit_error is not None:
             raise self.exit_error
         return 0

@@ -59,7 +59,8 @@ class Life:
     restart_at: float | None = None
     kill: str | None = None  # why we are killing it (SIGTERM sent at term_sent_at)
     term_sent_at: float | None = None
-    start_failure: str | None = None  # FATAL report of this incarnation, or why it is failing to start
+    reported: str | None = None  # why this incarnation cannot start: its FATAL report, or a setup timeout
+    start_failure: str | None = None  # why the worker is failing to start (shown until it is ready)
     start_failures: int = 0  # in a row, this worker
     crashes: int = 0  # in a row since its last finished batch (restart back-off)
     last_exit: str | None = None
@@ -124,13 +125,13 @@ class Workforce:
             life.restarts += 1
         self.pool.spawn_worker(h)
         life.state = State.STARTING
-        life.restart_at = life.kill = life.term_sent_at = None
+        life.restart_at = life.kill = life.term_sent_at = life.reported = None
         # A start failure stays visible (status) until this incarnation is ready.
 
     # ------------------------------------------------------------------ reports
     def on_fatal_report(self, h: WorkerHandle, detail: str) -> None:
         """The worker could not start the plugin, and said why (it exits next)."""
-        self.lives[h.index].start_failure = detail
+        self.lives[h.index].reported = detail
 
     def on_batch_done(self, h: WorkerHandle) -> None:
         self.lives[h.index].crashes = 0
@@ -180,7 +181,7 @@ class Workforce:
         if life.state is State.STARTING and now - h.started_at > self.w.setup_timeout_s:
             reason = (f"plugin setup did not finish within {self.w.setup_timeout_s:g} s "
                       "(workers.setup_timeout_s)")
-            life.start_failure = reason
+            life.reported = reason
         elif h.board.in_phase_for_s(PHASE_CALL) > self.w.batch_timeout_s:
             reason = f"batch exceeded its deadline of {self.w.batch_timeout_s:g} s (workers.batch_timeout_s)"
         elif h.board.in_phase_for_s(PHASE_DELIVER) > self.delivery_bound_s:
@@ -247,7 +248,7 @@ class Workforce:
         return Death(h.index, batch if in_plugin else None, words)
 
     def _start_failed(self, h: WorkerHandle, life: Life, words: str) -> None:
-        reported = life.start_failure
+        reported = life.reported
         why = reported or f"worker {words} during start-up"
         life.start_failure = why
         life.start_failures += 1

@@ -241,3 +241,16 @@ def test_a_plugin_next_to_where_ringmaster_runs_is_found_like_gunicorn(tmp_path:
     bad = subprocess.run([str(script), "check", "-c", str(cfg)], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path)
     assert bad.returncode == 3 and "current directory" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("section", "prop", "needle"), [
+    ("kafka.consumer", '"fetch.wait.max.msec" = 10', "kafka.consumer: No such configuration property"),
+    ("kafka.producer", '"linger.ms" = "soon"', "kafka.producer: "),
+])
+def test_a_librdkafka_property_librdkafka_refuses_is_a_config_error_before_kafka(
+        tmp_path: Path, section: str, prop: str, needle: str) -> None:
+    text = GOOD.replace('[kafka.consumer]\n"sasl.password" = "hunter2"\n', "") + f"[{section}]\n{prop}\n"
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", "check", "-c", str(write(tmp_path, text))],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
