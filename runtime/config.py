@@ -135,6 +135,8 @@ class SparkSettings(_Section):
     trigger: str = Field(default="5 seconds", description='"availableNow" or a processing-time interval')
     max_records_per_trigger: int = Field(default=100_000, ge=0, description="0: no limit")
     end_offsets: Literal["list", "fetch"] = "list"
+    ordering_tasks: int = Field(default=0, ge=0, description="workers.ordering key/unordered: tasks "
+                                "records are spread over (0: Spark's default parallelism)")
     conf: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
 
     @field_validator("trigger")

@@ -394,6 +394,73 @@ def tuning_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def produce_keyed(bootstrap: str, topic: str, n: int, keys: int, partition_of: Any) -> None:
+    """256-byte records whose key is one of `keys` and whose partition is partition_of(i)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    blob = os.urandom(256)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, blob, key=f"key-{i % keys}".encode(), partition=partition_of(i))
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
+
+
+# The ordering sweep's data sets: (name, partitions, keys, partition of record i).
+ORDERING_SETS = [
+    ("one partition, 200 keys", 1, 200, lambda i: 0),
+    ("skewed: 4 partitions, 80 % in one, 1,000 keys", 4, 1000, lambda i: 0 if i % 10 < 8 else 1 + i % 3),
+]
+
+
+def ordering_sweep(args: argparse.Namespace) -> int:
+    """--ordering: workers.ordering = partition / key / unordered on one hot partition and on a
+    skewed topic, cpu work, 2 processes, interleaved runs; ratios against partition ordering
+    of the same invocation (and against the 2-core limit of the work unit)."""
+    out = Path(args.out)
+    n = args.records
+    with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
+        tmp = Path(tmpdir)
+        iterations, work_us = calibrate()
+        limit = psutil.cpu_count() / (work_us / 1e6)
+        console.print(f"work unit: {work_us:.1f} µs ({iterations} iterations); limit {limit:,.0f}/s")
+        sets = []
+        for name, partitions, keys, partition_of in ORDERING_SETS:
+            topic = f"bench-order-{uuid.uuid4().hex[:6]}"
+            ensure_topics(broker.bootstrap, [topic], partitions=partitions)
+            produce_keyed(broker.bootstrap, topic, n, keys, partition_of)
+            cases = [(f"{mode} ({name})", functools.partial(
+                run_ringmaster, broker.bootstrap, topic, n, "cpu", iterations, 2, tmp,
+                {"RINGMASTER__WORKERS__ORDERING": mode})) for mode in ("partition", "key", "unordered")]
+            measured = measure_all(cases, args.runs)
+            base = measured[0]["median"]
+            sets.append({"data": name, "rows": [{"ordering": mode, "x_partition": r["median"] / base,
+                                                 "share_of_limit": r["median"] / limit, **r}
+                                                for mode, r in zip(("partition", "key", "unordered"),
+                                                                   measured, strict=True)]})
+        work_after = time_work(iterations)
+    md = [f"# Ordering modes\n\n{n:,} × 256 B records, cpu work {work_us:.1f} µs/record ({work_after:.1f} µs "
+          f"when timed again after the runs; the 2-core limit is {limit:,.0f} records/s), ringmaster with 2 "
+          f"processes, embedded broker, {psutil.cpu_count()} cores, {args.runs} interleaved runs each; "
+          "× partition is against `ordering = \"partition\"` on the same data in the same invocation. "
+          "Produced by `./scripts/bench --ordering`.\n"]
+    for s in sets:
+        md += [f"## {s['data']}\n", "| ordering | records/s min / median / max | × partition | share of "
+               "the 2-core limit | supervisor µs/record |", "|---|---|---|---|---|"]
+        md += [f"| {r['ordering']} | {r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f} | "
+               f"{r['x_partition']:.2f} | {r['share_of_limit']:.0%} | {r['main_us_per_record']:.2f} |"
+               for r in s["rows"]]
+        md.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ordering.md").write_text("\n".join(md) + "\n")
+    (out / "ordering.json").write_text(json.dumps({"work_us": work_us, "work_us_after": work_after,
+                                                    "limit": limit, "records": n, "sets": sets}, indent=2))
+    console.print("\n".join(md))
+    return 0
+
+
 def main() -> int:
     # SIGTERM unwinds like Ctrl-C: the broker and runs in progress are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -410,11 +477,16 @@ def main() -> int:
                     help="no latency, revocation or memory figures")
     ap.add_argument("--rss-seconds", type=float, default=10.0,
                     help="how long to watch the supervisor's RSS with full rings")
+    ap.add_argument("--ordering", action="store_true",
+                    help="workers.ordering partition/key/unordered on a hot partition and a skewed topic "
+                         "(docs/ordering.md); use --records 40000")
     ap.add_argument("--tuning", action="store_true",
                     help="re-measure the README's Tuning table into docs/tuning.md and docs/tuning.json")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
+    if args.ordering:
+        return ordering_sweep(args)
     if args.tuning:
         return tuning_sweep(args)
     if args.rebalance_only:

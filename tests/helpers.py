@@ -274,11 +274,16 @@ def shm_segments() -> list[str]:
 
 def journal(dir_: Path) -> list[tuple[int, int, int, int]]:
     """(monotonic_ns, partition, offset, pid) of every processed record, by time."""
+    return [row[:4] for row in journal_with_keys(dir_)]  # type: ignore[misc]
+
+
+def journal_with_keys(dir_: Path) -> list[tuple[int, int, int, int, str]]:
+    """(monotonic_ns, partition, offset, pid, key hex or "-") of every processed record, by time."""
     rows = []
     for f in dir_.glob("*.log"):
         for line in f.read_text().splitlines():
-            _topic, part, off, pid, ns = line.split()
-            rows.append((int(ns), int(part), int(off), int(pid)))
+            _topic, part, off, pid, ns, key = line.split()
+            rows.append((int(ns), int(part), int(off), int(pid), key))
     return sorted(rows)
 
 

@@ -122,6 +122,27 @@ class GroupCommitter:
         self._c.close()
 
 
+def arrange(df: Any, settings: Settings) -> Any:
+    """``workers.ordering`` means the same on Spark as in the local runtime:
+
+    * ``partition``: one task per Kafka partition range, as the source reads it; the plugin
+      sees each partition's records in offset order;
+    * ``key``: records are shuffled by (topic, partition, key) over ``spark.ordering_tasks``
+      tasks (default: Spark's default parallelism) and sorted by offset within each task, so a
+      partition's keys are spread over tasks and each key's records reach one task, in offset
+      order (records without a key stay together, in partition order);
+    * ``unordered``: records are spread round-robin, and each task's share of a partition is
+      still run in offset order (run_batch groups by partition)."""
+    ordering = settings.workers.ordering
+    if ordering == "partition":
+        return df
+    tasks = settings.spark.ordering_tasks or df.sparkSession.sparkContext.defaultParallelism
+    if ordering == "key":
+        return df.repartition(tasks, "topic", "partition", "key").sortWithinPartitions(
+            "topic", "partition", "offset")
+    return df.repartition(tasks).sortWithinPartitions("topic", "partition", "offset")
+
+
 def run_stream(settings: Settings) -> int:
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -150,7 +171,7 @@ def run_stream(settings: Settings) -> int:
             pass
 
     spark.streams.addListener(Listener())
-    df = spark.readStream.format(NAME).options(**source_options(settings)).load()
+    df = arrange(spark.readStream.format(NAME).options(**source_options(settings)).load(), settings)
     out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
     writer = (out.writeStream.format(NAME).options(**sink_options(settings))
               .option("checkpointLocation", checkpoint).queryName(sp.app_name))
@@ -208,7 +229,7 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
     spark = session(settings)
     try:
         opts = {**source_options(settings), "ranges": json.dumps(planned)}
-        df = spark.read.format(NAME).options(**opts).load()
+        df = arrange(spark.read.format(NAME).options(**opts).load(), settings)
         out = df.mapInArrow(applier(plugin_job(settings, to_parquet=parquet is not None)), OUTPUT_SCHEMA)
         status = spark.sparkContext.statusTracker()
         done = threading.Event()

@@ -27,8 +27,9 @@ flaky=N             raise the first N times this id is seen (state_dir), then pr
 notopic             yield an Output without a topic (and nothing else for this record)
 ==================  =====================================================================
 
-Settings: ``sleep_ms`` per record; ``journal_dir`` (one file per worker process:
-``topic partition offset pid monotonic_ns`` per record, written per batch); ``state_dir``
+Settings: ``sleep_ms`` per record; ``slow_keys`` ({key: ms}, extra time per record of a key);
+``journal_dir`` (one file per worker process: ``topic partition offset pid monotonic_ns
+key-hex`` per record, written per batch); ``state_dir``
 (files that outlive worker restarts); ``pid_dir``; ``fail_setup`` (always) or
 ``fail_setup_on`` (incarnations, e.g. [2, 3]: ``worker-0.2`` is incarnation 2 of worker 0);
 ``setup_exit`` {code, on, how: "os"|"sys"}; ``hang_setup_on``; ``fail_teardown``.
@@ -50,6 +51,7 @@ _journal: int | None = None
 _state_dir: str | None = None
 _pid_dir: str | None = None
 _fail_teardown = False
+_slow_keys: dict[bytes, float] = {}
 _leaked: list[bytearray] = []
 
 
@@ -60,7 +62,7 @@ def _incarnation(context: Context) -> int:
 
 
 def setup(context: Context) -> None:
-    global _sleep_s, _journal, _state_dir, _pid_dir, _fail_teardown
+    global _sleep_s, _journal, _state_dir, _pid_dir, _fail_teardown, _slow_keys
     s = context.settings
     n = _incarnation(context)
     if s.get("fail_setup") or n in s.get("fail_setup_on", ()):
@@ -76,6 +78,7 @@ def setup(context: Context) -> None:
     _state_dir = s.get("state_dir")
     _pid_dir = s.get("pid_dir")
     _fail_teardown = bool(s.get("fail_teardown"))
+    _slow_keys = {k.encode(): float(ms) / 1000 for k, ms in s.get("slow_keys", {}).items()}
     jdir = s.get("journal_dir")
     if jdir:
         _journal = os.open(os.path.join(jdir, f"{os.getpid()}.log"),
@@ -169,10 +172,13 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
             raise RuntimeError(f"flaky record {value}")
         if _sleep_s:
             time.sleep(_sleep_s)
+        if r.key in _slow_keys:
+            time.sleep(_slow_keys[r.key])
         if cmd == "reject":
             outs.append(Reject(r, f"rejected {value}"))
             continue
-        lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()}\n")
+        key = "-" if r.key is None else r.key.hex()
+        lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()} {key}\n")
         body = json.dumps({"id": ident if cmd else value.split("#", 1)[0], "p": r.partition, "o": r.offset,
                            "pid": os.getpid(), "key": None if r.key is None else len(r.key)}).encode()
         if cmd == "bigout":
