@@ -1,0 +1,147 @@
+"""runtime.isolation.isolate: a batch that keeps crashing workers is bisected down to the
+record at fault, which is dead-lettered; no record is ever dropped, and the offset tracker
+never commits past the poison record before its dead letter is done (invariants 1 and 8)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from runtime.flow import Batch
+from runtime.frames import Columns, decode_frame, encode_batch
+from runtime.isolation import isolate
+from runtime.offsets import OffsetTracker
+
+TP = ("in", 4)
+
+
+def columns(offsets: list[int]) -> Columns:
+    n = len(offsets)
+    contiguous = offsets[-1] - offsets[0] + 1 == n
+    return Columns(offsets[0], None if contiguous else offsets, [f"k{o}".encode() for o in offsets],
+                   [f"v{o}".encode() for o in offsets],
+                   [[("h", f"{o}".encode())] for o in offsets], 1, [1000 + o for o in offsets])
+
+
+def batch(batch_id: int, offsets: list[int], crashes: int = 0, lane: int | None = 2) -> Batch:
+    cols = columns(offsets)
+    frame = encode_batch(batch_id, 5, 9, TP[0], TP[1], cols)
+    return Batch(batch_id, TP, 5, 9, cols.first, cols.last, len(cols), frame, lane, crashes=crashes)
+
+
+def offsets_of(b: Batch) -> list[int]:
+    frame = decode_frame(b.frame)
+    assert frame is not None
+    return list(frame.columns.offset_list())
+
+
+def ids(start: int) -> itertools.count[int]:
+    return itertools.count(start)
+
+
+@pytest.mark.parametrize("crashes", [0, 1])
+def test_a_batch_below_max_crashes_is_delivered_again_as_it_is(crashes: int) -> None:
+    b = batch(7, list(range(10, 20)), crashes=crashes)
+    counter = ids(100)
+    iso = isolate(b, 2, lambda: next(counter))
+    assert iso.requeue == [b] and iso.requeue[0] is b
+    assert iso.split is None and iso.dead_letter is None
+    assert next(counter) == 100, "no id was taken"
+
+
+@pytest.mark.parametrize("offsets", [list(range(10, 20)), [10, 11, 15, 16, 17, 30, 31],
+                                     [3, 7], [0, 1, 2]],
+                         ids=["contiguous", "gaps", "two", "odd"])
+def test_at_max_crashes_a_batch_becomes_two_halves_covering_exactly_its_records(offsets: list[int]) -> None:
+    b = batch(7, offsets, crashes=3, lane=1)
+    counter = ids(100)
+    iso = isolate(b, 3, lambda: next(counter))
+    assert iso.dead_letter is None
+    left, right = iso.requeue
+    assert offsets_of(left) + offsets_of(right) == offsets, "every record once, in offset order"
+    assert len(offsets_of(left)) == len(offsets) // 2
+    assert (left.batch_id, right.batch_id) == (100, 101)
+    for half, part in zip((left, right), (offsets[: len(offsets) // 2], offsets[len(offsets) // 2:]),
+                          strict=True):
+        assert (half.tp, half.slot, half.epoch, half.lane) == (TP, 5, 9, 1)
+        assert (half.first, half.last, half.count) == (part[0], part[-1], len(part))
+        assert half.crashes == 2, "one crash short of the limit: one more crash bisects it again"
+        frame = decode_frame(half.frame)
+        assert frame is not None
+        assert (frame.batch_id, frame.slot, frame.epoch, frame.topic, frame.partition) == \
+            (half.batch_id, 5, 9, TP[0], TP[1])
+        assert frame.columns.keys == [f"k{o}".encode() for o in part]
+        assert frame.columns.values == [f"v{o}".encode() for o in part]
+        assert frame.columns.headers == [[("h", f"{o}".encode())] for o in part]
+        assert frame.columns.timestamps == [1000 + o for o in part]
+    assert iso.split == [(100, left.first, left.last), (101, right.first, right.last)]
+
+
+def test_the_split_is_what_the_offset_tracker_accepts_in_place_of_the_batch() -> None:
+    t = OffsetTracker()
+    t.register(1, 0, 9)
+    t.register(7, 10, 16)
+    b = batch(7, [10, 11, 12, 14, 16], crashes=2)
+    iso = isolate(b, 2, iter([50, 51]).__next__)
+    assert iso.split is not None
+    t.split(7, iso.split)
+    assert not t.is_pending(7) and t.is_pending(50) and t.is_pending(51)
+    t.complete(1)
+    t.complete(51)
+    assert t.committable == 10
+    t.complete(50)
+    assert t.committable == 17
+
+
+def test_a_one_record_batch_at_max_crashes_is_dead_lettered_not_requeued() -> None:
+    b = batch(7, [42], crashes=2)
+    iso = isolate(b, 2, lambda: pytest.fail("no new batch for a single record"))  # type: ignore[arg-type]
+    assert iso.requeue == [] and iso.split is None
+    assert iso.dead_letter == (42, b"k42", b"v42", [("h", b"42")])
+
+
+def test_a_one_record_batch_without_headers_is_dead_lettered_with_none() -> None:
+    cols = Columns(8, None, [None], [b"poison"], None, 0, [5])
+    b = Batch(3, TP, 0, 1, 8, 8, 1, encode_batch(3, 0, 1, TP[0], TP[1], cols), None, crashes=1)
+    assert isolate(b, 1, lambda: 0).dead_letter == (8, None, b"poison", None)
+
+
+@pytest.mark.parametrize("poison_index", [0, 5, 7, 8, 15])
+@pytest.mark.parametrize("max_crashes", [1, 2, 3])
+def test_repeated_crashes_bisect_down_to_the_poison_record_and_commit_waits_for_its_dead_letter(
+        poison_index: int, max_crashes: int) -> None:
+    offsets = [100 + 2 * i for i in range(16)]  # gaps: compaction
+    poison = offsets[poison_index]
+    tracker = OffsetTracker()
+    tracker.register(99, 90, 99)
+    tracker.complete(99)  # an earlier batch, done
+    tracker.register(1, 100, 130)
+    counter = ids(2)
+    queue = [batch(1, offsets)]
+    crashes_seen, dead = 0, None
+    while queue:
+        current = queue.pop(0)
+        records = offsets_of(current)
+        if poison not in records:
+            tracker.complete(current.batch_id)  # a half without the poison: runs fine
+            continue
+        current.crashes += 1  # the worker died in the plugin running it
+        crashes_seen += 1
+        iso = isolate(current, max_crashes, lambda: next(counter))
+        if iso.split is not None:
+            tracker.split(current.batch_id, iso.split)
+        if iso.dead_letter is not None:
+            dead = iso.dead_letter
+            # The batch's records are one span: the commit stays at its start until the
+            # poison record's dead letter is done, whatever the other halves did.
+            assert tracker.committable == 100, "committed past the poison record before its dead letter"
+            tracker.complete(current.batch_id)  # the dead letter was acknowledged
+            continue
+        queue = iso.requeue + queue
+        assert tracker.committable == 100
+    assert dead is not None and dead[0] == poison and dead[2] == f"v{poison}".encode()
+    assert tracker.committable == 131, "every record handled, nothing dropped"
+    assert tracker.unfinished == 0
+    # 16 records: 4 bisections; max_crashes crashes before the first, one per level after it.
+    assert crashes_seen == max_crashes + 4

@@ -1,0 +1,299 @@
+"""runtime.kafka.OutputProducer against a fake confluent Producer: a refused output is the
+record's fault (OutputRejected), anything else is an outage (DeliveryFailed) and wins, the
+wait is bounded and leaves nothing queued behind, a producer that lost its idempotence state
+says it is broken."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError as CKError
+from confluent_kafka import KafkaException
+
+from runtime.errors import DeliveryFailed, OutputRejected
+from runtime.kafka import PRODUCER_STATE_ERRORS, RECORD_ERRORS, OutputProducer, is_record_error
+
+
+class FakeMsg:
+    def __init__(self, topic: str, value: bytes | None, key: bytes | None, headers: Any,
+                 on_delivery: Callable[[Any, Any], None]) -> None:
+        self._topic, self.value, self.key = topic, value, key
+        self.headers, self.on_delivery = headers, on_delivery
+
+    def topic(self) -> str:
+        return self._topic
+
+
+class FakeProducer:
+    """Stands in for confluent_kafka.Producer. ``fate(msg)`` decides each delivery report
+    (None: acknowledged); ``stuck`` keeps messages queued forever (the broker is away)."""
+
+    def __init__(self, fate: Callable[[FakeMsg], CKError | None] = lambda m: None) -> None:
+        self.fate = fate
+        self.stuck = False
+        self.queue: list[FakeMsg] = []
+        self.reports: list[tuple[FakeMsg, CKError | None]] = []  # served by the next poll/flush
+        self.produce_raises: list[BaseException] = []  # raised by produce(), one per call, in order
+        self.produce_always: BaseException | None = None
+        self.produced: list[FakeMsg] = []
+        self.flushes: list[float] = []
+        self.polls: list[float] = []
+        self.purges: list[tuple[bool, bool, bool]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+                headers: Any = None, on_delivery: Callable[[Any, Any], None]) -> None:
+        if self.produce_always is not None:
+            raise self.produce_always
+        if self.produce_raises:
+            raise self.produce_raises.pop(0)
+        msg = FakeMsg(topic, value, key, headers, on_delivery)
+        self.produced.append(msg)
+        self.queue.append(msg)
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.reports)
+
+    def _serve(self) -> None:
+        reports, self.reports = self.reports, []
+        for msg, err in reports:
+            msg.on_delivery(err, msg)
+
+    def poll(self, timeout: float) -> int:
+        self.polls.append(timeout)
+        self._serve()
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushes.append(timeout)
+        if self.stuck:
+            time.sleep(min(timeout, 0.005))
+        else:
+            self.reports.extend((m, self.fate(m)) for m in self.queue)
+            self.queue = []
+        self._serve()
+        return len(self)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self.purges.append((in_queue, in_flight, blocking))
+        if in_queue:
+            self.reports.extend((m, CKError(CKError._PURGE_QUEUE)) for m in self.queue)
+            self.queue = []
+
+
+@pytest.fixture
+def fake() -> FakeProducer:
+    return FakeProducer()
+
+
+@pytest.fixture
+def producer(fake: FakeProducer) -> Iterator[OutputProducer]:
+    p = OutputProducer({"bootstrap.servers": "127.0.0.1:9"})
+    p._p = fake  # type: ignore[assignment]  # the real client never connects
+    yield p
+
+
+def err(code: int) -> CKError:
+    return CKError(code)
+
+
+def fail_values(mapping: dict[bytes, int]) -> Callable[[FakeMsg], CKError | None]:
+    return lambda m: err(mapping[m.value]) if m.value in mapping else None  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------- the error tables
+def test_size_and_validity_errors_are_the_records_fault_and_outages_are_not() -> None:
+    for code in (CKError.MSG_SIZE_TOO_LARGE, CKError.RECORD_LIST_TOO_LARGE, CKError.INVALID_RECORD,
+                 CKError.INVALID_TIMESTAMP):
+        assert is_record_error(err(code))
+    for code in (CKError._MSG_TIMED_OUT, CKError._TRANSPORT, CKError.UNKNOWN_TOPIC_OR_PART,
+                 CKError.TOPIC_AUTHORIZATION_FAILED, CKError.NOT_LEADER_FOR_PARTITION,
+                 CKError.PRODUCER_FENCED):
+        assert not is_record_error(err(code))
+    assert not RECORD_ERRORS & PRODUCER_STATE_ERRORS
+
+
+# ---------------------------------------------------------------------- deliver()
+def test_a_batch_whose_every_message_is_acknowledged_is_delivered(producer: OutputProducer,
+                                                                  fake: FakeProducer) -> None:
+    beats = []
+    producer.produce("out", b"a", b"k", [("h", b"1")])
+    producer.produce("out", b"b")
+    producer.deliver(5.0, beat=lambda: beats.append(1))
+    assert [(m.topic(), m.value, m.key, m.headers) for m in fake.produced] == \
+        [("out", b"a", b"k", [("h", b"1")]), ("out", b"b", None, None)]
+    assert beats, "deliver beats the heartbeat while it waits"
+    assert fake.purges == []
+
+
+def test_deliver_with_nothing_queued_returns_at_once(producer: OutputProducer, fake: FakeProducer) -> None:
+    producer.deliver(5.0)
+    assert fake.flushes == []
+
+
+@pytest.mark.parametrize("code", sorted(RECORD_ERRORS))
+def test_a_message_refused_for_what_it_is_raises_output_rejected(producer: OutputProducer,
+                                                                 fake: FakeProducer, code: int) -> None:
+    fake.fate = fail_values({b"big": code})
+    producer.produce("out", b"ok")
+    producer.produce("out", b"big")
+    with pytest.raises(OutputRejected) as caught:
+        producer.deliver(5.0)
+    assert "the output to 'out' was refused" in str(caught.value)
+    assert err(code).str() in str(caught.value)
+    assert not producer.broken
+
+
+def test_several_refusals_are_one_output_rejected_that_counts_the_rest(producer: OutputProducer,
+                                                                      fake: FakeProducer) -> None:
+    fake.fate = lambda m: err(CKError.MSG_SIZE_TOO_LARGE)
+    for v in (b"a", b"b", b"c"):
+        producer.produce("out", v)
+    with pytest.raises(OutputRejected, match=r"\(\+2 more\)"):
+        producer.deliver(5.0)
+
+
+def test_a_size_refusal_says_how_to_fix_it(producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.fate = lambda m: err(CKError.MSG_SIZE_TOO_LARGE)
+    producer.produce("out", b"x")
+    with pytest.raises(OutputRejected, match=r"message\.max\.bytes"):
+        producer.deliver(5.0)
+
+
+@pytest.mark.parametrize("outage", [CKError._MSG_TIMED_OUT, CKError.UNKNOWN_TOPIC_OR_PART,
+                                    CKError.TOPIC_AUTHORIZATION_FAILED, CKError._TRANSPORT])
+def test_an_outage_wins_over_a_record_error(producer: OutputProducer, fake: FakeProducer,
+                                            outage: int) -> None:
+    fake.fate = fail_values({b"big": CKError.MSG_SIZE_TOO_LARGE, b"lost": outage})
+    producer.produce("out", b"big")
+    producer.produce("out", b"lost")
+    with pytest.raises(DeliveryFailed) as caught:
+        producer.deliver(5.0)
+    assert not isinstance(caught.value, OutputRejected)
+    assert err(outage).str() in str(caught.value)
+
+
+def test_an_outage_alone_is_a_delivery_failure(producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.fate = lambda m: err(CKError._MSG_TIMED_OUT)
+    producer.produce("out", b"a")
+    with pytest.raises(DeliveryFailed, match="Message timed out"):
+        producer.deliver(5.0)
+
+
+def test_messages_still_queued_after_the_timeout_fail_the_delivery_and_are_purged(
+        producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.stuck = True
+    producer.produce("out", b"a")
+    producer.produce("out", b"b")
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match=r"2 message\(s\) not acknowledged within 0\.1 s"):
+        producer.deliver(0.1)
+    assert time.monotonic() - started < 2.0, "the wait is bounded by the timeout"
+    assert all(t <= 0.1 + 1e-9 for t in fake.flushes), "no flush waits past the deadline"
+    assert fake.purges == [(True, False, False)], "queued messages are dropped, in-flight ones are not"
+    assert len(fake) == 0, "the purge reports were served"
+
+
+def test_a_purged_batchs_reports_do_not_fail_the_next_batch(producer: OutputProducer,
+                                                          fake: FakeProducer) -> None:
+    fake.stuck = True
+    producer.produce("out", b"a")
+    with pytest.raises(DeliveryFailed):
+        producer.deliver(0.05)
+    fake.stuck = False
+    producer.produce("out", b"b")
+    producer.deliver(5.0)  # the purge reports (_PURGE_QUEUE) of the first batch are forgotten
+
+
+def test_the_failures_of_one_delivery_are_forgotten_by_the_next(producer: OutputProducer,
+                                                               fake: FakeProducer) -> None:
+    fake.fate = fail_values({b"big": CKError.MSG_SIZE_TOO_LARGE})
+    producer.produce("out", b"big")
+    with pytest.raises(OutputRejected):
+        producer.deliver(5.0)
+    producer.produce("out", b"fine")
+    producer.deliver(5.0)
+    fake.fate = fail_values({b"lost": CKError._MSG_TIMED_OUT})
+    producer.produce("out", b"lost")
+    with pytest.raises(DeliveryFailed):
+        producer.deliver(5.0)
+    producer.produce("out", b"fine")
+    producer.deliver(5.0)
+
+
+# ---------------------------------------------------------------------- broken producers
+@pytest.mark.parametrize("code", sorted(PRODUCER_STATE_ERRORS))
+def test_a_delivery_error_that_loses_the_producers_state_makes_it_broken(producer: OutputProducer,
+                                                                       fake: FakeProducer, code: int) -> None:
+    fake.fate = lambda m: err(code)
+    producer.produce("out", b"a")
+    assert not producer.broken
+    with pytest.raises(DeliveryFailed, match="fatal producer error"):
+        producer.deliver(5.0)
+    assert producer.broken and producer.fatal is not None
+
+
+def test_a_fatal_client_error_makes_the_producer_broken_and_fails_delivery_at_once(
+        producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.stuck = True
+    producer.produce("out", b"a")
+    producer._on_error(CKError(CKError._FATAL, "idempotence lost", fatal=True))
+    assert producer.broken
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match="idempotence lost"):
+        producer.deliver(30.0)
+    assert time.monotonic() - started < 5, "a broken producer does not wait out the timeout"
+    assert fake.purges and fake.purges[0][:2] == (True, False)
+
+
+def test_a_transient_client_error_does_not_break_the_producer(producer: OutputProducer) -> None:
+    producer._on_error(CKError(CKError._TRANSPORT))
+    producer.note(CKError(CKError._MSG_TIMED_OUT))
+    assert not producer.broken
+
+
+# ---------------------------------------------------------------------- produce()
+def test_a_message_the_client_refuses_for_its_size_is_output_rejected(producer: OutputProducer,
+                                                                       fake: FakeProducer) -> None:
+    fake.produce_always = KafkaException(err(CKError.MSG_SIZE_TOO_LARGE))
+    with pytest.raises(OutputRejected) as caught:
+        producer.produce("out", b"v" * 10, b"kk")
+    assert "key 2 + value 10 bytes" in str(caught.value)
+    assert "message.max.bytes" in str(caught.value)
+
+
+def test_any_other_produce_error_is_a_delivery_failure(producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.produce_always = KafkaException(err(CKError._UNKNOWN_TOPIC))
+    with pytest.raises(DeliveryFailed) as caught:
+        producer.produce("nowhere", b"v")
+    assert not isinstance(caught.value, OutputRejected)
+    assert "nowhere" in str(caught.value)
+
+
+def test_a_full_local_queue_is_waited_out_while_deliveries_drain(producer: OutputProducer,
+                                                                 fake: FakeProducer) -> None:
+    fake.produce_raises = [BufferError("Local: Queue full"), BufferError("Local: Queue full")]
+    producer.produce("out", b"v", queue_wait_s=5.0)
+    assert [m.value for m in fake.produced] == [b"v"]
+    assert len(fake.polls) == 2, "each refusal serves delivery reports before trying again"
+
+
+def test_a_local_queue_that_stays_full_becomes_a_delivery_failure(producer: OutputProducer,
+                                                                  fake: FakeProducer) -> None:
+    fake.produce_always = BufferError("Local: Queue full")
+    started = time.monotonic()
+    with pytest.raises(DeliveryFailed, match=r"stayed full for 0\.05 s"):
+        producer.produce("out", b"v", queue_wait_s=0.05)
+    assert time.monotonic() - started < 2.0
+    assert fake.polls, "it polled while it waited"
+
+
+def test_a_custom_delivery_callback_replaces_the_default_one(producer: OutputProducer,
+                                                             fake: FakeProducer) -> None:
+    seen: list[Any] = []
+    fake.fate = lambda m: err(CKError.MSG_SIZE_TOO_LARGE)
+    producer.produce("dlq", b"v", on_delivery=lambda e, m: seen.append(e.code()), queue_wait_s=0.0)
+    producer.deliver(1.0)  # the owner of the callback judges the report, not deliver()
+    assert seen == [CKError.MSG_SIZE_TOO_LARGE]

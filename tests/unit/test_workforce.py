@@ -1,0 +1,519 @@
+"""runtime.workforce.Workforce, the worker lifecycle policy, driven by a fake pool and one
+fake clock (the supervisor's and the boards'). A worker's end is judged by what it reported
+and what it was doing, never by its exit status."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import runtime.board as board_mod
+from runtime.board import BOARD_BYTES, PHASE_CALL, PHASE_DELIVER, Board
+from runtime.config import Settings
+from runtime.errors import PluginError, WorkerCrashLoop
+from runtime.flow import Batch, InFlight
+from runtime.frames import STOP_FRAME
+from runtime.workforce import Death, State, Workforce
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def ns(self) -> int:
+        return int(self.now * 1e9)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    c = Clock()
+    # The boards read time themselves: give them the same fake clock.
+    monkeypatch.setattr(board_mod, "time", SimpleNamespace(monotonic_ns=c.ns))
+    yield c
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    exitcode: int | None = None
+
+
+class FakeRing:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.room = True
+
+    def try_write(self, frame: bytes) -> bool:
+        if self.room:
+            self.frames.append(frame)
+        return self.room
+
+
+@dataclass(eq=False)
+class FakeHandle:
+    index: int
+    board: Board
+    ring: FakeRing = field(default_factory=FakeRing)
+    bell: Any = None
+    started_at: float = 0.0
+    process: FakeProcess | None = None
+    incarnation: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.exitcode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+class FakePool:
+    def __init__(self, processes: int, clock: Clock) -> None:
+        self.clock = clock
+        self.handles = [FakeHandle(i, Board(memoryview(bytearray(BOARD_BYTES)))) for i in range(processes)]
+        self.spawned: list[int] = []
+        self.kills: list[tuple[int, int]] = []
+        self.forgotten: list[int] = []
+        self.watched = 0
+        self.reaped = 0
+        self._pid = 5000
+
+    # --- what Workforce calls
+    def spawn_worker(self, h: FakeHandle) -> None:
+        h.incarnation += 1
+        h.board.reset()
+        self._pid += 1
+        h.process = FakeProcess(self._pid)
+        h.started_at = self.clock()
+        self.spawned.append(h.index)
+
+    def dead(self) -> list[FakeHandle]:
+        return [h for h in self.handles if h.process is not None and h.process.exitcode is not None]
+
+    def forget(self, h: FakeHandle) -> int | None:
+        assert h.process is not None
+        code = h.process.exitcode
+        h.process = None
+        self.forgotten.append(h.index)
+        return code
+
+    def kill(self, h: FakeHandle, sig: int = signal.SIGKILL) -> None:
+        if h.alive:
+            self.kills.append((h.index, sig))
+
+    def watch_descendants(self) -> None:
+        self.watched += 1
+
+    def reap_orphans(self) -> None:
+        self.reaped += 1
+
+    def stop_all(self, timeout_s: float, drain: Any) -> None:
+        for h in self.handles:
+            if h.alive:
+                assert h.process is not None
+                h.process.exitcode = -signal.SIGTERM
+
+    # --- test helpers
+    def exit(self, i: int, code: int) -> None:
+        p = self.handles[i].process
+        assert p is not None and p.exitcode is None, "not running"
+        p.exitcode = code
+
+
+def settings(**workers: Any) -> Settings:
+    return Settings.model_validate({
+        "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
+        "workers": {"plugin": "workers.enrich", "processes": workers.pop("processes", 1), **workers},
+    })
+
+
+@dataclass
+class Rig:
+    wf: Workforce
+    pool: FakePool
+    clock: Clock
+    in_flight: InFlight
+    drained: list[int] = field(default_factory=list)
+
+    def manage(self) -> list[Death]:
+        return self.wf.manage(lambda h: self.drained.append(h.index))
+
+    def at(self, t: float) -> list[Death]:
+        """Advance the clock to start + t and run one tick."""
+        self.clock.now = 1000.0 + t
+        return self.manage()
+
+    def life(self, i: int = 0) -> Any:
+        return self.wf.lives[i]
+
+    def ready(self, i: int = 0) -> None:
+        self.pool.handles[i].board.set_ready()
+        self.manage()
+        assert self.life(i).state is State.READY
+
+
+def rig(clock: Clock, **workers: Any) -> Rig:
+    s = settings(**workers)
+    pool = FakePool(s.workers.processes, clock)
+    in_flight = InFlight(s.workers.processes)
+    wf = Workforce(s, pool, in_flight, clock)  # type: ignore[arg-type]
+    wf.start_all()
+    return Rig(wf, pool, clock, in_flight)
+
+
+def a_batch(batch_id: int) -> Batch:
+    return Batch(batch_id, ("t", 0), 0, 1, 0, 0, 1, b"frame", 0)
+
+
+# ---------------------------------------------------------------------- start failures
+def test_a_plugin_that_says_why_it_cannot_start_stops_the_daemon_after_start_attempts(clock: Clock) -> None:
+    r = rig(clock, start_attempts=2, restart_backoff_s=1.0)
+    why = "cannot import plugin 'workers.nope': ModuleNotFoundError: No module named 'workers.nope'"
+    h = r.pool.handles[0]
+    assert r.pool.spawned == [0] and r.life().state is State.STARTING
+    r.wf.on_fatal_report(h, why)  # type: ignore[arg-type]
+    r.pool.exit(0, 1)
+    deaths = r.at(0.1)
+    assert deaths == [Death(0, None, "exited with status 1")]
+    assert r.drained == [0], "the dead worker's last results are read first"
+    assert r.wf.fatal is None, "one failure of two allowed"
+    assert r.life().state is State.RESTARTING and r.life().restart_at == pytest.approx(1001.1)
+    assert r.life().start_failure == why
+    r.at(1.0)
+    assert r.pool.spawned == [0], "no restart before the back-off is over"
+    r.at(1.2)
+    assert r.pool.spawned == [0, 0] and h.incarnation == 2 and r.life().restarts == 1
+    r.wf.on_fatal_report(h, why)  # type: ignore[arg-type]
+    r.pool.exit(0, 1)
+    r.at(1.3)
+    fatal = r.wf.fatal
+    assert isinstance(fatal, PluginError) and fatal.exit_code == 3
+    assert why in str(fatal) and "2 attempts" in str(fatal)
+    r.at(100)
+    assert r.pool.spawned == [0, 0], "nothing restarts once the daemon is stopping for good"
+
+
+def test_start_failures_below_start_attempts_back_off_then_the_last_one_is_fatal(clock: Clock) -> None:
+    r = rig(clock, start_attempts=3, restart_backoff_s=0.5)
+    h = r.pool.handles[0]
+    for n in range(2):
+        r.wf.on_fatal_report(h, f"setup() failed: attempt {n}")  # type: ignore[arg-type]
+        r.pool.exit(0, 1)
+        r.at(n * 10.0)
+        assert r.wf.fatal is None
+        assert r.life().state is State.RESTARTING
+        assert r.life().restart_at == pytest.approx(1000 + n * 10.0 + 0.5 * 2**n)
+        r.at(n * 10.0 + 5)
+        assert r.life().state is State.STARTING
+    r.wf.on_fatal_report(h, "setup() failed: attempt 2")  # type: ignore[arg-type]
+    r.pool.exit(0, 1)
+    r.at(30)
+    assert isinstance(r.wf.fatal, PluginError) and "attempt 2" in str(r.wf.fatal)
+    assert "3 attempts" in str(r.wf.fatal)
+
+
+def test_workers_that_die_before_ready_without_a_word_are_a_crash_loop(clock: Clock) -> None:
+    r = rig(clock, processes=2, start_attempts=2)
+    r.pool.exit(0, -signal.SIGSEGV)
+    r.pool.exit(1, -signal.SIGSEGV)
+    deaths = r.at(0.1)
+    assert [d.why for d in deaths] == ["killed by SIGSEGV"] * 2
+    fatal = r.wf.fatal
+    assert isinstance(fatal, WorkerCrashLoop) and fatal.exit_code == 6
+    assert "2 times" in str(fatal) and "workers.enrich" in str(fatal)
+
+
+@pytest.mark.parametrize("first_said_why", [False, True])
+def test_the_same_worker_dying_twice_before_ready_without_a_word_is_a_crash_loop(clock: Clock,
+                                                                                first_said_why: bool) -> None:
+    # What counts is what the last incarnation said (nothing), not what an earlier one did.
+    r = rig(clock, processes=1, start_attempts=2, restart_backoff_s=0.1)
+    if first_said_why:
+        r.wf.on_fatal_report(r.pool.handles[0], "setup() failed: once")  # type: ignore[arg-type]
+    r.pool.exit(0, 1)
+    r.at(0.0)
+    assert r.wf.fatal is None
+    r.at(1.0)
+    assert r.pool.spawned == [0, 0]
+    r.pool.exit(0, -signal.SIGSEGV)
+    r.at(1.1)
+    assert isinstance(r.wf.fatal, WorkerCrashLoop), f"got {type(r.wf.fatal).__name__}: {r.wf.fatal}"
+    assert r.wf.fatal.exit_code == 6
+
+
+def test_once_a_worker_was_ready_start_failures_are_retried_forever_with_capped_back_off(
+        clock: Clock) -> None:
+    r = rig(clock, processes=1, start_attempts=1, restart_backoff_s=0.5, restart_backoff_max_s=4.0)
+    r.ready()
+    assert r.wf.started_once
+    r.pool.exit(0, -signal.SIGKILL)  # a crash: it was ready
+    r.at(1.0)
+    delays = []
+    t = 1.0
+    for n in range(12):
+        t = r.life().restart_at - 1000.0
+        r.at(t)
+        assert r.life().state is State.STARTING, f"restart {n} did not happen"
+        if n % 2:
+            r.wf.on_fatal_report(r.pool.handles[0], "setup() failed: ConnectionError: db away")  # type: ignore[arg-type]
+        r.pool.exit(0, 1)
+        r.at(t + 0.01)
+        assert r.wf.fatal is None, f"failure {n + 1} stopped the daemon"
+        delays.append(round(r.life().restart_at - (1000.0 + t + 0.01), 6))
+    assert delays == [0.5, 1.0, 2.0, 4.0] + [4.0] * 8
+    assert r.life().start_failures == 12
+
+
+# ---------------------------------------------------------------------- crashes
+@pytest.mark.parametrize("code", [3, 0, 75, 1, -signal.SIGKILL])
+@pytest.mark.parametrize(("phase", "crashed"), [("call", 17), ("deliver", None), ("idle", None)])
+def test_a_ready_worker_that_exits_has_crashed_and_only_a_death_in_the_plugin_blames_its_batch(
+        clock: Clock, code: int, phase: str, crashed: int | None) -> None:
+    r = rig(clock, start_attempts=1, restart_backoff_s=0.25)
+    r.ready()
+    board = r.pool.handles[0].board
+    if phase != "idle":
+        board.begin(17, 2)
+    if phase == "deliver":
+        board.set_phase(PHASE_DELIVER)
+    r.pool.exit(0, code)
+    deaths = r.at(5.0)
+    assert len(deaths) == 1
+    assert deaths[0].index == 0 and deaths[0].crashed_batch == crashed
+    assert r.wf.fatal is None, "a crash never stops the daemon, whatever the exit status"
+    assert r.life().state is State.RESTARTING and r.life().crashes == 1
+    assert r.life().restart_at == pytest.approx(1005.25)
+    assert r.life().last_exit == deaths[0].why
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: workforce._reap judges a RETIRING worker that exits with "
+                   "status 0 as recycled even when it died inside the plugin (board in PHASE_CALL): the "
+                   "batch is redelivered without counting a crash, so a poison record that calls "
+                   "os._exit(0) is never isolated when max_batches keeps workers retiring")
+def test_a_retiring_worker_that_exits_0_in_the_middle_of_a_batch_has_crashed(clock: Clock) -> None:
+    r = rig(clock, max_batches=1)
+    r.ready()
+    h = r.pool.handles[0]
+    r.in_flight.add(0, a_batch(5))
+    r.at(1.0)
+    assert r.life().state is State.RETIRING, "the STOP frame is queued behind batch 5"
+    h.board.begin(5, 0)  # the worker runs batch 5 in the plugin ...
+    r.pool.exit(0, 0)  # ... and the plugin calls os._exit(0)
+    deaths = r.at(2.0)
+    assert deaths[0].crashed_batch == 5
+    assert r.life().crashes == 1
+
+
+def test_a_worker_ready_and_dead_within_one_tick_has_crashed_not_failed_to_start(clock: Clock) -> None:
+    r = rig(clock, start_attempts=1)
+    r.pool.handles[0].board.set_ready()
+    r.pool.handles[0].board.begin(9, 0)
+    r.pool.exit(0, 3)  # before the supervisor saw it ready
+    deaths = r.at(0.5)
+    assert deaths[0].crashed_batch == 9
+    assert r.wf.fatal is None and r.wf.started_once
+    assert r.life().start_failures == 0 and r.life().crashes == 1
+
+
+def test_consecutive_crashes_back_off_and_a_finished_batch_resets_them(clock: Clock) -> None:
+    r = rig(clock, restart_backoff_s=1.0, restart_backoff_max_s=100)
+    t = 0.0
+    for n in range(3):
+        r.ready()
+        r.pool.exit(0, -signal.SIGKILL)
+        r.at(t)
+        assert r.life().restart_at == pytest.approx(1000 + t + 2**n)
+        t = r.life().restart_at - 1000
+        r.at(t)
+    r.ready()
+    r.wf.on_batch_done(r.pool.handles[0])  # type: ignore[arg-type]
+    r.pool.exit(0, -signal.SIGKILL)
+    r.at(t + 1)
+    assert r.life().restart_at == pytest.approx(1000 + t + 1 + 1.0), "back to the first back-off"
+
+
+# ---------------------------------------------------------------------- deadlines
+def test_a_worker_whose_setup_hangs_is_terminated_then_killed_and_that_is_a_start_failure(
+        clock: Clock) -> None:
+    r = rig(clock, start_attempts=1, setup_timeout_s=10.0)
+    r.at(9.9)
+    assert r.pool.kills == []
+    r.at(10.1)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    assert not r.wf.accepting(0), "no frames to a worker being killed"
+    r.at(12.0)
+    assert r.pool.kills == [(0, signal.SIGTERM)], "SIGKILL only after the grace"
+    r.at(12.2)
+    assert r.pool.kills[-1] == (0, signal.SIGKILL)
+    r.pool.exit(0, -signal.SIGKILL)
+    deaths = r.at(12.3)
+    assert "setup_timeout_s" in deaths[0].why and deaths[0].crashed_batch is None
+    assert "setup_timeout_s" in (r.life().start_failure or "")
+    fatal = r.wf.fatal
+    assert isinstance(fatal, PluginError), "setup hung: the plugin's fault, exit 3"
+    assert "workers.setup_timeout_s" in str(fatal)
+
+
+def test_a_hung_setup_below_start_attempts_is_retried(clock: Clock) -> None:
+    r = rig(clock, start_attempts=2, setup_timeout_s=10.0, restart_backoff_s=1.0)
+    r.at(10.5)
+    r.pool.exit(0, -signal.SIGTERM)  # it obeyed SIGTERM
+    r.at(11.0)
+    assert r.wf.fatal is None and r.life().state is State.RESTARTING
+    r.at(12.5)
+    assert r.pool.spawned == [0, 0] and r.life().kill is None and r.wf.accepting(0)
+
+
+def test_the_batch_deadline_counts_plugin_time_only_not_delivery(clock: Clock) -> None:
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=30.0)
+    r.ready()
+    board = r.pool.handles[0].board
+    r.at(10.0)
+    board.begin(42, 0)  # PHASE_CALL from 10.0
+    r.at(11.0)
+    board.set_phase(PHASE_DELIVER)  # waiting for the broker from 11.0
+    for t in (14.0, 18.0, 25.0):
+        board.beat()
+        r.at(t)
+    assert r.pool.kills == [], "a long delivery is not a slow plugin"
+    assert r.wf.accepting(0)
+    board.set_phase(PHASE_CALL)  # a retry: back in the plugin from 25.0
+    board.beat()
+    r.at(29.9)
+    assert r.pool.kills == []
+    board.beat()
+    r.at(30.1)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    assert "workers.batch_timeout_s" in (r.life().kill or "")
+    r.pool.exit(0, -signal.SIGTERM)
+    deaths = r.at(30.2)
+    assert deaths[0].crashed_batch == 42, "killed in the plugin: the batch counts a crash"
+    assert "batch exceeded its deadline" in deaths[0].why
+
+
+def test_a_delivery_wait_far_past_its_own_bound_is_killed(clock: Clock) -> None:
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=30.0)
+    bound = r.wf.delivery_bound_s
+    assert bound == 2 * 30.0 + 30
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(7, 0)
+    board.set_phase(PHASE_DELIVER)
+    t = 0.0
+    while t < bound - 1:
+        t += 10
+        board.beat()
+        r.at(min(t, bound - 0.5))
+    assert r.pool.kills == []
+    board.beat()
+    r.at(bound + 0.5)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    r.pool.exit(0, -signal.SIGTERM)
+    assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
+
+
+def test_a_silent_worker_is_terminated_after_heartbeat_timeout(clock: Clock) -> None:
+    r = rig(clock, heartbeat_timeout_s=10.0)
+    r.ready()
+    r.at(9.9)
+    assert r.pool.kills == [] and r.wf.stuck() == []
+    r.at(10.2)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    assert "workers.heartbeat_timeout_s" in (r.life().kill or "")
+    assert r.wf.stuck() == ["worker 0 silent for 10 s"]
+    r.at(12.3)
+    assert r.pool.kills[-1] == (0, signal.SIGKILL), "a SIGSTOPped worker ignores SIGTERM"
+
+
+def test_a_worker_that_keeps_beating_is_never_silent(clock: Clock) -> None:
+    r = rig(clock, heartbeat_timeout_s=10.0)
+    r.ready()
+    for t in range(1, 60, 5):
+        r.pool.handles[0].board.beat()
+        r.at(float(t))
+    assert r.pool.kills == []
+
+
+# ---------------------------------------------------------------------- accepting / recycling
+def test_frames_may_wait_in_the_ring_of_a_starting_or_ready_worker(clock: Clock) -> None:
+    r = rig(clock)
+    assert r.life().state is State.STARTING and r.wf.accepting(0)
+    r.ready()
+    assert r.wf.accepting(0)
+
+
+def test_a_restarting_worker_accepts_nothing(clock: Clock) -> None:
+    r = rig(clock, restart_backoff_s=1.0)
+    r.ready()
+    r.pool.exit(0, 1)
+    r.at(1.0)
+    assert r.life().state is State.RESTARTING and not r.wf.accepting(0)
+    r.at(2.5)
+    assert r.life().state is State.STARTING and r.wf.accepting(0)
+
+
+def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_work(clock: Clock) -> None:
+    r = rig(clock, max_batches=3)
+    r.ready()
+    h = r.pool.handles[0]
+    for bid in (1, 2):
+        h.board.begin(bid, 0)
+        h.board.end(10)
+    assert r.wf.accepting(0), "2 of 3 given"
+    r.in_flight.add(0, a_batch(3))
+    assert not r.wf.accepting(0), "2 done + 1 queued: the budget is spent"
+    r.at(1.0)
+    assert h.ring.frames == [STOP_FRAME], "the STOP frame goes right behind the last batch"
+    assert r.life().state is State.RETIRING and not r.wf.accepting(0)
+    r.at(2.0)
+    assert h.ring.frames == [STOP_FRAME], "one STOP frame"
+    h.board.begin(3, 0)
+    h.board.end(10)
+    r.in_flight.pop(0, 3)
+    r.pool.exit(0, 0)
+    deaths = r.at(3.0)
+    assert deaths == [Death(0, None, "exited with status 0")]
+    assert r.life().crashes == 0, "recycled, not crashed"
+    assert r.pool.spawned == [0, 0], "replaced within the same tick, without a back-off"
+    assert r.life().state is State.STARTING and r.wf.accepting(0), "a fresh incarnation, a fresh budget"
+
+
+def test_a_recycling_worker_that_finds_its_ring_full_tries_again_later(clock: Clock) -> None:
+    r = rig(clock, max_batches=1)
+    r.ready()
+    h = r.pool.handles[0]
+    h.board.begin(1, 0)
+    h.board.end(1)
+    h.ring.room = False
+    r.at(1.0)
+    assert r.life().state is State.READY and not r.wf.accepting(0)
+    h.ring.room = True
+    r.at(1.1)
+    assert r.life().state is State.RETIRING and h.ring.frames == [STOP_FRAME]
+
+
+def test_a_worker_being_killed_accepts_nothing(clock: Clock) -> None:
+    r = rig(clock, heartbeat_timeout_s=5.0)
+    r.ready()
+    assert r.wf.accepting(0)
+    r.at(6.0)
+    assert r.life().kill is not None and not r.wf.accepting(0)
+
+
+def test_after_stop_all_the_dead_are_not_restarted(clock: Clock) -> None:
+    r = rig(clock)
+    r.ready()
+    r.wf.stop_all(1.0, lambda: None)
+    deaths = r.at(1.0)
+    assert len(deaths) == 1
+    r.at(100.0)
+    assert r.pool.spawned == [0] and r.life().state is State.STOPPED
