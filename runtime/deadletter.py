@@ -44,8 +44,8 @@ def dead_letter_headers(original: Headers | None, *, error_type: str, message: s
                         worker: str) -> list[tuple[str, bytes]]:
     reason: list[tuple[str, Any]] = [
         ("error.type", error_type),
-        ("error.message", message[:MAX_MESSAGE_BYTES]),
-        ("error.traceback", traceback[-MAX_TRACEBACK_BYTES:]),
+        ("error.message", _bytes_head(message, MAX_MESSAGE_BYTES)),
+        ("error.traceback", _bytes_tail(traceback, MAX_TRACEBACK_BYTES)),
         ("source.topic", topic),
         ("source.partition", str(partition)),
         ("source.offset", str(offset)),
@@ -54,8 +54,19 @@ def dead_letter_headers(original: Headers | None, *, error_type: str, message: s
         ("failed_at_ms", str(int(time.time() * 1000))),
     ]
     headers = [(k, v) for k, v in (original or []) if not k.startswith(HEADER_PREFIX)]
-    headers.extend((HEADER_PREFIX + k, str(v).encode("utf-8", "replace")) for k, v in reason)
+    headers.extend((HEADER_PREFIX + k, v if isinstance(v, bytes) else str(v).encode("utf-8", "replace"))
+                   for k, v in reason)
     return headers  # type: ignore[return-value]
+
+
+def _bytes_head(text: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of UTF-8, cut on a character boundary."""
+    return text.encode("utf-8", "replace")[:limit].decode("utf-8", "ignore").encode()
+
+
+def _bytes_tail(text: str, limit: int) -> bytes:
+    raw = text.encode("utf-8", "replace")
+    return raw[-limit:].decode("utf-8", "ignore").encode() if len(raw) > limit else raw
 
 
 def _size(headers: Headers) -> int:

@@ -84,7 +84,9 @@ class _Run:
     def call(self, records: list[Record]) -> None:
         self.phase(PHASE_CALL)
         try:
-            items = collect_outputs(self.plugin.process(records))
+            # A copy: a plugin may consume or sort its batch in place, and the runtime still
+            # needs these records (bisection halves, the offsets its outputs belong to).
+            items = collect_outputs(self.plugin.process(list(records)))
         finally:
             # A plugin that forked: the child returned here with the parent's memory, rings
             # and producer (whose threads it does not have). It must not go on as a second

@@ -62,11 +62,13 @@ class OffsetTracker:
         if self._committable is not None and first < self._committable:
             raise ValueError(f"span [{first}..{last}] starts below the committable offset "
                              f"{self._committable}")
+        ids = [bid for bid, _, _ in parts]
+        for bid, f, lst in parts:  # every check before any change: a refused call changes nothing
+            if bid in self._parts or ids.count(bid) > 1 or not first <= f <= lst <= last:
+                raise ValueError(f"batch {bid} [{f}..{lst}] is not a new part of [{first}..{last}]")
         span = _Span(first, last, records, len(parts))
         self._spans.append(span)
         for bid, f, lst in parts:
-            if bid in self._parts or not first <= f <= lst <= last:
-                raise ValueError(f"batch {bid} [{f}..{lst}] is not a new part of [{first}..{last}]")
             self._parts[bid] = _Part(span, f, lst)
         if self._base is None:
             self._base = first
@@ -94,6 +96,9 @@ class OffsetTracker:
             raise ValueError(f"batch {batch_id} is not pending")
         if not parts or parts[0][1] < old.first or parts[-1][2] > old.last:
             raise ValueError("sub-batches must lie inside the batch")
+        new_ids = [bid for bid, _, _ in parts]
+        if len(set(new_ids)) != len(new_ids) or any(b in self._parts for b in new_ids):
+            raise ValueError(f"sub-batches of {batch_id} need new ids, not {new_ids}")
         del self._parts[batch_id]
         old.span.open += len(parts) - 1
         for bid, first, last in parts:

@@ -69,6 +69,9 @@ class Reject:
     reason: str
 
 
+MAX_BACKOFF_S = 3600.0  # one Backoff waits at most this long; raise it again to wait more
+
+
 class Backoff(BatchDeferred):
     """Raise from ``process`` when a downstream is failing: the batch is not failed and not
     dead-lettered; its partition (``scope="partition"``) or every partition of this
@@ -83,8 +86,9 @@ class Backoff(BatchDeferred):
             raise ValueError(f'Backoff scope must be "partition" or "all", not {scope!r}')
         if not seconds >= 0:
             raise ValueError(f"Backoff seconds must be >= 0, not {seconds!r}")
-        super().__init__(reason or f"plugin asked to back off for {seconds:g} s", float(seconds), scope)
-        self.seconds = float(seconds)
+        seconds = min(float(seconds), MAX_BACKOFF_S)  # inf too: "wait" is at most an hour at a time
+        super().__init__(reason or f"plugin asked to back off for {seconds:g} s", seconds, scope)
+        self.seconds = seconds
 
 
 @dataclass

@@ -131,7 +131,7 @@ class StatusFile:
 
     def __init__(self, path: str | None) -> None:
         self.path = Path(path) if path else None
-        self._warned_at = 0.0
+        self._warned_at = float("-inf")  # monotonic time starts near 0 on a freshly booted host
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -234,7 +234,9 @@ class Workforce:
         if self.stopping:
             life.state = State.STOPPED
             return Death(h.index, batch if in_plugin else None, words)
-        if life.state is State.RETIRING and code == 0:
+        if life.state is State.RETIRING and code == 0 and not batch:
+            # Recycled: it read its STOP frame, idle. Exiting 0 in the middle of a batch (a
+            # plugin's os._exit(0)) is a crash like any other, or that record would loop forever.
             log.info("worker recycled", extra={"worker": h.index, "pid": pid})
             life.state, life.restart_at = State.RESTARTING, self.clock()
             return Death(h.index, None, words)

@@ -326,9 +326,6 @@ def test_a_wrong_item_type_is_a_type_error_naming_the_item() -> None:
 
 
 # ---------------------------------------------------------------------- known gaps
-@pytest.mark.xfail(strict=True, reason="BUG: execution._Run.call hands the runtime's own list to "
-                   "process() and reads records[-1] / bisects it afterwards: a plugin that drains its "
-                   "batch in place makes run_batch recurse on [] until RecursionError")
 def test_a_plugin_that_consumes_its_batch_list_in_place_still_gets_every_record_handled() -> None:
     def drain(batch: list[Record]) -> list[bytes]:
         out = []

@@ -249,8 +249,6 @@ def test_register_span_refuses_a_batch_id_already_pending() -> None:
         t.register(1, 10, 19)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: register_span appends the span (and the parts before the bad "
-                   "one) before validating the parts: a refused call leaves a span that can never be done")
 def test_a_refused_register_span_leaves_the_tracker_as_it_was() -> None:
     t = OffsetTracker()
     with pytest.raises(ValueError):
@@ -288,9 +286,6 @@ def test_split_refuses_unknown_batches_and_parts_outside_the_batch() -> None:
     assert t.is_pending(1)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: OffsetTracker.split does not check that the new ids are not "
-                   "already pending (register_span does): reusing one overwrites another batch's part, "
-                   "and its span can then never be done")
 def test_split_refuses_a_new_part_id_that_is_already_pending() -> None:
     t = OffsetTracker()
     t.register(1, 0, 9)

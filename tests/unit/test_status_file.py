@@ -174,8 +174,6 @@ def test_a_directory_removed_while_running_is_created_again(tmp_path: Path) -> N
     assert json.loads(path.read_text())["records"] == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: StatusFile._warned_at starts at 0.0 on time.monotonic(): "
-                   "within 60 s of the host's boot the first failure is not logged at all")
 def test_the_first_failure_is_logged_even_just_after_the_host_booted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     d = tmp_path / "run"

@@ -295,10 +295,6 @@ def test_a_ready_worker_that_exits_has_crashed_and_only_a_death_in_the_plugin_bl
     assert r.life().last_exit == deaths[0].why
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: workforce._reap judges a RETIRING worker that exits with "
-                   "status 0 as recycled even when it died inside the plugin (board in PHASE_CALL): the "
-                   "batch is redelivered without counting a crash, so a poison record that calls "
-                   "os._exit(0) is never isolated when max_batches keeps workers retiring")
 def test_a_retiring_worker_that_exits_0_in_the_middle_of_a_batch_has_crashed(clock: Clock) -> None:
     r = rig(clock, max_batches=1)
     r.ready()
