@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -127,6 +128,81 @@ def check(config: str) -> None:
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
     click.echo(f"hot paths: {speedups.describe([kafka.PACK, worker.BUILD_RECORDS])}", err=True)
+
+
+def _scope_option(fn: Any) -> Any:
+    fn = click.option("--partition", type=int, default=None, help="One partition of --topic.")(fn)
+    fn = click.option("--topic", default=None, help="One of the group's topics (default: all of them).")(fn)
+    return click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)(fn)
+
+
+def _check_scope(settings: Settings, topic: str | None, partition: int | None) -> None:
+    from runtime.errors import ConfigError
+
+    if topic is not None and topic not in settings.kafka.topics:
+        topics = ", ".join(settings.kafka.topics)
+        _fail(ConfigError(f"--topic {topic!r} is not one of the group's topics ({topics})"))
+    if partition is not None and (topic is None or partition < 0):
+        _fail(ConfigError("--partition needs --topic and a partition number >= 0"))
+
+
+@main.command()
+@_scope_option
+@click.option("--reason", default="", help="Shown in status and logs of every member.")
+@click.option("--for", "duration", default=None,
+              help="The pause ends by itself after this: 90s, 10m, 2h, 1d.")
+def pause(config: str, topic: str | None, partition: int | None, reason: str, duration: str | None) -> None:
+    """Pause processing group-wide and durably: every member on every host stops within about
+    2 s (batches in progress finish and commit), across rebalances, restarts and new members,
+    until `ringmaster resume` (or --for) ends it. Stored in the group's control topic."""
+    import time as _time
+
+    from runtime import control
+
+    settings = _load(config)
+    _check_scope(settings, topic, partition)
+    try:
+        until = None if duration is None else int((_time.time() + control.parse_duration(duration)) * 1000)
+        p = control.Pause(control.scope_key(topic, partition), True, reason, control.who(),
+                          int(_time.time() * 1000), until)
+        control.write(settings, [p])
+    except RingmasterError as exc:
+        _fail(exc)
+    click.echo(f"paused {control.describe_scope(p.scope)} for group {settings.kafka.group_id!r}: "
+               f"{p.describe()}; every member stops processing it within about 2 s")
+
+
+@main.command()
+@_scope_option
+def resume(config: str, topic: str | None, partition: int | None) -> None:
+    """End pauses. Without --topic, every pause of the group; with --topic (and --partition),
+    that scope only (a wider pause still in force is reported)."""
+    import time as _time
+
+    from runtime import control
+
+    settings = _load(config)
+    _check_scope(settings, topic, partition)
+    try:
+        state = control.OperatorPauses(settings)
+        state.load()
+        state.close()
+        now = int(_time.time() * 1000)
+        if topic is None:
+            keys = sorted({control.ALL, *(p.scope for p in state.active())})
+        else:
+            keys = [control.scope_key(topic, partition)]
+            if partition is None:  # the topic's partition pauses go with it
+                keys += [p.scope for p in state.active() if p.scope.startswith(f"partition:{topic}:")]
+        control.write(settings, [control.Pause(k, False, "resumed", control.who(), now) for k in keys])
+        wider = [] if topic is None else [p for p in state.active() if p.scope in (
+            control.ALL, f"topic:{topic}") and p.scope not in keys]
+    except RingmasterError as exc:
+        _fail(exc)
+    click.echo(f"resumed {', '.join(control.describe_scope(k) for k in keys)} for group "
+               f"{settings.kafka.group_id!r}")
+    for p in wider:
+        click.echo(f"note: {control.describe_scope(p.scope)} is still paused ({p.describe()})", err=True)
 
 
 @main.group()

@@ -128,6 +128,17 @@ class SupervisorSettings(_Section):
     max_partitions: int = Field(default=4096, ge=1)
 
 
+class ControlSettings(_Section):
+    """Operator pauses (runtime/control.py): a compacted topic per group that every member reads."""
+
+    enabled: bool = True
+    topic: str | None = Field(default=None, description="default: _ringmaster.control.<group_id>")
+    replication_factor: int = Field(default=-1, description="when the topic is created (-1: the "
+                                    "broker's default)")
+    load_timeout_s: float = Field(default=30.0, gt=0, description="reading it at start; past this the "
+                                  "supervisor does not start (pauses would be unknown)")
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
     app_name: str = "ringmaster"
@@ -154,6 +165,7 @@ class Settings(_Section):
     output: OutputSettings = Field(default_factory=OutputSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     supervisor: SupervisorSettings = Field(default_factory=SupervisorSettings)
+    control: ControlSettings = Field(default_factory=ControlSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
 

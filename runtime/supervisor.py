@@ -40,6 +40,7 @@ from runtime.assignment import Assignment
 from runtime.board import EpochTable
 from runtime.commits import Committer
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.control import OperatorPauses
 from runtime.deadletters import DeadLetterDesk
 from runtime.errors import PartitionsBlocked, RingmasterError
 from runtime.flow import BACKOFF, BLOCKED, DELIVERY, OPERATOR, TP, InFlight, PartitionFlow, SlotTable
@@ -80,7 +81,7 @@ class Supervisor:
                  clock: Callable[[], float] = time.monotonic,
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None,
-                 pauses: Any = None,
+                 pauses: OperatorPauses | None = None,
                  notifier: Notifier | None = None) -> None:
         self.s = settings
         self.w = settings.workers
@@ -131,6 +132,7 @@ class Supervisor:
                 self.apply_operator_pauses()
                 self.fetch()
                 self.intake.cut_batches()
+                self.dead_letter_oversized()
                 self.intake.dispatch()
                 self.collect_results()
                 self.manage_workers()
@@ -198,9 +200,8 @@ class Supervisor:
     # ------------------------------------------------------------------ operator pauses
     def apply_operator_pauses(self) -> None:
         """Read the group's pause records (control.py) and hold or release partitions."""
-        if self.pauses is None:
-            return
-        self.pauses.poll()
+        if self.pauses is None or not self.pauses.poll():
+            return  # nothing new: holds already match the state
         now = self.clock()
         for flow in self.flows.values():
             pause = self.pauses.pause_for(flow.tp)
@@ -228,6 +229,11 @@ class Supervisor:
         if first is None and self.intake.first_record_at is not None:
             self._cpu_at_first_record = self._cpu_snapshot()
         self.totals.consumed = self.intake.consumed
+
+    def dead_letter_oversized(self) -> None:
+        """Records cut this tick that fit in no ring. Before dispatch: without a dead-letter
+        topic the partition stops at such a record, and the frames cut after it must not
+        reach a ring (the rewind drops them)."""
         for big in self.intake.too_large:
             flow = self.flows.get(big.tp)
             if flow is not None:
@@ -602,7 +608,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                                   lambda: OutputProducer(producer_properties(settings)),
                                   max_message_bytes(settings), time.monotonic,
                                   settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
-        pauses = None
+        pauses = OperatorPauses(settings) if settings.control.enabled else None
         supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status,
                                 dead_letters=desk, pauses=pauses)
         if on_started is not None:

@@ -206,7 +206,7 @@ def write_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
     for row in rows:
         producer.produce(row.topic, row.value, row.key, [(h.key, h.value) for h in row.headers or []])
         n += 1
-    producer.flush()
+    producer.deliver(120.0)  # raises on any failure: the task fails and Spark retries it
     return n
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+from helpers import journal
 
 from . import drive
 from .matrix import BY_ID, FAULTS, Fault
@@ -136,12 +137,7 @@ def outage_recovered(obs: drive.Observation) -> None:
 
 
 def in_order_once_backed_off(obs: drive.Observation) -> None:
-    rows = []
-    for f in obs.dirs["journal"].glob("*.log"):
-        for line in f.read_text().splitlines():
-            _t, _p, off, _pid, ns = line.split()
-            rows.append((int(ns), int(off)))
-    offsets = [off for _ns, off in sorted(rows)]
+    offsets = [off for _ns, _part, off, _pid in journal(obs.dirs["journal"])]
     assert offsets == sorted(offsets), "after a back-off the partition goes on in order"
     assert "batch deferred" in obs.log
 
