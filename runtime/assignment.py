@@ -53,11 +53,14 @@ class Assignment:
         self.touched: set[TP] = set()  # partitions a rebalance callback changed this tick
         self.assigned_once = False
         self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
+        self.rebalances = 0  # callbacks: assignments, revocations, losses
+        self.on_revocation: Callable[[float], None] = lambda seconds: None
 
     # ------------------------------------------------------------------ rebalances
     def on_assign(self, tps: list[TP]) -> None:
         """Runs in: rebalance callback (inside consume()), after the client assigned tps."""
         self.assigned_once = True
+        self.rebalances += 1
         self.touched.update(tps)
         now = self.clock()
         new = []
@@ -87,11 +90,13 @@ class Assignment:
 
     def on_revoke(self, tps: list[TP]) -> None:
         """Runs in: rebalance callback. Fence, wait only for batches in progress, commit."""
+        self.rebalances += 1
         self.release(tps, commit=True)
 
     def on_lost(self, tps: list[TP]) -> None:
         """Runs in: rebalance callback. The partitions are already someone else's: fence
         and wait as for a revocation, but commit nothing (it would be refused)."""
+        self.rebalances += 1
         self.release(tps, commit=False)
 
     def settle(self, fetched: Fetched) -> None:
@@ -163,6 +168,7 @@ class Assignment:
             self.in_flight.drop_partition(flow.tp)  # the workers skip these frames (stale epoch)
         self._on_released(flows)
         took_ms = round((self.clock() - started) * 1000, 1)
+        self.on_revocation(took_ms / 1000)
         self.revocations = [*self.revocations[-99:], {
             "ms": took_ms, "fenced_ms": fenced_ms, "end_ns": time.monotonic_ns(),
             "partitions": [f.label for f in flows]}]

@@ -205,6 +205,60 @@ def resume(config: str, topic: str | None, partition: int | None) -> None:
         click.echo(f"note: {control.describe_scope(p.scope)} is still paused ({p.describe()})", err=True)
 
 
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--json", "as_json", is_flag=True, help="The snapshot as JSON (the same document as /status).")
+def status(config: str, as_json: bool) -> None:
+    """One snapshot of a running daemon: partitions, lag, pauses with reasons, workers. Reads
+    [admin] listen's /status, or the status file."""
+    from runtime.views import read_snapshot, render
+
+    settings = _load(config)
+    try:
+        snap, source = read_snapshot(settings)
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(json.dumps(snap, indent=2))
+        return
+    from rich.console import Console
+
+    Console().print(render(snap, source))
+
+
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between refreshes.")
+def top(config: str, interval: float) -> None:
+    """A live view of a running daemon (Ctrl-C to leave): rates, lag, pauses, workers."""
+    import time as _time
+
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    from runtime.views import NoDaemon, rates_between, read_snapshot, render
+
+    settings = _load(config)
+    console = Console()
+    prev: tuple[float, dict[str, Any]] | None = None
+    try:
+        with Live(console=console, auto_refresh=False, screen=console.is_terminal) as live:
+            while True:
+                try:
+                    snap, source = read_snapshot(settings)
+                    now = _time.monotonic()
+                    rates = rates_between(prev[1] if prev else None, snap, now - prev[0] if prev else 0.0)
+                    prev = (now, snap)
+                    live.update(render(snap, source, rates), refresh=True)
+                except NoDaemon as exc:
+                    live.update(Text(f"waiting for the daemon: {exc}", style="yellow"), refresh=True)
+                _time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
 @main.group()
 def spark() -> None:
     """Run the same plugin on Apache Spark (PySpark; needs Java 17+)."""

@@ -128,6 +128,20 @@ class SupervisorSettings(_Section):
     max_partitions: int = Field(default=4096, ge=1)
 
 
+class AdminSettings(_Section):
+    """The admin endpoint (runtime/admin.py): /metrics, /healthz, /readyz, /status."""
+
+    listen: str | None = Field(default=None, description='"127.0.0.1:9464"; off when unset')
+    allow_remote: bool = Field(default=False, description="allow a non-loopback listen address "
+                               "(the endpoint has no authentication)")
+    partition_metrics: bool = Field(default=True, description="per-partition series (lag, offsets, "
+                                    "pauses); off for very many partitions")
+    loop_stuck_s: float = Field(default=60.0, gt=0, description="/healthz fails when the supervisor's "
+                                "loop has not gone round for this long (at least revoke_timeout_s + 10)")
+    librdkafka_stats_s: float = Field(default=0.0, ge=0, description="librdkafka statistics every N s "
+                                      "as ringmaster_librdkafka_* metrics (0: off)")
+
+
 class ControlSettings(_Section):
     """Operator pauses (runtime/control.py): a compacted topic per group that every member reads."""
 
@@ -166,6 +180,7 @@ class Settings(_Section):
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     supervisor: SupervisorSettings = Field(default_factory=SupervisorSettings)
     control: ControlSettings = Field(default_factory=ControlSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
 
@@ -357,6 +372,8 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         "fetch.wait.max.ms": 100,
         "enable.partition.eof": True,
     }
+    if settings.admin.librdkafka_stats_s:
+        props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
     props.update(settings.kafka.consumer)
     props.update({
         "bootstrap.servers": settings.kafka.bootstrap_servers,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import json
 import logging
 import threading
 import time
@@ -152,6 +153,9 @@ class GroupConsumer:
         props = dict(props)
         props["error_cb"] = self._on_error
         props["on_commit"] = self._on_commit
+        if props.get("statistics.interval.ms"):
+            props["stats_cb"] = self._on_stats
+        self.stats_summary: dict[str, float] = {}  # the last statistics.interval.ms report, summed up
         self.fatal: str | None = None
         self._refused: dict[TP, int] = {}
         self._c = Consumer(props)
@@ -169,6 +173,15 @@ class GroupConsumer:
         if err.fatal():
             self.fatal = str(err)
         log.warning("kafka client error", extra={"error": str(err)})
+
+    def _on_stats(self, text: str) -> None:
+        """Runs in: consume(), every statistics.interval.ms."""
+        from runtime.metrics import librdkafka_summary
+
+        try:
+            self.stats_summary = librdkafka_summary(json.loads(text))
+        except (ValueError, TypeError, AttributeError):
+            log.debug("unreadable librdkafka statistics")
 
     def _on_commit(self, err: _CKError | None, parts: list[TopicPartition]) -> None:
         """Runs in: consume()/commit(). Remember refused offsets so they are sent again:

@@ -73,6 +73,7 @@ class WorkerStatus:
     heartbeat_age_s: float | None
     last_exit: str | None = None
     start_failure: str | None = None
+    exits: dict[str, int] = field(default_factory=dict)  # exits that led to a restart, by cause
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,8 @@ class StatusSnapshot:
     revocations: list[dict[str, Any]]
     committed: dict[str, int]
     dead_letters_waiting: int = 0
+    rebalances: int = 0
+    librdkafka: dict[str, float] = field(default_factory=dict)  # admin.librdkafka_stats_s
     loop_age_s: float = 0.0
     ready: bool = False
     operator_pauses: list[dict[str, Any]] = field(default_factory=list)

@@ -36,6 +36,7 @@ from typing import Any
 import multiprocess.connection
 import psutil
 
+from runtime.admin import AdminServer, Health
 from runtime.assignment import Assignment
 from runtime.board import EpochTable
 from runtime.commits import Committer
@@ -50,6 +51,7 @@ from runtime.frames import DEFERRED, DONE, FATAL, Result, decode_result
 from runtime.intake import BatchIds, Intake
 from runtime.isolation import isolate
 from runtime.kafka import GroupConsumer, OutputProducer
+from runtime.metrics import RuntimeMetrics
 from runtime.pool import WorkerHandle, WorkerPool, become_subreaper
 from runtime.shm import SegmentSet, check_space, reclaim_stale
 from runtime.status import (
@@ -82,6 +84,7 @@ class Supervisor:
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None,
                  pauses: OperatorPauses | None = None,
+                 metrics: RuntimeMetrics | None = None,
                  notifier: Notifier | None = None) -> None:
         self.s = settings
         self.w = settings.workers
@@ -91,6 +94,7 @@ class Supervisor:
         self.on_status = on_status
         self.dead_letters = dead_letters
         self.pauses = pauses
+        self.metrics = metrics
         self.notifier = notifier or Notifier()
         self.flows: dict[TP, PartitionFlow] = {}
         self.totals = Totals()
@@ -106,6 +110,8 @@ class Supervisor:
             settings, consumer, pool.handles, self.flows, self.in_flight, SlotTable(epochs), clock,
             collect_results=self.collect_results, commit=lambda flows: self.commits.commit(flows, False),
             kill_worker=self._kill_now, on_new_flows=self._on_new_flows, on_released=self._on_released)
+        if metrics is not None:
+            self.assignment.on_revocation = metrics.observe_revocation
         self.status_file = StatusFile(settings.supervisor.status_file)
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
@@ -283,6 +289,8 @@ class Supervisor:
             self.totals.dead_letters += r.dead_letters
             self.totals.discarded += r.discarded
             self.per_worker_records[h.index] += r.processed
+            if self.metrics is not None:
+                self.metrics.observe_batch(r.busy_ms / 1000)
             if flow is not None and batch is not None:
                 flow.tracker.complete(r.batch_id)
                 flow.records_done += r.processed
@@ -420,7 +428,7 @@ class Supervisor:
                 records=self.per_worker_records[h.index], in_flight=self.in_flight.count(h.index),
                 ring_fill=round(h.ring.fill(), 3), restarts=life.restarts, rss=rss,
                 heartbeat_age_s=round(h.board.heartbeat_age_s, 3) if h.alive else None,
-                last_exit=life.last_exit, start_failure=life.start_failure))
+                last_exit=life.last_exit, start_failure=life.start_failure, exits=dict(life.exits)))
         t = self.totals
         my_rss, my_cpu = _usage(os.getpid())
         my_cpu = my_cpu or 0.0
@@ -442,10 +450,35 @@ class Supervisor:
             partitions=parts, workers=workers, revocations=list(self.assignment.revocations),
             committed={f"{tp[0]}[{tp[1]}]": off for tp, off in sorted(self.commits.committed.items())},
             dead_letters_waiting=self.dead_letters.pending() if self.dead_letters else 0,
+            rebalances=self.assignment.rebalances, librdkafka=self.consumer.stats_summary,
             loop_age_s=round(now - self._last_tick, 3),
             ready=self.workforce.started_once and self.assignment.assigned_once,
             operator_pauses=self.pauses.describe_all() if self.pauses is not None else [],
             stopped=Stopped(self.exit_error.exit_code, str(self.exit_error)) if self.exit_error else None)
+
+    # ------------------------------------------------------------------ health (any thread)
+    def health(self) -> Health:
+        """Liveness. Runs in: the admin server's thread: reads plain values only. Fails when
+        the loop has not gone round within its bound (a rebalance may hold it for up to
+        revoke_timeout_s: the bound is above that), when a worker is stuck and not yet
+        replaced, or when a fatal error is stopping the daemon. Lag, outages, pauses and
+        rebalances are not failures of liveness."""
+        reasons = []
+        age = self.clock() - self._last_tick
+        bound = max(self.s.admin.loop_stuck_s, self.s.supervisor.revoke_timeout_s + 10)
+        if age > bound and not self.stopping:
+            reasons.append(f"the supervisor's loop has not gone round for {age:.0f} s (bound {bound:g} s)")
+        reasons += self.workforce.stuck()
+        if self.exit_error is not None:
+            reasons.append(f"stopping: {self.exit_error}")
+        return Health(not reasons, reasons)
+
+    def ready(self) -> bool:
+        """Readiness: workers started and the group joined, and not stopping."""
+        return self.workforce.started_once and self.assignment.assigned_once and not self.stopping
+
+    def loop_age(self) -> dict[str, float]:
+        return {"ringmaster_loop_tick_age_seconds": max(0.0, self.clock() - self._last_tick)}
 
     def _partition_status(self, f: PartitionFlow) -> PartitionStatus:
         high = self.consumer.high_watermark(f.tp)
@@ -591,6 +624,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     pool: WorkerPool | None = None
     consumer: GroupConsumer | None = None
     supervisor: Supervisor | None = None
+    admin: AdminServer | None = None
     try:
         status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
         del status_file
@@ -609,8 +643,17 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                                   max_message_bytes(settings), time.monotonic,
                                   settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
         pauses = OperatorPauses(settings) if settings.control.enabled else None
+        holder: list[Supervisor] = []
+        metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
+                                 settings.admin.partition_metrics,
+                                 lambda: holder[0].loop_age() if holder else {})
         supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status,
-                                dead_letters=desk, pauses=pauses)
+                                dead_letters=desk, pauses=pauses, metrics=metrics)
+        holder.append(supervisor)
+        if settings.admin.listen:
+            sv = supervisor
+            admin = AdminServer(settings.admin.listen, settings.admin.allow_remote, metrics,
+                                lambda: sv.latest_status, sv.health, sv.ready).start()
         if on_started is not None:
             on_started(supervisor)
         code = supervisor.run()
@@ -619,6 +662,8 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         final = supervisor.final_status if supervisor is not None else None
         return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
     finally:
+        if admin is not None:
+            admin.close()
         if supervisor is not None and supervisor.pauses is not None:
             supervisor.pauses.close()
         if consumer is not None:

@@ -289,7 +289,7 @@ class BatchRunner:
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
             if self.spec.dead_letter_topic is None:
-                return self._run_until_first_failure(records, head)
+                return self._run_until_first_failure(records, head, started)
             outcome = run_batch(self.plugin, records, self.policy, self.spec.name,
                                 deliver=self._deliver, phase=self.board.set_phase)
             self._dead_letter(outcome.failures)
@@ -306,7 +306,8 @@ class BatchRunner:
                       dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
                       discarded=self._discarded)
 
-    def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int]) -> Result:
+    def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int],
+                                 started: float) -> Result:
         """INVARIANT: never skip a record silently. Without a dead-letter topic the partition
         stops at its first failing record: only outputs of records before it are produced,
         the batch is not acknowledged, so nothing from it on is committed."""
@@ -322,7 +323,7 @@ class BatchRunner:
             first = first or Failure(records[0], "OutputRejected", str(exc), "", 1)
         if first is None:
             return Result(DONE, *head, processed=len(records), outputs=len(before) - self._discarded,
-                          discarded=self._discarded)
+                          discarded=self._discarded, busy_ms=(time.monotonic() - started) * 1000)
         return Result(BLOCKED, *head, detail=f"offset {first.record.offset}: {first.error_type}: "
                                              f"{first.message}")
 

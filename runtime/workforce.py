@@ -28,7 +28,7 @@ import enum
 import logging
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -65,6 +65,7 @@ class Life:
     crashes: int = 0  # in a row since its last finished batch (restart back-off)
     last_exit: str | None = None
     restarts: int = 0
+    exits: dict[str, int] = field(default_factory=dict)  # by cause: crashed, killed, recycled, start_failure
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,17 @@ class Workforce:
         return bool(self.w.max_batches) and given >= self.w.max_batches
 
     def stuck(self) -> list[str]:
-        """Workers silent past heartbeat_timeout_s and not yet replaced (for /healthz)."""
-        return [f"worker {h.index} silent for {h.board.heartbeat_age_s:.0f} s"
-                for h, life in zip(self.pool.handles, self.lives, strict=True)
-                if h.alive and life.state is not State.STOPPED
-                and h.board.heartbeat_age_s > self.w.heartbeat_timeout_s]
+        """Workers silent past heartbeat_timeout_s and not yet replaced (for /healthz).
+        Runs in: any thread: reads only lifecycle states and the boards in shared memory
+        (never the process objects, whose polling reaps)."""
+        out = []
+        for h, life in zip(self.pool.handles, self.lives, strict=True):
+            if life.state in (State.STARTING, State.READY, State.RETIRING):
+                age = h.board.heartbeat_age_s
+                if age > self.w.heartbeat_timeout_s:
+                    out.append(f"worker {h.index} silent for {age:.0f} s (workers.heartbeat_timeout_s "
+                               f"{self.w.heartbeat_timeout_s:g})")
+        return out
 
     # ------------------------------------------------------------------ start / stop
     def start_all(self) -> None:
@@ -231,6 +238,10 @@ class Workforce:
         if life.kill is not None:
             words = f"{words} after {life.kill}"
         life.last_exit = words
+        cause = ("recycled" if life.state is State.RETIRING and code == 0 and not batch
+                 else "start_failure" if not was_ready else "killed" if life.kill is not None else "crashed")
+        if not self.stopping:
+            life.exits[cause] = life.exits.get(cause, 0) + 1
         if self.stopping:
             life.state = State.STOPPED
             return Death(h.index, batch if in_plugin else None, words)

@@ -20,6 +20,7 @@ from typing import Any
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import RingmasterError
 from runtime.execution import RetryPolicy
+from runtime.spark.progress import SparkStatus
 
 log = logging.getLogger("ringmaster.spark")
 
@@ -159,6 +160,7 @@ def run_stream(settings: Settings) -> int:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
+            status.update(event.progress)
             try:
                 committer.commit_progress(event.progress)
             except Exception:
@@ -170,6 +172,8 @@ def run_stream(settings: Settings) -> int:
         def onQueryTerminated(self, event: Any) -> None:
             pass
 
+    status = SparkStatus(settings)
+    admin = _admin(settings, status)
     spark.streams.addListener(Listener())
     df = arrange(spark.readStream.format(NAME).options(**source_options(settings)).load(), settings)
     out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
@@ -181,6 +185,7 @@ def run_stream(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: stop.append(s))
     query = writer.start()
+    status.query_active = True
     log.info("spark query started", extra={"master": sp.master, "trigger": sp.trigger,
                                            "checkpoint": checkpoint})
     try:
@@ -190,14 +195,32 @@ def run_stream(settings: Settings) -> int:
             log.info("stop requested; stopping the query")
             query.stop()
         query.awaitTermination()
+        status.query_active = False
         if query.exception() is not None:
+            status.failure = str(query.exception())
             raise RingmasterError(f"the Spark query failed: {query.exception()}")
         # The listener is asynchronous: make sure the last batch's offsets are committed.
         committer.commit_progress(query.lastProgress and _Progress(query.lastProgress))
+        if query.lastProgress:
+            status.update(query.lastProgress)
     finally:
+        if admin is not None:
+            admin.close()
         committer.close()
         spark.stop()
     return 0
+
+
+def _admin(settings: Settings, status: SparkStatus) -> Any:
+    """The same admin endpoint as the local daemon: /metrics from the query's progress."""
+    if not settings.admin.listen:
+        return None
+    from runtime.admin import AdminServer
+    from runtime.metrics import RuntimeMetrics
+
+    metrics = RuntimeMetrics(lambda: status.snapshot, settings.admin.partition_metrics)
+    return AdminServer(settings.admin.listen, settings.admin.allow_remote, metrics, lambda: status.snapshot,
+                       status.health, status.ready).start()
 
 
 class _Progress:

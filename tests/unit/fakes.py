@@ -126,6 +126,7 @@ class FakeConsumer:
         self.high: dict[Any, int] = {}
         self.next_fetch: Callable[[int, float], Fetched] = lambda n, t: Fetched()
         self.abandoned = False
+        self.stats_summary: dict[str, float] = {}
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         pass

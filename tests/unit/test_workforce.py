@@ -425,7 +425,7 @@ def test_a_silent_worker_is_terminated_after_heartbeat_timeout(clock: Clock) -> 
     r.at(10.2)
     assert r.pool.kills == [(0, signal.SIGTERM)]
     assert "workers.heartbeat_timeout_s" in (r.life().kill or "")
-    assert r.wf.stuck() == ["worker 0 silent for 10 s"]
+    assert r.wf.stuck() == ["worker 0 silent for 10 s (workers.heartbeat_timeout_s 10)"]
     r.at(12.3)
     assert r.pool.kills[-1] == (0, signal.SIGKILL), "a SIGSTOPped worker ignores SIGTERM"
 

@@ -1,0 +1,221 @@
+"""The admin endpoint of a real daemon: metrics that match what was processed, liveness that
+fails only for a stuck worker (and recovers when it is replaced), never for a rebalance or a
+pause, `ringmaster status --json` equal to /status, and `ringmaster top` in a terminal."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import (
+    PLUGINS,
+    ROOT,
+    Ringmaster,
+    base_config,
+    committed,
+    make_topics,
+    produce,
+    unique,
+    wait_for,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtime.devbroker import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
+
+
+def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> tuple[dict[str, Any], str]:
+    port = free_port()
+    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path, **workers)
+    c["output"] = {"topic": names["out"]}
+    c["dead_letter"] = {"topic": names["dlq"], "max_attempts": 2, "retry_backoff_s": 0.01}
+    c["admin"] = {"listen": f"127.0.0.1:{port}"}
+    return c, f"http://127.0.0.1:{port}"
+
+
+def get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return 0, b""
+
+
+def metrics(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    code, body = get(base + "/metrics")
+    assert code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
+
+
+def one(m: dict[Any, float], name: str, **labels: str) -> float:
+    found = [v for (n, lab), v in m.items()
+             if n == name and all(dict(lab).get(k) == x for k, x in labels.items())]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def test_metrics_match_what_was_processed_with_dead_letters_and_a_worker_kill(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    values = [f"r{i}" for i in range(3000)]
+    for i in (10, 700, 1400, 2100, 2800):
+        values[i] = f"raise:r{i}"
+    counts = produce(broker.bootstrap, names["in"], values, 2)
+    cfg, base = config(broker, names, tmp_path, settings={"sleep_ms": 0.5})
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        s = rm.wait_status(lambda s: s["records"] >= 800, 60, "progress")
+        os.kill(s["workers"][0]["pid"], signal.SIGKILL)
+        wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 2) == counts, 120,
+                 "every offset committed", interval_s=0.3)
+        wait_for(lambda: (st := json.loads(get(base + "/status")[1] or b"{}")) and st.get("lag") == 0
+                 and st.get("dead_letters_waiting") == 0 and all(p["committed"] == p["high"]
+                                                                for p in st["partitions"]), 30,
+                 "a snapshot with the lag at 0")
+        st = json.loads(get(base + "/status")[1])
+        m = metrics(base)
+        assert one(m, "ringmaster_records_processed_total") == st["records"] >= 3000 - 5
+        assert one(m, "ringmaster_dead_letters_total") == st["dead_letters"] == 5
+        assert one(m, "ringmaster_outputs_total") == st["outputs"]
+        assert one(m, "ringmaster_records_consumed_total") == st["consumed"]
+        assert one(m, "ringmaster_lag") == 0
+        for p in (0, 1):
+            assert one(m, "kafka_consumergroup_group_lag", topic=names["in"], partition=str(p)) == 0
+            offset = one(m, "kafka_consumergroup_group_offset", topic=names["in"], partition=str(p))
+            assert offset == counts[p]
+        assert one(m, "ringmaster_worker_restarts_total", worker="0", cause="crashed") == 1
+        assert one(m, "ringmaster_batch_duration_seconds_count") == st["batches"]
+        # `ringmaster status --json` reads the same document from the same endpoint.
+        cli = subprocess.run([sys.executable, "-m", "runtime.cli", "status", "-c", str(rm.config_path),
+                              "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        via_cli, via_http = json.loads(cli.stdout), json.loads(get(base + "/status")[1])
+        stable = ("records", "outputs", "dead_letters", "committed", "lag", "consumed", "group", "pid")
+        assert {k: via_cli[k] for k in stable} == {k: via_http[k] for k in stable}
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+
+
+def test_liveness_fails_while_a_worker_is_stopped_and_recovers_once_it_is_replaced(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    cfg, base = config(broker, names, tmp_path, heartbeat_timeout_s=2.0)
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        assert get(base + "/healthz")[0] == 200
+        victim = rm.worker_pids()[0]
+        os.kill(victim, signal.SIGSTOP)
+        _code, body = wait_for(lambda: (r := get(base + "/healthz"))[0] == 503 and r, 15,
+                               "/healthz to fail", interval_s=0.05)
+        assert "silent" in json.loads(body)["reasons"][0]
+        wait_for(lambda: get(base + "/healthz")[0] == 200 and victim not in rm.worker_pids(), 30,
+                 "the stuck worker to be replaced and /healthz to recover")
+        s = rm.status()
+        assert s and sum(w["exits"].get("killed", 0) for w in s["workers"]) == 1
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+
+
+def test_liveness_holds_through_a_rebalance_and_an_operator_pause(broker: Any, names: dict[str, str],
+                                                                  tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(4000)], 4)
+    cfg, base = config(broker, names, tmp_path, settings={"sleep_ms": 1})
+    a = Ringmaster(cfg, tmp_path, "a")
+    b = None
+    answers: list[int] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        while not done.is_set():
+            answers.append(get(base + "/healthz")[0])
+            time.sleep(0.1)
+
+    try:
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        prober = threading.Thread(target=probe, daemon=True)
+        prober.start()
+        cfg_b = json.loads(json.dumps(cfg))
+        cfg_b["admin"] = {}
+        b = Ringmaster(cfg_b, tmp_path, "b")
+        a.wait_status(lambda s: s["revocations"], 60, "a rebalance that moves partitions")
+        subprocess.run([sys.executable, "-m", "runtime.cli", "pause", "-c", str(a.config_path)], env=ENV,
+                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        a.wait_status(lambda s: s["partitions"] and all("operator" in p["pause_reasons"]
+                                                        for p in s["partitions"]), 15, "the pause")
+        subprocess.run([sys.executable, "-m", "runtime.cli", "resume", "-c", str(a.config_path)], env=ENV,
+                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        assert b.terminate() == 0, b.log_tail()
+        a.wait_status(lambda s: len(s["partitions"]) == 4, 60, "A to take everything back")
+        done.set()
+        prober.join(5)
+        assert answers and set(answers) == {200}, f"/healthz answered {sorted(set(answers))}"
+        assert a.terminate() == 0, a.log_tail()
+    finally:
+        done.set()
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_top_shows_a_running_daemon_in_a_terminal(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(500)], 2)
+    cfg, base = config(broker, names, tmp_path)
+    rm = Ringmaster(cfg, tmp_path)
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    top = None
+    try:
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        top = subprocess.Popen([sys.executable, "-m", "runtime.cli", "top", "-c", str(rm.config_path),
+                                "--interval", "0.3"], stdin=slave, stdout=slave, stderr=slave, env=ENV,
+                               cwd=ROOT, start_new_session=True)
+        os.close(slave)
+        screen = b""
+        deadline = time.monotonic() + 30
+        label = names["in"].encode() + b"[1]"
+        while time.monotonic() < deadline and not (label in screen and b"workers" in screen):
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    screen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert names["in"].encode() + b"[1]" in screen and b"workers" in screen, screen[-2000:]
+        top.send_signal(signal.SIGINT)
+        assert top.wait(10) == 0
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        if top is not None and top.poll() is None:
+            top.kill()
+            top.wait(5)
+        os.close(master)
+        rm.close()

@@ -1,0 +1,176 @@
+"""The admin endpoint and the metrics, over a hand-built status snapshot: every path answers
+what it promises, metric values are the snapshot's, the Grafana dashboard and the alert rules
+only use metrics that exist, and `status`/`top` render a snapshot."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+
+from runtime.admin import AdminServer, Health, parse_listen
+from runtime.errors import ConfigError
+from runtime.metrics import RuntimeMetrics, librdkafka_summary
+from runtime.status import PartitionStatus, StatusSnapshot, WindowCpu, WorkerStatus
+from runtime.views import rates_between, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def snapshot(records: int = 1000, lag: int = 7) -> StatusSnapshot:
+    parts = [PartitionStatus(tp="in[0]", topic="in", partition=0, worker=0, paused=True,
+                             pause_reasons=["operator", "flow"], holds={"operator": "deploy"}, blocked=None,
+                             committed=500, done_through=500, high=500 + lag, lag=lag, pending_batches=0,
+                             records=records, consumed=records + lag, outputs=records - 3, dead_letters=3),
+             PartitionStatus(tp="in[1]", topic="in", partition=1, worker=1, paused=False, pause_reasons=[],
+                             holds={}, blocked=None, committed=None, done_through=None, high=None, lag=None,
+                             pending_batches=0, records=0, consumed=0, outputs=0, dead_letters=0)]
+    workers = [WorkerStatus(index=0, pid=11, alive=True, state="ready", cpu_s=1.0, records=records,
+                            in_flight=2, ring_fill=0.25, restarts=2, rss=2**20, heartbeat_age_s=0.3,
+                            exits={"crashed": 1, "recycled": 1}),
+               WorkerStatus(index=1, pid=12, alive=True, state="ready", cpu_s=1.0, records=0, in_flight=0,
+                            ring_fill=0.0, restarts=0, rss=2**20, heartbeat_age_s=0.2)]
+    return StatusSnapshot(
+        pid=10, group="g", ordering="partition", elapsed_s=10.0, window_s=9.0, join_s=1.0,
+        supervisor_cpu_s=2.0, window_cpu_s=WindowCpu(1.0, 2.0), supervisor_rss=2**22, records=records,
+        rate=100.0, outputs=records - 3, dead_letters=3, discarded=0, batches=10, consumed=records + lag,
+        deferred=1, restarts=2, paused=1, lag=lag, partitions=parts, workers=workers, revocations=[],
+        committed={"in[0]": 500}, ready=True, rebalances=2,
+        operator_pauses=[{"scope": "every topic of the group", "key": "*", "reason": "deploy", "by": "me@h",
+                          "since_ms": 1, "until_ms": None}])
+
+
+def scrape(metrics: RuntimeMetrics) -> dict[str, list[Any]]:
+    from prometheus_client import generate_latest
+
+    out: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for sample in fam.samples:
+            out.setdefault(sample.name, []).append(sample)
+    return out
+
+
+def value(samples: dict[str, list[Any]], name: str, **labels: str) -> float:
+    (s,) = [s for s in samples[name] if all(s.labels.get(k) == v for k, v in labels.items())]
+    return float(s.value)
+
+
+def test_metrics_are_the_snapshots_values() -> None:
+    m = RuntimeMetrics(lambda: snapshot(), extra=lambda: {"ringmaster_loop_tick_age_seconds": 0.5})
+    m.observe_batch(0.2)
+    m.observe_revocation(0.05)
+    s = scrape(m)
+    assert value(s, "ringmaster_records_processed_total") == 1000
+    assert value(s, "ringmaster_dead_letters_total") == 3
+    assert value(s, "kafka_consumergroup_group_lag", group="g", topic="in", partition="0") == 7
+    assert value(s, "kafka_consumergroup_group_offset", topic="in", partition="0") == 500
+    assert value(s, "ringmaster_paused_partitions", reason="operator") == 1
+    assert value(s, "ringmaster_partition_paused", partition="0", reason="flow") == 1
+    assert value(s, "ringmaster_worker_restarts_total", worker="0", cause="crashed") == 1
+    assert value(s, "ringmaster_ring_fill_ratio", worker="0") == 0.25
+    assert value(s, "ringmaster_loop_tick_age_seconds") == 0.5
+    assert value(s, "ringmaster_batch_duration_seconds_count") == 1
+    assert value(s, "ringmaster_operator_pauses", scope="every topic of the group") == 1
+    assert "kafka_consumergroup_group_lag" in s and not [
+        x for x in s["kafka_consumergroup_group_lag"] if x.labels["partition"] == "1"], "unknown lag: none"
+
+
+def test_per_partition_series_can_be_turned_off() -> None:
+    s = scrape(RuntimeMetrics(lambda: snapshot(), partition_metrics=False))
+    assert "kafka_consumergroup_group_lag" not in s and value(s, "ringmaster_lag") == 7
+
+
+def test_before_the_first_snapshot_only_liveness_metrics_are_there() -> None:
+    s = scrape(RuntimeMetrics(lambda: None))
+    assert value(s, "ringmaster_up") == 1 and "ringmaster_records_processed_total" not in s
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_the_admin_endpoint_answers_each_path() -> None:
+    state: dict[str, Any] = {"health": Health(True, []), "ready": False, "snap": None}
+    m = RuntimeMetrics(lambda: state["snap"])
+    server = AdminServer("127.0.0.1:0", False, m, lambda: state["snap"], lambda: state["health"],
+                         lambda: state["ready"]).start()
+    base = f"http://{server.address}"
+    try:
+        assert _get(base + "/readyz")[0] == 503
+        assert _get(base + "/status")[0] == 503, "no snapshot yet"
+        state.update(ready=True, snap=snapshot())
+        assert _get(base + "/readyz")[0] == 200
+        code, body = _get(base + "/status")
+        assert code == 200 and json.loads(body)["records"] == 1000
+        assert _get(base + "/healthz") == (200, b'{"ok": true, "reasons": []}')
+        state["health"] = Health(False, ["worker 0 silent for 9 s"])
+        code, body = _get(base + "/healthz")
+        assert code == 503 and json.loads(body)["reasons"] == ["worker 0 silent for 9 s"]
+        code, body = _get(base + "/metrics")
+        assert code == 200 and b"ringmaster_records_processed_total 1000.0" in body
+        assert _get(base + "/nope")[0] == 404
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("listen", "remote", "expect"), [
+    ("9464", False, ("127.0.0.1", 9464)), (":9464", False, ("127.0.0.1", 9464)),
+    ("localhost:9464", False, ("127.0.0.1", 9464)), ("[::1]:9464", False, ("::1", 9464)),
+    ("0.0.0.0:9464", True, ("0.0.0.0", 9464))])
+def test_listen_addresses(listen: str, remote: bool, expect: tuple[str, int]) -> None:
+    assert parse_listen(listen, remote) == expect
+
+
+def test_a_remote_listen_address_needs_allow_remote() -> None:
+    with pytest.raises(ConfigError, match="allow_remote"):
+        parse_listen("0.0.0.0:9464", False)
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        parse_listen("host:port", False)
+
+
+def _names_in(expr_text: str) -> set[str]:
+    return set(re.findall(r"\b((?:ringmaster|kafka)_[a-z_]+)\b", expr_text))
+
+
+def test_the_dashboard_and_alerts_use_only_metrics_that_exist() -> None:
+    m = RuntimeMetrics(lambda: snapshot(), extra=lambda: {"ringmaster_loop_tick_age_seconds": 0.5})
+    m.observe_batch(0.1)
+    m.observe_revocation(0.1)
+    exported = set(scrape(m))
+    dashboard = json.loads((ROOT / "config" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [t["query"] for t in dashboard["templating"]["list"] if isinstance(t.get("query"), str)]
+    alerts = (ROOT / "config" / "prometheus-alerts.yml").read_text()
+    used = set().union(*map(_names_in, exprs)) | _names_in(alerts)
+    assert used, "the files use metrics"
+    missing = sorted(used - exported)
+    assert not missing, f"dashboard/alerts refer to metrics /metrics does not export: {missing}"
+
+
+def test_librdkafka_statistics_are_summed_up() -> None:
+    stats = {"replyq": 3, "msg_cnt": 0, "rxmsgs": 10, "rxmsg_bytes": 100,
+             "topics": {"t": {"partitions": {"0": {"fetchq_cnt": 5}, "1": {"fetchq_cnt": 7}, "-1": {}}}},
+             "brokers": {"b": {"state": "UP", "rtt": {"avg": 2000, "cnt": 3}}}}
+    out = librdkafka_summary(stats)
+    assert out["fetch_queue_messages"] == 12 and out["broker_rtt_avg_seconds"] == 0.002
+
+
+def test_status_and_top_render_a_snapshot_with_rates() -> None:
+    old, new = snapshot(records=1000).to_dict(), snapshot(records=1500).to_dict()
+    rates = rates_between(old, new, 2.0)
+    assert rates["total"] == 250 and rates["in[0]"] == 250
+    console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render(new, "http://x/status", rates))
+    text = console.export_text()
+    assert "in[0]" in text and "operator: deploy" in text and "250" in text and "every topic" in text
