@@ -143,6 +143,10 @@ class SnapshotCollector(Collector):
                         ["topic", "partition"])
         processed = _counter("ringmaster_partition_records_processed_total", "Records processed, per "
                              "partition (since this member got it)", labels)
+        consumed = _counter("ringmaster_partition_records_consumed_total", "Records fetched, per partition",
+                            labels)
+        outs = _counter("ringmaster_partition_outputs_total", "Outputs acknowledged, per partition", labels)
+        dead = _counter("ringmaster_partition_dead_letters_total", "Dead letters, per partition", labels)
         pause = _gauge("ringmaster_partition_paused", "1 per reason a partition is paused",
                        [*labels, "reason"])
         for p in s.partitions:
@@ -154,9 +158,12 @@ class SnapshotCollector(Collector):
             if p.high is not None:
                 latest.add_metric([p.topic, str(p.partition)], float(p.high))
             processed.add_metric(key, float(p.records))
+            consumed.add_metric(key, float(p.consumed))
+            outs.add_metric(key, float(p.outputs))
+            dead.add_metric(key, float(p.dead_letters))
             for r in p.pause_reasons:
                 pause.add_metric([*key, r], 1.0)
-        yield from (lag, offset, latest, processed, pause)
+        yield from (lag, offset, latest, processed, consumed, outs, dead, pause)
 
     @staticmethod
     def _workers(s: StatusSnapshot) -> Iterator[Metric]:
