@@ -184,7 +184,7 @@ def resume(config: str, topic: str | None, partition: int | None) -> None:
     settings = _load(config)
     _check_scope(settings, topic, partition)
     try:
-        state = control.OperatorPauses(settings)
+        state = control.OperatorPauses.for_settings(settings)
         state.load()
         state.close()
         now = int(_time.time() * 1000)

@@ -371,6 +371,11 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         # Tuning).
         "fetch.wait.max.ms": 100,
         "enable.partition.eof": True,
+        # The supervisor calls consume() every few milliseconds whatever the plugin does
+        # (only a revocation holds it, for at most revoke_timeout_s), so the default 300 s
+        # only makes the group wait longer for a member that died mid-rebalance: brokers that
+        # wait a dead member's rebalance timeout (the embedded one does) stall that long.
+        "max.poll.interval.ms": max(60_000, int(settings.supervisor.revoke_timeout_s * 3000)),
     }
     if settings.admin.librdkafka_stats_s:
         props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)

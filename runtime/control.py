@@ -123,28 +123,31 @@ class OperatorPauses:
     """The group's pause state, read from the control topic. ``load()`` reads it to its end
     (blocking, bounded); ``poll()`` follows it without blocking."""
 
-    def __init__(self, settings: Settings,
+    def __init__(self, topic: str, consumer_props: dict[str, Any], load_timeout_s: float = 30.0,
+                 ensure_topic: Callable[[], None] = lambda: None,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
-        self.topic = control_topic(settings)
-        self.settings = settings
+        self.topic = topic
+        self.consumer_props = consumer_props
+        self.load_timeout_s = load_timeout_s
+        self._ensure_topic = ensure_topic
         self._wall_ms = wall_ms
         self._state: dict[str, Pause] = {}
         self._consumer: Consumer | None = None
         self._next_expiry: int | None = None
         self.changed = True
 
+    @classmethod
+    def for_settings(cls, settings: Settings) -> OperatorPauses:
+        return cls(control_topic(settings), reader_properties(settings), settings.control.load_timeout_s,
+                   lambda: ensure_control_topic(settings))
+
     # ------------------------------------------------------------------ reading
     def load(self, timeout_s: float | None = None) -> None:
         """Create the topic if missing, then read it to its end (end-of-partition events come
         from fetch responses: the high watermark, never a ListOffsets answer)."""
-        timeout_s = timeout_s or self.settings.control.load_timeout_s
-        ensure_control_topic(self.settings)
-        props = {k: v for k, v in consumer_properties(self.settings).items()
-                 if k not in ("partition.assignment.strategy", "group.instance.id")}
-        props.update({"group.id": f"{self.settings.kafka.group_id}.ringmaster-control",
-                      "enable.partition.eof": True, "fetch.wait.max.ms": 100,
-                      "auto.offset.reset": "earliest"})
-        self._consumer = c = Consumer(props)
+        timeout_s = timeout_s or self.load_timeout_s
+        self._ensure_topic()
+        self._consumer = c = Consumer(self.consumer_props)
         try:
             meta = c.list_topics(self.topic, timeout=timeout_s).topics[self.topic]
             parts = sorted(meta.partitions)
@@ -229,6 +232,16 @@ class OperatorPauses:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+def reader_properties(settings: Settings) -> dict[str, Any]:
+    """An assign-only consumer of the control topic: the group's connection and security
+    properties, a group id of its own (it never joins or commits), end-of-partition events."""
+    props = {k: v for k, v in consumer_properties(settings).items()
+             if k not in ("partition.assignment.strategy", "group.instance.id", "statistics.interval.ms")}
+    props.update({"group.id": f"{settings.kafka.group_id}.ringmaster-control", "enable.partition.eof": True,
+                  "fetch.wait.max.ms": 100, "auto.offset.reset": "earliest"})
+    return props
 
 
 # ---------------------------------------------------------------------- writing (CLI)

@@ -20,7 +20,6 @@ Runs in: supervisor (feeding) and the admin server's thread (collecting).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -198,24 +197,3 @@ class SnapshotCollector(Collector):
                            "(statistics.interval.ms)")
                 g.add_metric([], float(value))
                 yield g
-
-
-def librdkafka_summary(stats: dict[str, Any]) -> dict[str, float]:
-    """The few numbers of librdkafka's statistics JSON worth a metric: its queues and the
-    brokers' round trips (https://github.com/confluentinc/librdkafka/blob/master/STATISTICS.md)."""
-    out: dict[str, float] = {
-        "replyq": float(stats.get("replyq", 0)),
-        "msg_cnt": float(stats.get("msg_cnt", 0)),
-        "rx_messages_total": float(stats.get("rxmsgs", 0)),
-        "rx_bytes_total": float(stats.get("rxmsg_bytes", 0)),
-    }
-    fetchq = 0
-    for topic in stats.get("topics", {}).values():
-        for part in topic.get("partitions", {}).values():
-            fetchq += int(part.get("fetchq_cnt", 0) or 0)
-    out["fetch_queue_messages"] = float(fetchq)
-    rtts = [b.get("rtt", {}).get("avg", 0) for b in stats.get("brokers", {}).values()
-            if b.get("state") == "UP" and b.get("rtt", {}).get("cnt", 0)]
-    if rtts:
-        out["broker_rtt_avg_seconds"] = max(rtts) / 1e6
-    return out

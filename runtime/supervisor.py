@@ -642,7 +642,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                                   lambda: OutputProducer(producer_properties(settings)),
                                   max_message_bytes(settings), time.monotonic,
                                   settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
-        pauses = OperatorPauses(settings) if settings.control.enabled else None
+        pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
         holder: list[Supervisor] = []
         metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
                                  settings.admin.partition_metrics,

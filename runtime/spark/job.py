@@ -64,6 +64,12 @@ def source_options(settings: Settings) -> dict[str, str]:
             "endOffsets": sp.end_offsets}
     if sp.max_records_per_trigger:
         opts["maxRecordsPerTrigger"] = str(sp.max_records_per_trigger)
+    if settings.control.enabled:
+        from runtime.control import control_topic, ensure_control_topic, reader_properties
+
+        ensure_control_topic(settings)
+        opts["control"] = json.dumps({"topic": control_topic(settings), "props": reader_properties(settings),
+                                      "load_timeout_s": settings.control.load_timeout_s})
     return opts
 
 

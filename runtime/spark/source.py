@@ -113,6 +113,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         self.max_rows = int(options.get("maxrecordspertrigger", "0"))
         self._target: ko.Offsets | None = None
         self._client: Any = None
+        self._pauses: Any = None
 
     @property
     def _c(self) -> Any:
@@ -122,7 +123,26 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         return self._client
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None}
+        return {**self.__dict__, "_client": None, "_pauses": None}
+
+    def _hold_paused(self, begin: ko.Offsets, end: ko.Offsets) -> ko.Offsets:
+        """Operator pauses (`ringmaster pause`) hold partitions where they are: a streaming
+        query reads nothing of them until they are resumed (an availableNow run ends without
+        them). Read from the group's control topic on the driver, as every supervisor does."""
+        spec = self.options.get("control")
+        if not spec:
+            return end
+        if self._pauses is None:
+            from runtime.control import OperatorPauses
+
+            cfg = json.loads(spec)
+            self._pauses = OperatorPauses(cfg["topic"], cfg["props"], cfg["load_timeout_s"])
+            self._pauses.load()
+        self._pauses.poll()
+        held = {t: {p: (begin.get(t, {}).get(p, o) if self._pauses.pause_for((t, int(p))) else o)
+                    for p, o in ps.items()}
+                for t, ps in end.items()}
+        return held
 
     def _partitions(self) -> list[tuple[str, int]]:
         # Listed again for every micro-batch (one metadata request), so partitions added to a
@@ -145,6 +165,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         # watermark, as in Spark's Kafka source, and their backlog counts against the limit.
         begin = ko.with_starts(self._c, start, end)
         end = ko.at_least(end, begin)  # a stale or lower end never moves a partition back
+        end = self._hold_paused(begin, end)
         if isinstance(limit, ReadMaxRows):
             return ko.admit(begin, end, limit.max_rows)
         return end
@@ -164,6 +185,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         pass  # see the class docstring
 
     def stop(self) -> None:
+        if self._pauses is not None:
+            self._pauses.close()
+            self._pauses = None
         if self._client is not None:
             self._client.close()
             self._client = None

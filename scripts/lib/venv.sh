@@ -37,10 +37,33 @@ ensure_venv() {
 }
 
 require_java() {
+  if ! command -v java >/dev/null 2>&1 && [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+    export PATH="$JAVA_HOME/bin:$PATH"
+  fi
+  if ! command -v java >/dev/null 2>&1; then
+    # A fresh Debian/Ubuntu machine where we may install packages (root, or sudo without a
+    # password): install a headless JRE rather than fail. Anywhere else, say what to do.
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo -n true 2>/dev/null && sudo="sudo -n"
+    if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; }; then
+      echo "java not found: installing openjdk-17-jre-headless (apt-get)" >&2
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 \
+        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jre-headless >&2 \
+        || echo "warning: installing Java with apt-get failed" >&2
+    fi
+  fi
   if ! command -v java >/dev/null 2>&1; then
     echo "error: Java 17+ is required for the Spark backend and its tests, and 'java' is not on PATH." >&2
     echo "       Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless; or set JAVA_HOME and PATH." >&2
     exit 1
   fi
-  java -version 2>&1 | head -n 1 >&2
+  local version
+  version="$(java -version 2>&1 | head -n 1)"
+  echo "$version" >&2
+  local major
+  major="$(echo "$version" | sed -E 's/.*version "([0-9]+).*/\1/')"
+  if [ "${major:-0}" -lt 17 ] 2>/dev/null; then
+    echo "error: Java 17+ is required for PySpark 4; found: $version" >&2
+    exit 1
+  fi
 }

@@ -17,7 +17,8 @@ from rich.console import Console
 
 from runtime.admin import AdminServer, Health, parse_listen
 from runtime.errors import ConfigError
-from runtime.metrics import RuntimeMetrics, librdkafka_summary
+from runtime.kafka import librdkafka_summary
+from runtime.metrics import RuntimeMetrics
 from runtime.status import PartitionStatus, StatusSnapshot, WindowCpu, WorkerStatus
 from runtime.views import rates_between, render
 

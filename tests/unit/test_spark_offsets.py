@@ -193,3 +193,26 @@ def test_parquet_backfill_keeps_outputs_without_an_output_topic() -> None:
 def test_kafka_sink_rows_need_a_topic() -> None:
     assert [r["topic"] for r in apply_probe(to_parquet=False, output_topic=None)] == ["dlq"]
     assert [r["topic"] for r in apply_probe(to_parquet=False, output_topic="out")] == ["out", "out", "dlq"]
+
+
+class FakePauses:
+    def __init__(self, paused: set[tuple[str, int]]) -> None:
+        self.paused = paused
+
+    def poll(self) -> bool:
+        return True
+
+    def pause_for(self, tp: tuple[str, int]) -> Any:
+        return object() if tp in self.paused else None
+
+
+def test_an_operator_pause_holds_its_partitions_where_they_are_under_spark() -> None:
+    c = FakeClient({"in": 2}, highs={("in", 0): 100, ("in", 1): 100})
+    r = reader(c, control=json.dumps({"topic": "ctl", "props": {}, "load_timeout_s": 1}))
+    pauses = FakePauses({("in", 1)})
+    r._pauses = pauses  # as loaded from the control topic
+    start = {"in": {"0": 10, "1": 20}}
+    assert r.latestOffset(start, ReadAllAvailable()) == {"in": {"0": 100, "1": 20}}
+    assert r.latestOffset(start, ReadMaxRows(30)) == {"in": {"0": 40, "1": 20}}, "the budget goes elsewhere"
+    pauses.paused.clear()
+    assert r.latestOffset(start, ReadAllAvailable()) == {"in": {"0": 100, "1": 100}}, "resumed: read again"
