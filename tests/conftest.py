@@ -12,7 +12,7 @@ for p in (ROOT, ROOT / "tests", ROOT / "tests" / "plugins"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from helpers import shm_segments  # noqa: E402
+from helpers import shm_segments, topic_names  # noqa: E402
 
 from runtime.devbroker import DevBroker  # noqa: E402
 
@@ -23,6 +23,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevBroker]:
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     with DevBroker(log_path=log) as b:
         yield b
+
+
+@pytest.fixture
+def names() -> dict[str, str]:
+    """Fresh topic and group names: in, out, dlq, group."""
+    return topic_names()
 
 
 @pytest.fixture(autouse=True)

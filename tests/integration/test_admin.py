@@ -26,11 +26,10 @@ from helpers import (
     PLUGINS,
     ROOT,
     Ringmaster,
-    base_config,
     committed,
+    daemon_config,
     make_topics,
     produce,
-    unique,
     wait_for,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -41,16 +40,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
 
 
-@pytest.fixture
-def names() -> dict[str, str]:
-    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
-
-
 def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> tuple[dict[str, Any], str]:
     port = free_port()
-    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path, **workers)
-    c["output"] = {"topic": names["out"]}
-    c["dead_letter"] = {"topic": names["dlq"], "max_attempts": 2, "retry_backoff_s": 0.01}
+    c = daemon_config(broker, names, tmp_path, **workers)
+    c["dead_letter"].update(max_attempts=2, retry_backoff_s=0.01)
     c["admin"] = {"listen": f"127.0.0.1:{port}"}
     return c, f"http://127.0.0.1:{port}"
 

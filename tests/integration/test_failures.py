@@ -15,15 +15,9 @@ from helpers import (
     produce,
     read_topic,
     run_until_caught_up,
-    unique,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def names() -> dict[str, str]:
-    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
 
 
 def setup_run(broker: Any, names: dict[str, str], tmp_path: Path, values: list[str], partitions: int = 2,

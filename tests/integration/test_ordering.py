@@ -4,10 +4,7 @@ bounded run-ahead and bounded revocation with many lanes."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import signal
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -16,22 +13,18 @@ from typing import Any
 import pytest
 from helpers import (
     Ringmaster,
-    base_config,
+    assert_runs_in_order,
     committed,
+    daemon_config,
     journal_with_keys,
+    kill_workers_in_turn,
     make_topics,
     produce_rows,
     read_all,
     run_until_caught_up,
-    unique,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def names() -> dict[str, str]:
-    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
 
 
 def keyed(n: int, keys: int, start: int = 0) -> list[tuple[bytes | None, bytes, None]]:
@@ -39,39 +32,15 @@ def keyed(n: int, keys: int, start: int = 0) -> list[tuple[bytes | None, bytes, 
 
 
 def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> dict[str, Any]:
-    jdir = tmp_path / "journal"
-    jdir.mkdir(exist_ok=True)
-    settings = {"journal_dir": str(jdir), **workers.pop("settings", {})}
-    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path, settings=settings, **workers)
-    c["output"] = {"topic": names["out"]}
-    c["dead_letter"] = {"topic": names["dlq"]}
-    return c
+    return daemon_config(broker, names, tmp_path, journal=True, **workers)
 
 
-def assert_key_order(rows: list[tuple[int, int, int, int, str]]) -> dict[str, int]:
-    """Per key (and partition): one worker at a time, offsets increasing within a run, and a
-    hand-over (crash, rebalance) resumes no later than the key's next record after where the
-    previous run stopped (a key's offsets are sparse: a gap in them is not a skip)."""
-    by_key: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+def assert_key_order(rows: list[tuple[int, int, int, int, str]]) -> dict[Any, int]:
+    """Per key (and partition): one worker at a time, in offset order, nothing skipped."""
+    by_key: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     for _ns, part, off, pid, key in rows:
         by_key[(part, key)].append((off, pid))
-    runs_per_key = {}
-    for key, seq in by_key.items():
-        runs: list[tuple[int, list[int]]] = []
-        for off, pid in seq:
-            if not runs or runs[-1][0] != pid:
-                runs.append((pid, []))
-            runs[-1][1].append(off)
-        for pid, offs in runs:
-            assert all(b > a for a, b in itertools.pairwise(offs)), \
-                f"key {key}: worker {pid} processed out of order: {offs[:20]}"
-        offsets = sorted({off for off, _ in seq})
-        for (_, prev), (_, nxt) in itertools.pairwise(runs):
-            later = [o for o in offsets if o > prev[-1]]
-            assert not later or nxt[0] <= later[0], \
-                f"key {key}: a record skipped between runs {prev[-1]} -> {nxt[0]}"
-        runs_per_key[key[1]] = len(runs)
-    return runs_per_key
+    return assert_runs_in_order(by_key)
 
 
 def test_key_ordering_keeps_every_worker_busy_on_one_partition_in_key_order(
@@ -97,12 +66,7 @@ def test_key_order_holds_across_worker_kills(broker: Any, names: dict[str, str],
     cfg = config(broker, names, tmp_path, ordering="key", settings={"sleep_ms": 0.4})
     rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
     try:
-        for n in (1, 2):
-            s = rm.wait_status(lambda s, n=n: s["records"] >= 1500 * n, 60, "progress")
-            victim = s["workers"][n % 2]["pid"]
-            os.kill(victim, signal.SIGKILL)
-            rm.wait_status(lambda s, v=victim, n=n: s["restarts"] >= n and all(
-                w["alive"] and w["pid"] != v for w in s["workers"]), 30, "the worker to be restarted")
+        kill_workers_in_turn(rm, 2, every_records=1500)
         assert rm.wait(120) == 0, rm.log_tail()
     finally:
         rm.close()

@@ -17,32 +17,20 @@ from helpers import (
     PLUGINS,
     ROOT,
     Ringmaster,
-    base_config,
     committed,
+    daemon_config,
     journal,
     make_topics,
     produce,
     read_all,
-    unique,
     wait_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def names() -> dict[str, str]:
-    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
-
-
 def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> dict[str, Any]:
-    jdir = tmp_path / "journal"
-    jdir.mkdir(exist_ok=True)
-    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path,
-                    settings={"journal_dir": str(jdir), **workers.pop("settings", {})}, **workers)
-    c["output"] = {"topic": names["out"]}
-    c["dead_letter"] = {"topic": names["dlq"]}
-    return c
+    return daemon_config(broker, names, tmp_path, journal=True, **workers)
 
 
 def ringmaster_cli(rm: Ringmaster, *args: str) -> subprocess.CompletedProcess[str]:

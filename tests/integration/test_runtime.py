@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import signal
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -17,9 +14,11 @@ from confluent_kafka import Consumer
 from helpers import (
     FAST_GROUP,
     Ringmaster,
-    base_config,
+    assert_runs_in_order,
     committed,
+    daemon_config,
     journal,
+    kill_workers_in_turn,
     make_topics,
     produce,
     read_topic,
@@ -47,24 +46,12 @@ def output_ids(bootstrap: str, topic: str, expect: int) -> list[str]:
 
 
 def assert_partition_order(rows: list[tuple[int, int, int, int]], max_runs: int | None = None) -> None:
-    """Invariant 2: per partition, one worker at a time, offsets increasing within a run,
-    and a hand-over resumes no later than where the previous owner stopped (no gap)."""
-    by_part: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    """Invariant 2: per partition, one worker at a time, in offset order, no record skipped at a
+    hand-over."""
+    by_part: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for _ns, part, off, pid in rows:
-        by_part[part].append((off, pid))
-    for part, seq in by_part.items():
-        runs: list[tuple[int, list[int]]] = []
-        for off, pid in seq:
-            if not runs or runs[-1][0] != pid:
-                runs.append((pid, []))
-            runs[-1][1].append(off)
-        for pid, offs in runs:
-            assert all(b > a for a, b in itertools.pairwise(offs)), \
-                f"partition {part}: worker {pid} processed out of order: {offs[:20]}..."
-        for (_, prev), (_, nxt) in itertools.pairwise(runs):
-            assert nxt[0] <= prev[-1] + 1, f"partition {part}: gap between owners {prev[-1]} -> {nxt[0]}"
-        if max_runs is not None:
-            assert len(runs) <= max_runs, f"partition {part} changed hands {len(runs)} times"
+        by_part[f"partition {part}"].append((off, pid))
+    assert_runs_in_order(by_part, max_runs)
 
 
 def assert_all_committed(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> None:
@@ -72,16 +59,8 @@ def assert_all_committed(bootstrap: str, group: str, topic: str, counts: dict[in
     assert got == counts, f"committed {got} != produced {counts}"
 
 
-@pytest.fixture
-def names() -> dict[str, str]:
-    return {"in": unique("in"), "out": unique("out"), "dlq": unique("dlq"), "group": unique("g")}
-
-
 def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -> dict[str, Any]:
-    c = base_config(broker.bootstrap, names["in"], names["group"], tmp_path, **workers)
-    c["output"] = {"topic": names["out"]}
-    c["dead_letter"] = {"topic": names["dlq"]}
-    return c
+    return daemon_config(broker, names, tmp_path, **workers)
 
 
 @pytest.mark.parametrize(("hot_paths", "start_method"), [("C", "spawn"), ("Python", "spawn"),
@@ -140,12 +119,7 @@ def test_worker_sigkill_restarts_and_loses_nothing(broker: Any, names: dict[str,
     cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path)), "sleep_ms": 0.5})
     rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
     try:
-        for n in (1, 2):
-            s = rm.wait_status(lambda s, n=n: s["records"] >= 1500 * n, 60, "progress")
-            victim = s["workers"][n % 2]["pid"]
-            os.kill(victim, signal.SIGKILL)
-            rm.wait_status(lambda s, v=victim, n=n: s["restarts"] >= n and all(
-                w["alive"] and w["pid"] != v for w in s["workers"]), 30, "the worker to be restarted")
+        kill_workers_in_turn(rm, 2, every_records=1500)
         assert rm.wait(120) == 0, rm.log_tail()
     finally:
         rm.close()
