@@ -103,7 +103,7 @@ class OutputSettings(_Section):
     delivery_timeout_s: float = Field(default=30.0, gt=0, description="wait for the broker's "
                                       "acknowledgements of a batch's outputs and dead letters")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="after a failed delivery, first wait")
-    retry_backoff_max_s: float = Field(default=60.0, ge=0)
+    retry_backoff_max_s: float = Field(default=30.0, ge=0)
 
 
 class DeadLetterSettings(_Section):

@@ -166,11 +166,14 @@ def run_stream(settings: Settings) -> int:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
-            status.update(event.progress)
             try:
                 committer.commit_progress(event.progress)
             except Exception:
                 log.exception("group commit failed; it is retried after the next batch")
+            try:
+                status.update(event.progress)
+            except Exception:  # metrics must never cost a commit
+                log.exception("could not read the query's progress for the admin endpoint")
 
         def onQueryIdle(self, event: Any) -> None:
             pass

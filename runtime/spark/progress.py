@@ -20,9 +20,15 @@ from runtime.status import PartitionStatus, StatusSnapshot, WindowCpu
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A source's offsets in a progress report: JSON text, a dict, or nothing yet ("", "null")."""
     if not value:
         return {}
-    return json.loads(value) if isinstance(value, str) else dict(value)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 class SparkStatus:

@@ -153,8 +153,15 @@ def test_streaming_run_stops_cleanly_on_sigterm(broker: Any, names: dict[str, st
     proc = ringmaster(spark_config(broker, names, tmp_path, trigger="1 second"), tmp_path, "spark", "run",
                       wait=False)
     try:
-        wait_for(lambda: committed(broker.bootstrap, names["g"], names["in"], 2) == counts, 180,
-                 "the Spark job to commit the group's offsets", interval_s=1)
+        def done() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"exit {proc.returncode}: {proc.stderr.read()[-3000:]}")
+            return committed(broker.bootstrap, names["g"], names["in"], 2) == counts
+        try:
+            wait_for(done, 180, "the Spark job to commit the group's offsets", interval_s=1)
+        except AssertionError:
+            proc.kill()
+            raise AssertionError(proc.communicate(timeout=30)[1][-4000:]) from None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0, proc.stderr.read()[-3000:] if proc.stderr else ""
     finally:

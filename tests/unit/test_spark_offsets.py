@@ -216,3 +216,19 @@ def test_an_operator_pause_holds_its_partitions_where_they_are_under_spark() -> 
     assert r.latestOffset(start, ReadMaxRows(30)) == {"in": {"0": 40, "1": 20}}, "the budget goes elsewhere"
     pauses.paused.clear()
     assert r.latestOffset(start, ReadAllAvailable()) == {"in": {"0": 100, "1": 100}}, "resumed: read again"
+
+
+def test_spark_progress_reports_become_the_status_snapshot_even_when_offsets_are_missing() -> None:
+    from fakes import settings as make_settings
+
+    from runtime.spark.progress import SparkStatus
+
+    status = SparkStatus(make_settings())
+    status.update({"batchId": 0, "numInputRows": 0, "sources": [{"endOffset": "", "latestOffset": None}]})
+    status.update({"batchId": 1, "numInputRows": 30, "processedRowsPerSecond": 12.5,
+                   "sources": [{"endOffset": '{"in": {"0": 30}}', "latestOffset": '{"in": {"0": 50}}'}]})
+    status.update({"batchId": 1, "numInputRows": 30})  # the same batch again (listener + lastProgress)
+    snap = status.snapshot
+    assert snap is not None and snap.records == 30 and snap.rate == 12.5
+    (part,) = snap.partitions
+    assert (part.committed, part.high, part.lag) == (30, 50, 20)
