@@ -421,8 +421,8 @@ def render_ordering(data: dict[str, Any]) -> list[str]:
     md = [f"# Ordering modes\n\n{data['records']:,} × 256 B records, cpu work ~{data['work_us']:.0f} "
           f"µs/record ({data['work_us_after']:.0f} µs when timed again after the runs), ringmaster with 2 "
           f"processes, embedded broker, {psutil.cpu_count()} cores, {data['runs']} interleaved runs each. "
-          "× partition is the median against `ordering = \"partition\"` on the same data in the same invocation. "
-          "Produced by `./scripts/bench --ordering --records 40000`.\n"]
+          "× partition is the median against `ordering = \"partition\"` on the same data in the same "
+          "invocation. Produced by `./scripts/bench --ordering --records 40000`.\n"]
     for s in data["sets"]:
         md += [f"## {s['data']}\n", "| ordering | records/s min / median / max | × partition | "
                "supervisor µs/record | workers µs/record |", "|---|---|---|---|---|"]
