@@ -262,6 +262,9 @@ def test_sigterm_exits_zero_and_leaves_nothing(broker: Any, names: dict[str, str
         rm.wait_status(lambda s: s["records"] >= 500, 60, "progress")
         pids = rm.worker_pids()
         assert rm.terminate(30) == 0, rm.log_tail()
+        # Workers stop on SIGTERM without draining their rings (no FENCED results nobody reads,
+        # which could fill the pipe and block them until SIGKILL) and run teardown().
+        assert "did not stop in time" not in rm.log_path.read_text(), rm.log_tail()
     finally:
         rm.close()
     assert not [x for x in shm_segments() if x.startswith(f"ringmaster-{rm.proc.pid}-")]

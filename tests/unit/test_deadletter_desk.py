@@ -1,0 +1,129 @@
+"""The supervisor's own dead letters (runtime/deadletters.py): asynchronous, never blocking
+its loop, counted as handled only when acknowledged, made to fit, degraded to a reference
+record when the broker refuses one for what it is, retried with back-off during an outage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from runtime.deadletters import DeadLetterDesk
+from runtime.errors import DeliveryFailed
+
+
+class FakeProducer:
+    """Queues messages; the test decides each one's delivery report."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.pending: list[tuple[Any, dict[str, Any]]] = []
+        self.fatal: str | None = None
+        self.refuse_produce = False
+
+    @property
+    def broken(self) -> bool:
+        return self.fatal is not None
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any,
+                queue_wait_s: float) -> None:
+        if self.refuse_produce:
+            raise DeliveryFailed("local queue full")
+        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers)}
+        self.sent.append(msg)
+        self.pending.append((on_delivery, msg))
+
+    def poll(self, timeout: float = 0) -> None:
+        pass
+
+    def note(self, err: Any) -> None:
+        pass
+
+    def deliver_next(self, err: KafkaError | None = None) -> None:
+        cb, _msg = self.pending.pop(0)
+        cb(err, None)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def desk(max_bytes: int = 1_000_000) -> tuple[DeadLetterDesk, FakeProducer, Clock]:
+    p, clock = FakeProducer(), Clock()
+    return DeadLetterDesk("dlq", lambda: p, max_bytes, clock, backoff_s=1.0, backoff_max_s=4.0), p, clock
+
+
+ROW = (42, b"k", b"v" * 100, [("h", b"1")])
+
+
+def test_a_dead_letter_counts_only_once_the_broker_acknowledged_it() -> None:
+    d, p, _ = desk()
+    d.submit(("t", 0), 7, ROW, "WorkerCrashed", "worker died")
+    assert d.poll() == [] and d.pending() == 1, "sent, not acknowledged: not handled yet"
+    p.deliver_next(None)
+    assert d.poll() == [(("t", 0), 7)] and d.pending() == 0
+    h = p.sent[0]["headers"]
+    assert h["ringmaster.error.type"] == b"WorkerCrashed" and h["ringmaster.source.offset"] == b"42"
+
+
+def test_an_outage_is_retried_with_back_off_and_never_blocks() -> None:
+    d, p, clock = desk()
+    d.submit(("t", 0), 7, ROW, "RecordTooLarge", "too big")
+    d.poll()
+    p.deliver_next(KafkaError(KafkaError._MSG_TIMED_OUT))
+    assert d.poll() == [] and d.last_error
+    clock.now += 0.5
+    d.poll()
+    assert len(p.sent) == 1, "waits for its back-off"
+    clock.now += 0.6
+    d.poll()
+    assert len(p.sent) == 2, "sent again after 1 s"
+    p.deliver_next(None)
+    assert d.poll() == [(("t", 0), 7)]
+
+
+def test_a_full_local_queue_is_an_outage_too() -> None:
+    d, p, clock = desk()
+    p.refuse_produce = True
+    d.submit(("t", 0), 7, ROW, "RecordTooLarge", "too big")
+    assert d.poll() == [] and d.pending() == 1
+    p.refuse_produce = False
+    clock.now += 1.1
+    d.poll()
+    p.deliver_next(None)
+    assert d.poll() == [(("t", 0), 7)]
+
+
+def test_a_letter_the_broker_refuses_for_its_size_becomes_a_reference_record() -> None:
+    d, p, _ = desk()
+    d.submit(("t", 3), 9, ROW, "RecordTooLarge", "too big")
+    d.poll()
+    p.deliver_next(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    d.poll()
+    ref = p.sent[-1]
+    assert ref["value"] is None and ref["key"] == b"t/3/42"
+    assert ref["headers"]["ringmaster.value.omitted"] == b"true"
+    p.deliver_next(None)
+    assert d.poll() == [(("t", 3), 9)]
+
+
+def test_a_record_larger_than_message_max_bytes_is_truncated_before_it_is_sent() -> None:
+    d, p, _ = desk(max_bytes=20_000)
+    d.submit(("t", 0), 1, (5, b"k", b"x" * 100_000, None), "RecordTooLarge", "too big")
+    d.poll()
+    sent = p.sent[0]
+    assert len(sent["value"]) < 20_000 and sent["headers"]["ringmaster.value.truncated"] == b"100000"
+
+
+def test_letters_of_a_released_partition_are_forgotten() -> None:
+    d, _p, _ = desk()
+    d.submit(("t", 0), 1, ROW, "WorkerCrashed", "x")
+    d.submit(("t", 1), 2, ROW, "WorkerCrashed", "x")
+    d.forget(("t", 0))
+    assert d.pending() == 1 and d.pending(("t", 1)) == 1
