@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.config import Settings
-from runtime.flow import SEEKING, TP, InFlight, PartitionFlow, SlotTable, tp_label
+from runtime.flow import SEEKING, TP, InFlight, PartitionFlow, SlotTable
 from runtime.kafka import Fetched, GroupConsumer, offset_of
 from runtime.pool import WorkerHandle
 
@@ -233,6 +233,3 @@ class Assignment:
             flow.next_offset = flow.eof_at = None
             log.debug("partition rewound", extra={"tp": flow.label, "restart": restart})
 
-
-def describe_holds(flow: PartitionFlow) -> str:
-    return ", ".join(f"{h.reason}: {h.detail}" for h in flow.holds.values()) or tp_label(flow.tp)

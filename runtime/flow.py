@@ -41,7 +41,6 @@ BLOCKED = "blocked"  # a record failed and there is no dead-letter topic
 SEEKING = "seeking"  # the start offset could not be read yet after a rebalance
 FLOW = "flow"  # backpressure: the rings it feeds are full
 AHEAD = "uncommitted"  # key/unordered: max_uncommitted_records past the committed offset
-REASONS = (FLOW, AHEAD, OPERATOR, BACKOFF, DELIVERY, BLOCKED, SEEKING)
 
 
 def tp_label(tp: TP) -> str:
@@ -213,9 +212,6 @@ class InFlight:
     def pop(self, worker: int, batch_id: int) -> Batch | None:
         return self._by_worker[worker].pop(batch_id, None)
 
-    def get(self, worker: int, batch_id: int) -> Batch | None:
-        return self._by_worker[worker].get(batch_id)
-
     def take_all(self, worker: int) -> list[Batch]:
         batches = list(self._by_worker[worker].values())
         self._by_worker[worker] = {}
@@ -224,9 +220,6 @@ class InFlight:
     def count(self, worker: int) -> int:
         return len(self._by_worker[worker])
 
-    def workers_of(self, tp: TP) -> set[int]:
-        return {w for w, batches in enumerate(self._by_worker) if any(b.tp == tp for b in batches.values())}
-
     def has(self, tp: TP) -> bool:
         return any(b.tp == tp for batches in self._by_worker for b in batches.values())
 
@@ -234,8 +227,8 @@ class InFlight:
         return batch_id in self._by_worker[worker]
 
     def drop_partition(self, tp: TP) -> None:
-        """The partition was released or rewound: its frames in rings are stale (the worker
-        skips them), and a late result of one completes nothing."""
+        """The partition was released: its frames in rings are stale (the worker skips them),
+        and a late result of one completes nothing."""
         for batches in self._by_worker:
             for bid in [bid for bid, b in batches.items() if b.tp == tp]:
                 del batches[bid]

@@ -140,16 +140,16 @@ class Intake:
         1.0 for a worker that takes no frames now (dead, restarting, retiring)."""
         pending = [0] * len(self.handles)
         for f in self.flows.values():
-            for lane, q in f.lanes.items():
-                if q and lane is not ANY_WORKER:
-                    pending[lane] += sum(len(b.frame) for b in q)
+            for lane, size in f.pending_bytes_by_lane().items():
+                if lane is not ANY_WORKER:
+                    pending[lane] += size
         return [(h.ring.used_bytes() + pending[h.index]) / h.ring.capacity if self.accepting(h.index) else 1.0
                 for h in self.handles]
 
     def shared_fill(self, fills: list[float]) -> float:
         """Unordered ordering: the fill of all rings together, counting the frames any worker
         may take."""
-        shared = sum(sum(len(b.frame) for b in f.lanes.get(ANY_WORKER, ())) for f in self.flows.values())
+        shared = sum(f.pending_bytes_by_lane().get(ANY_WORKER, 0) for f in self.flows.values())
         capacity = sum(h.ring.capacity for h in self.handles)
         used = sum(fill * h.ring.capacity for fill, h in zip(fills, self.handles, strict=True))
         return (used + shared) / capacity

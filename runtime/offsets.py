@@ -43,7 +43,6 @@ class OffsetTracker:
         self._committable: int | None = start
         self._committed: int | None = start
         self._base: int | None = start  # the first offset ever registered (or the start)
-        self._registered_end: int | None = None  # one past the last registered offset
 
     # -- registering (Intake: as batches are cut) -----------------------------------
     def register(self, batch_id: int, first: int, last: int) -> None:
@@ -72,7 +71,6 @@ class OffsetTracker:
             self._parts[bid] = _Part(span, f, lst)
         if self._base is None:
             self._base = first
-        self._registered_end = last + 1
 
     # -- completing (results, dead letters) -----------------------------------------
     def complete(self, batch_id: int) -> bool:
@@ -146,4 +144,3 @@ class OffsetTracker:
         (a rewind). Batches still out there complete nothing afterwards."""
         self._spans.clear()
         self._parts.clear()
-        self._registered_end = self._committable
