@@ -18,6 +18,7 @@ from helpers import (
     committed,
     make_topics,
     produce,
+    produce_rows,
     read_topic,
     to_toml,
     unique,
@@ -50,7 +51,7 @@ def spark_config(broker: Any, names: dict[str, str], tmp_path: Path, **spark: An
 def ringmaster(cfg: dict[str, Any], tmp_path: Path, *args: str, wait: bool = True) -> Any:
     path = tmp_path / f"spark-{len(list(tmp_path.glob('spark-*.toml')))}.toml"
     path.write_text(to_toml(cfg))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "plugins")]))
     cmd = [sys.executable, "-m", "runtime.cli", *args, "-c", str(path)]
     if not wait:
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -145,6 +146,30 @@ def test_parquet_backfill_without_an_output_topic_keeps_every_output(
     assert sorted(r["value"] for r in rows if r["topic"] == names["dlq"]) == bad, "dead letters"
     outputs = [r for r in rows if r["topic"] is None]
     assert len(outputs) == 40 - len(bad) and len(rows) == 40
+
+
+def test_key_ordering_on_spark_keeps_each_key_in_offset_order(broker: Any, names: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    """workers.ordering = "key" means the same on Spark: records spread over tasks by key,
+    each key's records reaching one task in offset order (rows of one task keep their order
+    in its Parquet file)."""
+    make_topics(broker.bootstrap, 2, names["in"], names["dlq"])
+    rows = [(f"k{i % 20}".encode(), f"r{i}".encode(), None) for i in range(400)]
+    produce_rows(broker.bootstrap, names["in"], rows, 2)
+    cfg = spark_config(broker, names, tmp_path, ordering_tasks=3)
+    cfg["workers"] = {"plugin": "probe", "ordering": "key"}
+    del cfg["output"]
+    parquet = tmp_path / "parquet"
+    r = ringmaster(cfg, tmp_path, "spark", "backfill", "--parquet", str(parquet))
+    assert json.loads(r.stdout.strip().splitlines()[-1])["records"] == 400
+    import pyarrow.parquet as pq
+    out = [(row["key"], json.loads(row["value"])) for row in pq.read_table(parquet).to_pylist()]
+    assert sorted(body["id"] for _, body in out) == sorted(f"r{i}" for i in range(400)), "each record once"
+    by_key: dict[tuple[int, bytes], list[int]] = {}
+    for key, body in out:
+        by_key.setdefault((body["p"], key), []).append(body["o"])
+    for key, offsets in by_key.items():
+        assert offsets == sorted(offsets), f"{key}: {offsets}"
 
 
 def test_streaming_run_stops_cleanly_on_sigterm(broker: Any, names: dict[str, str], tmp_path: Path) -> None:

@@ -320,3 +320,26 @@ def test_key_ordering_pauses_a_partition_that_runs_too_far_ahead_of_its_commit()
     flow.tracker.complete(1)
     sup.flow_control.reconcile()
     assert not flow.ahead and TP0 not in consumer.paused
+
+
+def test_a_hot_key_that_serialises_a_partition_is_reported() -> None:
+    """Key ordering spreads a partition only as far as its keys allow: one key with most of
+    the records stays on one worker, and status says so instead of hiding it."""
+    sup, consumer, _clock, _pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
+    assign(sup, consumer, [TP0])
+    sup.assignment.touched.clear()
+    run = []
+    for o in range(300):
+        run += msgs(TP0, o, key=b"hot" if o % 10 else f"k{o}".encode())
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: run}, count=300)
+    sup.fetch()
+    sup.intake.cut_batches()
+    (part,) = sup.status().partitions
+    assert part.hot_key is not None and "b'hot'" in part.hot_key and "90%" in part.hot_key
+    spread = []
+    for o in range(300, 600):
+        spread += msgs(TP0, o, key=f"k{o}".encode())
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: spread}, count=300)
+    sup.fetch()
+    sup.intake.cut_batches()
+    assert sup.status().partitions[0].hot_key is None, "keys spread again: no report"
