@@ -29,6 +29,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from runtime.config import parse_listen
 from runtime.errors import ConfigError
 from runtime.metrics import RuntimeMetrics
 from runtime.status import StatusSnapshot
@@ -40,26 +41,6 @@ log = logging.getLogger("ringmaster.admin")
 class Health:
     ok: bool
     reasons: list[str]
-
-
-def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:
-    """'9464', ':9464', 'localhost:9464', '127.0.0.1:9464', '0.0.0.0:9464' -> (host, port)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep:
-        host, port = "", listen
-    host = host.strip("[]") or "127.0.0.1"
-    if host == "localhost":
-        host = "127.0.0.1"
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError(f"admin.listen: {listen!r} is not HOST:PORT") from None
-    if not 0 <= port_n < 65536:
-        raise ConfigError(f"admin.listen: port {port_n} out of range")
-    if host not in ("127.0.0.1", "::1") and not allow_remote:
-        raise ConfigError(f"admin.listen: {host} is not loopback; the admin endpoint has no authentication, "
-                          "so set admin.allow_remote = true to expose it (behind a firewall)")
-    return host, port_n
 
 
 class AdminServer:

@@ -64,14 +64,15 @@ class Assignment:
         self.touched.update(tps)
         now = self.clock()
         new = []
+        owned = [0] * len(self.handles)  # partitions per owner: a new one goes to the least loaded
+        for f in self.flows.values():
+            owned[f.owner] += 1
         for tp in tps:
             if tp in self.flows:
                 continue
             slot = self.slots.acquire()
-            owned = [0] * len(self.handles)
-            for f in self.flows.values():
-                owned[f.owner] += 1
             owner = min(range(len(self.handles)), key=lambda i: (owned[i], i))
+            owned[owner] += 1
             flow = PartitionFlow(tp, slot, self.slots.fence(slot), owner,
                                  batch_records=self.s.workers.batch_max_records,
                                  last_activity=now, last_resume=now)

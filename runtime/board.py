@@ -18,7 +18,9 @@ from pathlib import Path
 BOARD_BYTES = 128
 (_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
  _PHASE_NS) = range(9)
-PHASE_CALL, PHASE_DELIVER = 1, 2  # runtime.execution's phases (the board stores any of them)
+# What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
+# deadline; waiting for the broker (DELIVER) or for a retry (WAIT) does not.
+PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
 
 
 class Board:

@@ -196,6 +196,8 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
     max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
+    if settings.admin.listen:
+        parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
     if check_plugin:
         check_plugin_importable(settings.workers.plugin)
     return settings
@@ -257,9 +259,10 @@ def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
 
 def _key_kind(parts: list[str]) -> str:
     """How an override of the key at `parts` is read, from the type the models give it:
-    "str" (kept as given), "list", "raw" (a librdkafka or Spark property: kept as given, the
-    client parses it), "toml" (free-form plugin settings, a whole table) or "text" (numbers,
-    booleans, unknown keys: pydantic validates the text and names the key when it is wrong)."""
+    "list", "toml" (free-form plugin settings, a whole table) or "text": the string exactly as
+    given – a string-typed key keeps it (a secret like ``0x1F`` stays ``0x1F``), a librdkafka
+    or Spark property is parsed by its client, and for numbers, booleans and unknown keys
+    pydantic validates the text and names the key when it is wrong."""
     model: type[BaseModel] = Settings
     for i, part in enumerate(parts):
         field = model.model_fields.get(part)
@@ -270,7 +273,7 @@ def _key_kind(parts: list[str]) -> str:
             model = ann
             continue
         if i < len(parts) - 1:  # a key inside a table: pass-through properties or plugin settings
-            return "toml" if get_args(ann)[1:] == (Any,) else "raw"
+            return "toml" if get_args(ann)[1:] == (Any,) else "text"
         return _type_kind(ann)
     return "toml"  # a whole section given as an inline table
 
@@ -280,8 +283,6 @@ def _type_kind(ann: Any) -> str:
     if origin in (Union, UnionType):
         kinds = {_type_kind(a) for a in get_args(ann) if a is not type(None)}
         return kinds.pop() if len(kinds) == 1 else "text"
-    if ann is str or (origin is Literal and all(isinstance(a, str) for a in get_args(ann))):
-        return "str"
     if origin is list:
         return "list"
     if origin is dict:
@@ -408,3 +409,23 @@ def max_message_bytes(settings: Settings) -> int:
         return librdkafka_int(settings.kafka.producer, "message.max.bytes", 1_000_000)
     except ConfigError as exc:
         raise ConfigError(f"kafka.producer.{exc}") from None
+
+
+def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:
+    """'9464', ':9464', 'localhost:9464', '127.0.0.1:9464', '0.0.0.0:9464' -> (host, port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep:
+        host, port = "", listen
+    host = host.strip("[]") or "127.0.0.1"
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise ConfigError(f"admin.listen: {listen!r} is not HOST:PORT") from None
+    if not 0 <= port_n < 65536:
+        raise ConfigError(f"admin.listen: port {port_n} out of range")
+    if host not in ("127.0.0.1", "::1") and not allow_remote:
+        raise ConfigError(f"admin.listen: {host} is not loopback; the admin endpoint has no authentication, "
+                          "so set admin.allow_remote = true to expose it (behind a firewall)")
+    return host, port_n

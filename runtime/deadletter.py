@@ -41,7 +41,7 @@ class DeadLetter:
 
 def dead_letter_headers(original: Headers | None, *, error_type: str, message: str, traceback: str,
                         topic: str, partition: int, offset: int, attempts: int,
-                        worker: str) -> list[tuple[str, bytes]]:
+                        worker: str) -> Headers:
     reason: list[tuple[str, Any]] = [
         ("error.type", error_type),
         ("error.message", _bytes_head(message, MAX_MESSAGE_BYTES)),
@@ -56,7 +56,7 @@ def dead_letter_headers(original: Headers | None, *, error_type: str, message: s
     headers = [(k, v) for k, v in (original or []) if not k.startswith(HEADER_PREFIX)]
     headers.extend((HEADER_PREFIX + k, v if isinstance(v, bytes) else str(v).encode("utf-8", "replace"))
                    for k, v in reason)
-    return headers  # type: ignore[return-value]
+    return headers
 
 
 def _bytes_head(text: str, limit: int) -> bytes:

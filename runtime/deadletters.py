@@ -30,7 +30,6 @@ class _Letter:
     batch_id: int
     offset: int
     letter: DeadLetter
-    error: str
     attempt: int = 0
     retry_at: float = 0.0
     in_flight: bool = False
@@ -56,8 +55,8 @@ class DeadLetterDesk:
         headers = dead_letter_headers(original, error_type=error_type, message=message, traceback="",
                                       topic=tp[0], partition=tp[1], offset=offset, attempts=attempts,
                                       worker="supervisor")
-        letter = fit_dead_letter(key, value, headers, self._max_bytes)  # type: ignore[arg-type]
-        self._waiting.append(_Letter(tp, batch_id, offset, letter, f"{error_type}: {message}"))
+        letter = fit_dead_letter(key, value, headers, self._max_bytes)
+        self._waiting.append(_Letter(tp, batch_id, offset, letter))
         log.error("record dead-lettered", extra={"tp": tp_label(tp), "offset": offset,
                                                  "error": f"{error_type}: {message}",
                                                  "form": letter.form})

@@ -22,14 +22,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from runtime.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.deadletter import DeadLetter, dead_letter_headers, fit_dead_letter
 from runtime.errors import BatchDeferred, OutputRejected
 from runtime.plugin import Output, Plugin, Record, Reject, collect_outputs
 
 log = logging.getLogger("ringmaster.execution")
-
-# What a runner is doing, for the worker's board: only time spent in the plugin counts
-# towards a batch's deadline; waiting for the broker or for a retry does not.
-PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
 
 
 @dataclass
@@ -39,6 +37,14 @@ class Failure:
     message: str
     traceback: str
     attempts: int
+
+    def dead_letter(self, worker: str, max_message_bytes: int) -> DeadLetter:
+        """The record's dead letter, with the reason in its headers, made to fit."""
+        r = self.record
+        headers = dead_letter_headers(r.headers, error_type=self.error_type, message=self.message,
+                                      traceback=self.traceback, topic=r.topic, partition=r.partition,
+                                      offset=r.offset, attempts=self.attempts, worker=worker)
+        return fit_dead_letter(r.key, r.value, headers, max_message_bytes)
 
 
 @dataclass

@@ -75,8 +75,7 @@ class Intake:
 
     # ------------------------------------------------------------------ fetch
     def fetch(self, wait_s: float) -> Fetched:
-        fetched = self.consumer.consume(self.records_wanted(), wait_s)
-        return fetched
+        return self.consumer.consume(self.records_wanted(), wait_s)
 
     def take(self, fetched: Fetched) -> None:
         """Apply what consume() returned (after the rebalance straddle was settled)."""

@@ -35,7 +35,7 @@ class RuntimeMetrics:
     """The daemon's registry: histograms fed by the loop, and the snapshot collector."""
 
     def __init__(self, snapshot: Callable[[], StatusSnapshot | None], partition_metrics: bool = True,
-                 extra: Callable[[], dict[str, float]] | None = None) -> None:
+                 loop_age: Callable[[], float | None] | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.batch_seconds = Histogram(
             "ringmaster_batch_duration_seconds", "Time a batch took in its worker (plugin and delivery)",
@@ -43,7 +43,7 @@ class RuntimeMetrics:
         self.revocation_seconds = Histogram(
             "ringmaster_revocation_seconds", "Time a revocation took: fence, wait for the batch in "
             "progress, commit", buckets=_REVOCATION_BUCKETS, registry=self.registry)
-        self.registry.register(SnapshotCollector(snapshot, partition_metrics, extra or dict))
+        self.registry.register(SnapshotCollector(snapshot, partition_metrics, loop_age or (lambda: None)))
 
     def observe_batch(self, seconds: float) -> None:
         self.batch_seconds.observe(seconds)
@@ -62,23 +62,23 @@ def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricF
 
 class SnapshotCollector(Collector):
     def __init__(self, snapshot: Callable[[], StatusSnapshot | None], partition_metrics: bool,
-                 extra: Callable[[], dict[str, float]]) -> None:
+                 loop_age: Callable[[], float | None]) -> None:
         self._snapshot = snapshot
         self._per_partition = partition_metrics
-        self._extra = extra
+        self._loop_age = loop_age
 
     def collect(self) -> Iterator[Metric]:
         s = self._snapshot()
-        live = self._extra()
         up = _gauge("ringmaster_up", "1 while the supervisor runs")
         up.add_metric([], 1.0)
         yield up
-        for name, doc in (("ringmaster_loop_tick_age_seconds", "Seconds since the supervisor's loop last "
-                           "went round (a stuck loop grows this)"),):
-            if name in live:
-                g = _gauge(name, doc)
-                g.add_metric([], live[name])
-                yield g
+        # Read live, not from the snapshot: a stuck loop publishes no new snapshot.
+        age = self._loop_age()
+        if age is not None:
+            g = _gauge("ringmaster_loop_tick_age_seconds", "Seconds since the supervisor's loop last "
+                       "went round (a stuck loop grows this)")
+            g.add_metric([], age)
+            yield g
         if s is None:
             return
         ready = _gauge("ringmaster_ready", "1 once workers started and the group was joined")

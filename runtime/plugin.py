@@ -70,6 +70,13 @@ class Reject:
 
 
 MAX_BACKOFF_S = 3600.0  # one Backoff waits at most this long; raise it again to wait more
+_MAX_BACKOFF_DOUBLINGS = 6
+
+
+def backoff_wait(seconds: float, raised_before: int) -> float:
+    """How long a Backoff waits, raised again ``raised_before`` times in a row for the same
+    batch: doubling each time, at most 2**6 times what the plugin asked (both backends)."""
+    return seconds * 2 ** min(raised_before, _MAX_BACKOFF_DOUBLINGS)
 
 
 class Backoff(BatchDeferred):

@@ -52,6 +52,7 @@ from runtime.intake import BatchIds, Intake
 from runtime.isolation import isolate
 from runtime.kafka import GroupConsumer, OutputProducer
 from runtime.metrics import RuntimeMetrics
+from runtime.plugin import backoff_wait
 from runtime.pool import WorkerHandle, WorkerPool, become_subreaper
 from runtime.shm import SegmentSet, check_space, reclaim_stale
 from runtime.status import (
@@ -72,7 +73,6 @@ log = logging.getLogger("ringmaster.supervisor")
 Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, headers) of one record
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see run())
 _IDLE_WAIT_S = 0.02  # consume() waits this long for a first record when nothing is open
-_MAX_PLUGIN_BACKOFF_DOUBLINGS = 6
 
 
 class Supervisor:
@@ -85,7 +85,8 @@ class Supervisor:
                  dead_letters: DeadLetterDesk | None = None,
                  pauses: OperatorPauses | None = None,
                  metrics: RuntimeMetrics | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None,
+                 status_file: StatusFile | None = None) -> None:
         self.s = settings
         self.w = settings.workers
         self.clock = clock
@@ -112,7 +113,7 @@ class Supervisor:
             kill_worker=self._kill_now, on_new_flows=self._on_new_flows, on_released=self._on_released)
         if metrics is not None:
             self.assignment.on_revocation = metrics.observe_revocation
-        self.status_file = StatusFile(settings.supervisor.status_file)
+        self.status_file = status_file or StatusFile(settings.supervisor.status_file)
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
         self.final_status: StatusSnapshot | None = None
@@ -299,9 +300,7 @@ class Supervisor:
                 flow.discarded += r.discarded
                 flow.deferrals = 0
         elif r.kind == R_BLOCKED and flow is not None:
-            log.error("partition stopped at a failing record (no [dead_letter] topic); fix the "
-                      "plugin or configure one, then restart", extra={"tp": flow.label, "reason": r.detail})
-            self.assignment.rewind(flow, BLOCKED, r.detail, None)
+            self._stop_at_failing_record(flow, r.detail)
         elif r.kind == DEFERRED and flow is not None:
             self._defer(flow, r)
 
@@ -311,12 +310,11 @@ class Supervisor:
         past it and nothing is dead-lettered."""
         self.totals.deferred += 1
         reason = DELIVERY if r.cause == "delivery" else BACKOFF
-        n = min(flow.deferrals, _MAX_PLUGIN_BACKOFF_DOUBLINGS)
         if r.delay_ms >= 0:
-            delay = r.delay_ms / 1000 * 2 ** n
+            delay = backoff_wait(r.delay_ms / 1000, flow.deferrals)
         else:
             out = self.s.output
-            delay = min(out.retry_backoff_s * 2 ** n, out.retry_backoff_max_s)
+            delay = min(backoff_wait(out.retry_backoff_s, flow.deferrals), out.retry_backoff_max_s)
         flow.deferrals += 1
         until = self.clock() + delay
         detail = f"{r.detail} (retrying in {delay:.1f} s)"
@@ -368,12 +366,16 @@ class Supervisor:
     def _dead_letter(self, flow: PartitionFlow, batch_id: int, row: Row, error_type: str, message: str,
                      attempts: int = 1) -> None:
         if self.dead_letters is None:
-            detail = f"offset {row[0]}: {error_type}: {message}"
-            log.error("partition stopped at a failing record (no [dead_letter] topic)",
-                      extra={"tp": flow.label, "reason": detail})
-            self.assignment.rewind(flow, BLOCKED, detail, None)
+            self._stop_at_failing_record(flow, f"offset {row[0]}: {error_type}: {message}")
             return
         self.dead_letters.submit(flow.tp, batch_id, row, error_type, message, attempts)
+
+    def _stop_at_failing_record(self, flow: PartitionFlow, detail: str) -> None:
+        """No dead-letter topic: the partition holds at the record (nothing committed past it)
+        until an operator fixes the plugin or configures one."""
+        log.error("partition stopped at a failing record (no [dead_letter] topic); fix the "
+                  "plugin or configure one, then restart", extra={"tp": flow.label, "reason": detail})
+        self.assignment.rewind(flow, BLOCKED, detail, None)
 
     def deliver_dead_letters(self) -> None:
         if self.dead_letters is None:
@@ -477,8 +479,9 @@ class Supervisor:
         """Readiness: workers started and the group joined, and not stopping."""
         return self.workforce.started_once and self.assignment.assigned_once and not self.stopping
 
-    def loop_age(self) -> dict[str, float]:
-        return {"ringmaster_loop_tick_age_seconds": max(0.0, self.clock() - self._last_tick)}
+    def loop_age(self) -> float:
+        """Seconds since the loop last went round. Runs in: any thread."""
+        return max(0.0, self.clock() - self._last_tick)
 
     def _partition_status(self, f: PartitionFlow) -> PartitionStatus:
         high = self.consumer.high_watermark(f.tp)
@@ -627,7 +630,6 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     admin: AdminServer | None = None
     try:
         status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
-        del status_file
         reclaim_stale(sup.shm_dir)
         w = settings.workers
         check_space(sup.shm_dir, w.processes * (w.ring_bytes + 4096) + 8 * sup.max_partitions)
@@ -646,9 +648,9 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         holder: list[Supervisor] = []
         metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
                                  settings.admin.partition_metrics,
-                                 lambda: holder[0].loop_age() if holder else {})
+                                 lambda: holder[0].loop_age() if holder else None)
         supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status,
-                                dead_letters=desk, pauses=pauses, metrics=metrics)
+                                dead_letters=desk, pauses=pauses, metrics=metrics, status_file=status_file)
         holder.append(supervisor)
         if settings.admin.listen:
             sv = supervisor

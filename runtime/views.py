@@ -18,7 +18,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from runtime.config import Settings
+from runtime.config import Settings, parse_listen
 from runtime.errors import RingmasterError
 
 Snapshot = dict[str, Any]
@@ -31,10 +31,11 @@ class NoDaemon(RingmasterError):
 def status_url(settings: Settings) -> str | None:
     if not settings.admin.listen:
         return None
-    host, _, port = settings.admin.listen.rpartition(":")
-    host = host.strip("[]")
-    if host in ("", "0.0.0.0", "::", "localhost"):
-        host = "127.0.0.1"
+    host, port = parse_listen(settings.admin.listen, allow_remote=True)  # the daemon's own reading
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"  # listening on every address: loopback is one of them
+    if ":" in host:
+        host = f"[{host}]"
     return f"http://{host}:{port}/status"
 
 

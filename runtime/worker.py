@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime import speedups
-from runtime.board import BOARD_BYTES, Board, BoardLock, EpochTable
-from runtime.deadletter import DeadLetter, dead_letter_headers, fit_dead_letter, reference_dead_letter
+from runtime.board import BOARD_BYTES, PHASE_DELIVER, Board, BoardLock, EpochTable
+from runtime.deadletter import DeadLetter, reference_dead_letter
 from runtime.errors import BatchDeferred, DeliveryFailed, OutputRejected, PluginError
-from runtime.execution import PHASE_DELIVER, Failure, RetryPolicy, run_batch
+from runtime.execution import Failure, RetryPolicy, run_batch
 from runtime.frames import (
     BLOCKED,
     DEFERRED,
@@ -294,8 +294,7 @@ class BatchRunner:
                                 deliver=self._deliver, phase=self.board.set_phase)
             self._dead_letter(outcome.failures)
         except BatchDeferred as d:
-            if isinstance(d, DeliveryFailed) or self.producer.broken:
-                self._renew_producer_if_broken()
+            self._renew_producer_if_broken()
             log.warning("batch deferred", extra={"worker": self.spec.name, "cause": d.cause,
                                                  "tp": f"{frame.topic}[{frame.partition}]",
                                                  "reason": d.reason})
@@ -348,24 +347,18 @@ class BatchRunner:
             return
         topic = self.spec.dead_letter_topic
         assert topic is not None
-        letters = [self._letter(f) for f in failures]
+        letters = [f.dead_letter(self.spec.name, self.spec.max_message_bytes) for f in failures]
         self.board.set_phase(PHASE_DELIVER)
-        for letter in letters:
-            self.producer.produce(topic, letter.value, letter.key, letter.headers,
-                                  queue_wait_s=self.spec.delivery_timeout_s)
         try:
-            self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+            self._write_letters(topic, letters)
         except OutputRejected:
             # The broker refused a dead letter for what it is (a topic limit below the
             # client's, a null key on a compacted topic): write where the record is instead.
             # Letters that were accepted are written twice: at-least-once.
-            for f, letter in zip(failures, letters, strict=True):
-                r = f.record
-                ref = reference_dead_letter(letter, r.topic, r.partition, r.offset)
-                self.producer.produce(topic, ref.value, ref.key, ref.headers,
-                                      queue_wait_s=self.spec.delivery_timeout_s)
+            refs = [reference_dead_letter(letter, f.record.topic, f.record.partition, f.record.offset)
+                    for f, letter in zip(failures, letters, strict=True)]
             try:
-                self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+                self._write_letters(topic, refs)
             except OutputRejected as exc:
                 raise DeliveryFailed(f"the dead-letter topic {topic!r} refuses even a reference "
                                      f"record: {exc}") from None
@@ -375,12 +368,11 @@ class BatchRunner:
                 "worker": self.spec.name, "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
                 "error": f"{f.error_type}: {f.message}"})
 
-    def _letter(self, f: Failure) -> DeadLetter:
-        r = f.record
-        headers = dead_letter_headers(r.headers, error_type=f.error_type, message=f.message,
-                                      traceback=f.traceback, topic=r.topic, partition=r.partition,
-                                      offset=r.offset, attempts=f.attempts, worker=self.spec.name)
-        return fit_dead_letter(r.key, r.value, headers, self.spec.max_message_bytes)  # type: ignore[arg-type]
+    def _write_letters(self, topic: str, letters: list[DeadLetter]) -> None:
+        for letter in letters:
+            self.producer.produce(topic, letter.value, letter.key, letter.headers,
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
 
     def _renew_producer_if_broken(self) -> None:
         if self.producer.broken:

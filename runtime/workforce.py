@@ -238,16 +238,17 @@ class Workforce:
         if life.kill is not None:
             words = f"{words} after {life.kill}"
         life.last_exit = words
-        cause = ("recycled" if life.state is State.RETIRING and code == 0 and not batch
+        # Recycled: it read its STOP frame and exited 0, idle. Exiting 0 in the middle of a
+        # batch (a plugin's os._exit(0)) is a crash like any other, or that record would loop forever.
+        recycled = life.state is State.RETIRING and code == 0 and not batch
+        cause = ("recycled" if recycled
                  else "start_failure" if not was_ready else "killed" if life.kill is not None else "crashed")
         if not self.stopping:
             life.exits[cause] = life.exits.get(cause, 0) + 1
         if self.stopping:
             life.state = State.STOPPED
             return Death(h.index, batch if in_plugin else None, words)
-        if life.state is State.RETIRING and code == 0 and not batch:
-            # Recycled: it read its STOP frame, idle. Exiting 0 in the middle of a batch (a
-            # plugin's os._exit(0)) is a crash like any other, or that record would loop forever.
+        if recycled:
             log.info("worker recycled", extra={"worker": h.index, "pid": pid})
             life.state, life.restart_at = State.RESTARTING, self.clock()
             return Death(h.index, None, words)

@@ -32,13 +32,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from runtime.deadletter import dead_letter_headers, fit_dead_letter
 from runtime.errors import BatchDeferred, OutputRejected, RingmasterError
 from runtime.execution import Outcome, RetryPolicy, run_batch
-from runtime.plugin import Context, Output, Plugin, Record, load_plugin
+from runtime.plugin import Context, Output, Plugin, Record, backoff_wait, load_plugin
 
 log = logging.getLogger("ringmaster.spark")
-_MAX_BACKOFF_DOUBLINGS = 6
 
 OUTPUT_ARROW = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
                           ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))])
@@ -107,11 +105,7 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
                         log.warning("plugin produced outputs without a topic and no [output] topic is "
                                     "configured; they are discarded", extra={"worker": who})
                 for f in outcome.failures:
-                    r = f.record
-                    letter = fit_dead_letter(r.key, r.value, dead_letter_headers(
-                        r.headers, error_type=f.error_type, message=f.message, traceback=f.traceback,
-                        topic=r.topic, partition=r.partition, offset=r.offset, attempts=f.attempts,
-                        worker=who), job.max_message_bytes)  # type: ignore[arg-type]
+                    letter = f.dead_letter(who, job.max_message_bytes)
                     rows.append({"topic": job.dead_letter_topic, "key": letter.key, "value": letter.value,
                                  "headers": _headers(letter.headers)})
             yield pa.RecordBatch.from_pylist(rows, schema=OUTPUT_ARROW)
@@ -134,8 +128,7 @@ def _run(plugin: Plugin, records: list[Record], job: PluginJob, who: str) -> Out
         try:
             return run_batch(plugin, records, job.policy, who, deliver=check_sizes)
         except BatchDeferred as d:
-            delay = (d.delay_s if d.delay_s is not None else job.policy.backoff_s) * 2 ** min(
-                waits, _MAX_BACKOFF_DOUBLINGS)
+            delay = backoff_wait(d.delay_s if d.delay_s is not None else job.policy.backoff_s, waits)
             waits += 1
             log.warning("plugin backing off; the task waits and runs the records again",
                         extra={"worker": who, "reason": d.reason, "wait_s": delay})

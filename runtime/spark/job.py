@@ -205,13 +205,15 @@ def run_stream(settings: Settings) -> int:
             query.stop()
         query.awaitTermination()
         status.query_active = False
-        if query.exception() is not None:
-            status.failure = str(query.exception())
-            raise RingmasterError(f"the Spark query failed: {query.exception()}")
+        failure = query.exception()  # each of these is a call into Spark's JVM: once
+        if failure is not None:
+            status.failure = str(failure)
+            raise RingmasterError(f"the Spark query failed: {failure}")
         # The listener is asynchronous: make sure the last batch's offsets are committed.
-        committer.commit_progress(query.lastProgress and _Progress(query.lastProgress))
-        if query.lastProgress:
-            status.update(query.lastProgress)
+        last = query.lastProgress
+        committer.commit_progress(last and _Progress(last))
+        if last:
+            status.update(last)
     finally:
         if admin is not None:
             admin.close()

@@ -37,7 +37,6 @@ class SparkStatus:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._records = 0
-        self._batches = 0
         self._rate = 0.0
         self._end: dict[str, dict[str, int]] = {}
         self._latest: dict[str, dict[str, int]] = {}
@@ -55,7 +54,6 @@ class SparkStatus:
                 return  # the listener and the final lastProgress may both report the last batch
             self._seen.add(batch)
             self._records += int(get("numInputRows", 0) or 0)
-            self._batches += 1
             self._rate = float(get("processedRowsPerSecond", 0) or 0)
             for src in get("sources", []) or []:
                 sget = src.get if isinstance(src, dict) else lambda k, d=None, s=src: getattr(s, k, d)
@@ -79,7 +77,7 @@ class SparkStatus:
             pid=os.getpid(), group=self.settings.kafka.group_id, ordering=self.settings.workers.ordering,
             elapsed_s=round(elapsed, 3), window_s=round(elapsed, 3), join_s=0.0, supervisor_cpu_s=0.0,
             window_cpu_s=WindowCpu(0.0, 0.0), supervisor_rss=None, records=self._records,
-            rate=round(self._rate, 1), outputs=0, dead_letters=0, discarded=0, batches=self._batches,
+            rate=round(self._rate, 1), outputs=0, dead_letters=0, discarded=0, batches=len(self._seen),
             consumed=self._records, deferred=0, restarts=0, paused=0,
             lag=sum(p.lag or 0 for p in parts), partitions=parts, workers=[], revocations=[],
             committed={p.tp: p.committed for p in parts if p.committed is not None},

@@ -15,12 +15,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from runtime.admin import AdminServer, Health, parse_listen
+from runtime.admin import AdminServer, Health
+from runtime.config import Settings, parse_listen
 from runtime.errors import ConfigError
 from runtime.kafka import librdkafka_summary
 from runtime.metrics import RuntimeMetrics
 from runtime.status import PartitionStatus, StatusSnapshot, WindowCpu, WorkerStatus
-from runtime.views import rates_between, render
+from runtime.views import rates_between, render, status_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +65,7 @@ def value(samples: dict[str, list[Any]], name: str, **labels: str) -> float:
 
 
 def test_metrics_are_the_snapshots_values() -> None:
-    m = RuntimeMetrics(lambda: snapshot(), extra=lambda: {"ringmaster_loop_tick_age_seconds": 0.5})
+    m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5)
     m.observe_batch(0.2)
     m.observe_revocation(0.05)
     s = scrape(m)
@@ -140,12 +141,23 @@ def test_a_remote_listen_address_needs_allow_remote() -> None:
         parse_listen("host:port", False)
 
 
+@pytest.mark.parametrize(("listen", "url"), [
+    ("9464", "http://127.0.0.1:9464/status"), ("localhost:9464", "http://127.0.0.1:9464/status"),
+    ("0.0.0.0:9464", "http://127.0.0.1:9464/status"), ("[::]:9464", "http://127.0.0.1:9464/status"),
+    ("[::1]:9464", "http://[::1]:9464/status"), ("10.1.2.3:9464", "http://10.1.2.3:9464/status")])
+def test_status_and_top_find_the_daemon_where_it_listens(listen: str, url: str) -> None:
+    settings = Settings.model_validate({
+        "kafka": {"bootstrap_servers": "b:1", "group_id": "g", "topics": ["t"]}, "workers": {"plugin": "p"},
+        "admin": {"listen": listen, "allow_remote": True}})
+    assert status_url(settings) == url
+
+
 def _names_in(expr_text: str) -> set[str]:
     return set(re.findall(r"\b((?:ringmaster|kafka)_[a-z_]+)\b", expr_text))
 
 
 def test_the_dashboard_and_alerts_use_only_metrics_that_exist() -> None:
-    m = RuntimeMetrics(lambda: snapshot(), extra=lambda: {"ringmaster_loop_tick_age_seconds": 0.5})
+    m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5)
     m.observe_batch(0.1)
     m.observe_revocation(0.1)
     exported = set(scrape(m))

@@ -189,6 +189,8 @@ password = "p-456"
     ("this is [not toml", "is not valid TOML"),
     (GOOD.replace("processes = 2", "processes = 2\npause_above = 0.3\nresume_below = 0.5"), "hysteresis"),
     (GOOD.replace('"sasl.password" = "hunter2"', '"enable.auto.commit" = true'), "managed by ringmaster"),
+    (GOOD + '[admin]\nlisten = "0.0.0.0:9464"\n', "admin.listen: 0.0.0.0 is not loopback"),
+    (GOOD + '[admin]\nlisten = "host:port"\n', "admin.listen: 'host:port' is not HOST:PORT"),
 ])
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises((ConfigError, PluginError)) as info:
