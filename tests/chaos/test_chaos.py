@@ -140,9 +140,14 @@ def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str) -> dict[str, An
             if action == "kill_worker":
                 victim = rng.choice(live)
                 pids = victim.worker_pids()
-                if pids:
-                    os.kill(rng.choice(pids), signal.SIGKILL)
-                    faults["worker_sigkill"] += 1
+                try:
+                    if pids:
+                        os.kill(rng.choice(pids), signal.SIGKILL)
+                        faults["worker_sigkill"] += 1
+                except ProcessLookupError:
+                    # The snapshot is up to status_interval_s old: that worker has died since
+                    # (its batch past batch_timeout_s, or the last kill) and been reaped.
+                    pass
             elif action == "kill_supervisor":
                 a.kill()
                 faults["supervisor_sigkill"] += 1
