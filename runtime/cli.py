@@ -1,7 +1,10 @@
-"""The ``ringmaster`` command: run, check, broker.
+"""The ``ringmaster`` command: run, check, broker, produce, tail; the operator commands pause,
+resume, status and top; redrive; spark.
 
 Errors the user can fix (config, plugin, shared memory) print one line on stderr and exit
-non-zero, without a traceback, before anything touches Kafka.
+non-zero, without a traceback, before anything touches Kafka. The operator commands never
+import the plugin (a broken deploy must not keep an operator from pausing the group) and
+log only warnings, on stderr, so their own output comes first and alone.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -17,8 +21,8 @@ from typing import Any
 import click
 
 from runtime.config import Settings, load_settings, redacted
-from runtime.errors import RingmasterError
-from runtime.logs import configure_logging
+from runtime.errors import ConfigError, RingmasterError
+from runtime.ops.logs import configure_command_logging, configure_logging
 
 log = logging.getLogger("ringmaster")
 
@@ -28,7 +32,9 @@ def _fail(exc: RingmasterError) -> None:
     sys.exit(exc.exit_code)
 
 
-def _load(config: str | None) -> Settings:
+def _load(config: str | None, check_plugin: bool = True) -> Settings:
+    """The settings, or one line and the error's exit status. ``check_plugin``: import the
+    plugin too (commands that run it); the operator commands never do."""
     # Like gunicorn, the current directory comes first on the import path, so a plugin module
     # next to where `ringmaster` is started is found (a console script's sys.path[0] is the
     # script's own directory instead). Workers inherit the path (spawn and forkserver).
@@ -36,9 +42,9 @@ def _load(config: str | None) -> Settings:
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        settings = load_settings(config)
+        settings = load_settings(config, check_plugin=check_plugin)
         from runtime.config import consumer_properties, producer_properties
-        from runtime.kafka import check_client_properties
+        from runtime.kafka.admin import check_client_properties
 
         check_client_properties(consumer_properties(settings), producer_properties(settings))
         return settings
@@ -59,7 +65,10 @@ def main() -> None:
 @click.option("--progress/--no-progress", default=None,
               help="Live progress display (default: on when stderr is a terminal).")
 @click.option("--until-caught-up", is_flag=True,
-              help="Stop by itself once every assigned partition is processed and committed.")
+              help="Stop by itself once every partition it holds is processed to the end its first "
+                   "fetch saw and committed (the broker acknowledged it): exit 0. Exit 8 (one line "
+                   "says what is left) if a partition is lost and not back, a commit is refused, "
+                   "nothing moves for supervisor.caught_up_timeout_s, or a signal comes first.")
 @click.option("--summary", "summary", is_flag=True, help="Print a summary table at the end.")
 @click.option("--summary-json", type=click.Path(dir_okay=False), default=None,
               help="Write the final status snapshot as JSON to this file.")
@@ -67,20 +76,36 @@ def main() -> None:
               help="Total shown in the progress display.")
 def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool,
         summary_json: str | None, expect_records: int | None) -> None:
-    """Run the supervisor daemon."""
+    """Run the supervisor daemon.
+
+    Signals: TERM, INT and QUIT stop it gracefully (the batches in progress finish, what is
+    done is committed, exit 0; 8 with --until-caught-up before the end); USR1 logs a one-line
+    status; HUP, TTIN and TTOU are logged and change nothing yet; USR2, WINCH and PIPE are
+    ignored. Workers ignore all but TERM."""
+    from runtime.supervisor.signals import SignalQueue
+
+    signals = SignalQueue().install()  # before anything else: no signal finds its default action
     settings = _load(config)
     if until_caught_up:
         settings = settings.model_copy(update={"supervisor": settings.supervisor.model_copy(
             update={"stop_when_caught_up": True})})
-    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
-    from runtime.progress import ProgressDisplay, summary_table
-    from runtime.supervisor import run_daemon
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="supervisor")
+    from runtime.ops.progress import ProgressDisplay, summary_table
+    from runtime.supervisor.daemon import run_daemon
 
     display = None
     if progress or (progress is None and sys.stderr.isatty()):
         display = ProgressDisplay(expect_records)
+
+    def reread() -> Settings:
+        """The config file again, for a reload (the plugin is not imported here: new workers do)."""
+        again = load_settings(config, check_plugin=False)
+        return again.model_copy(update={"supervisor": again.supervisor.model_copy(
+            update={"stop_when_caught_up": settings.supervisor.stop_when_caught_up})})
+
     try:
-        result = run_daemon(settings, on_status=display.update if display else None)
+        result = run_daemon(settings, on_status=display.update if display else None, reread=reread,
+                            signals=signals)
     except Exception:
         # A bug, not a condition the user caused: the traceback goes to the log, one line here.
         log.critical("internal error", exc_info=True)
@@ -118,16 +143,141 @@ def _exit(code: int, consumer_abandoned: bool) -> None:
 
 @main.command()
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
-def check(config: str) -> None:
-    """Validate a config (and import its plugin); print the effective settings, secrets
-    redacted."""
+@click.option("--shallow", is_flag=True,
+              help="Only import the plugin; do not start it in a worker (no setup()/teardown()).")
+def check(config: str, shallow: bool) -> None:
+    """Validate a config, print the effective settings (librdkafka properties included,
+    secrets redacted), then start the plugin in a throw-away worker: import, setup(),
+    teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Exit 2: the
+    config is invalid; exit 3: the plugin cannot start (one line says why)."""
     settings = _load(config)
-    from runtime import kafka, speedups, worker
+    import runtime.kafka.consumer  # noqa: F401  binds the message type: the packer's C path is known
+    from runtime.transport import packing, speedups
+    from runtime.worker import main as worker
 
     click.echo(json.dumps(redacted(settings), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
-    click.echo(f"hot paths: {speedups.describe([kafka.PACK, worker.BUILD_RECORDS])}", err=True)
+    click.echo(f"hot paths: {speedups.describe([packing.PACK, worker.BUILD_RECORDS])}", err=True)
+    if shallow:
+        return
+    from runtime.errors import PluginError
+    from runtime.supervisor.daemon import check_plugin_starts
+
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="check")
+    outcome = check_plugin_starts(settings)
+    if outcome.problem is not None:
+        _fail(PluginError(f"workers.plugin: the plugin cannot start: {outcome.problem}"))
+    click.echo(f"plugin {settings.workers.plugin!r} starts in a worker: import and setup() "
+               f"took {outcome.seconds:.1f} s; teardown() ran", err=True)
+    if outcome.teardown_problem is not None:
+        click.echo(f"warning: {outcome.teardown_problem} (the daemon logs this and goes on)", err=True)
+
+
+_COMMAND_EXIT_CODES = """\b
+Exit status:
+  0   done
+  2   the config given here is invalid
+  10  the daemon refused, or the change failed and was rolled back
+  11  no daemon answers at the control socket
+  12  no answer within --timeout (it may still finish: ringmaster status)"""
+
+
+def _command_options(fn: Any) -> Any:
+    fn = click.option("--json", "as_json", is_flag=True, help="Print the daemon's whole reply as JSON.")(fn)
+    fn = click.option("--timeout", type=click.FloatRange(min=0.1), default=300.0, show_default=True,
+                      help="Seconds to wait for the outcome.")(fn)
+    return click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True,
+                        help="The config the daemon runs with: it says where the control socket is "
+                             "(supervisor.control_socket).")(fn)
+
+
+def _request(config: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One request to the daemon over its control socket, and its reply. Never imports the
+    plugin (the config is read without it)."""
+    from runtime.errors import ConfigError
+    from runtime.ops.control_socket import control_socket_path, send_command
+
+    try:
+        settings = load_settings(config, check_plugin=False)
+        path = control_socket_path(settings)
+        if path is None:
+            raise ConfigError("supervisor.control_socket is \"\" (off): send the daemon SIGHUP, SIGTTIN or "
+                              "SIGTTOU instead")
+        return send_command(path, request, timeout)
+    except RingmasterError as exc:
+        _fail(exc)
+        raise  # unreachable
+
+
+def _send(config: str, request: dict[str, Any], timeout: float, as_json: bool) -> None:
+    """A command: one line out (or the reply as JSON); the exit status says how it went."""
+    from runtime.errors import CommandFailed
+
+    reply = _request(config, request, timeout)
+    if as_json:
+        click.echo(json.dumps(reply, indent=2))
+    if not reply.get("ok"):
+        _fail(CommandFailed(str(reply.get("message"))))
+    if not as_json:
+        click.echo(str(reply.get("message")))
+
+
+@main.command(epilog=_COMMAND_EXIT_CODES)
+@_command_options
+@click.option("--status", "show_status", is_flag=True,
+              help="Only say which version runs and how the last reload went (exit 10 if it failed).")
+def reload(config: str, timeout: float, as_json: bool, show_status: bool) -> None:
+    """Reload the plugin of a running daemon, without a rebalance (as SIGHUP does, but this
+    waits for the outcome and says it).
+
+    The daemon reads its config file again and starts one worker with the new plugin code
+    (workers.plugin and [workers.settings]). If that worker cannot start – the import or
+    setup() fails, it takes longer than workers.setup_timeout_s, or it dies before it has
+    finished its first batch – the reload is rolled back: no old worker was touched and the
+    daemon keeps its old code. Otherwise the old workers are replaced one at a time: each
+    takes no more batches, finishes those in its ring and stops while its partitions move to
+    the new workers. Nothing is lost or reordered within a partition or key, and the consumer
+    group does not rebalance. Other settings changed in the file need a restart: the answer
+    names them.
+
+    Prints one line when every worker runs the new version (or why not). The plugin's
+    version (its __version__, or a hash of its source) is in `ringmaster status`, /metrics,
+    and the ringmaster.plugin.version header of every output and dead letter. This command
+    never imports the plugin.
+    """
+    if show_status:
+        from runtime.errors import CommandFailed
+
+        reply = _request(config, {"command": "status"}, timeout)
+        click.echo(json.dumps(reply, indent=2) if as_json else str(reply.get("message")))
+        last = (reply.get("status") or {}).get("last_reload") or {}
+        sys.exit(CommandFailed.exit_code if last.get("state") == "failed" else 0)
+    _send(config, {"command": "reload"}, timeout, as_json)
+
+
+@main.command(epilog=_COMMAND_EXIT_CODES)
+@_command_options
+@click.option("-n", "--processes", "processes", required=True, metavar="N|+N|-N",
+              help="How many workers: N, or N more (+N) or fewer (-N) than the daemon aims at now.")
+def scale(config: str, timeout: float, as_json: bool, processes: str) -> None:
+    """Resize the worker pool of a running daemon, without a rebalance (as SIGTTIN and SIGTTOU
+    do one worker at a time, but this waits for the outcome and says it).
+
+    New workers start with the daemon's plugin code; one that cannot start is not retried and
+    the answer says why. Workers removed take no more batches and finish those in their ring
+    first; their partitions move to the others. At most workers.max_processes: each worker
+    slot used once holds a ring of workers.ring_bytes in supervisor.shm_dir (memory) until the
+    daemon stops, so raising that limit needs a restart. The size lasts until the daemon
+    stops; `ringmaster reload` keeps it.
+    """
+    text = processes.strip()
+    if not re.fullmatch(r"[+-]?\d+", text) or (text[0] in "+-" and int(text) == 0):
+        raise click.BadParameter(f"{processes!r}: expected a number N, +N or -N (not 0)",
+                                 param_hint="--processes")
+    request: dict[str, Any] = ({"command": "scale", "change": int(text)} if text[0] in "+-"
+                               else {"command": "scale", "processes": int(text)})
+    _send(config, request, timeout, as_json)
 
 
 def _scope_option(fn: Any) -> Any:
@@ -136,127 +286,320 @@ def _scope_option(fn: Any) -> Any:
     return click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)(fn)
 
 
-def _check_scope(settings: Settings, topic: str | None, partition: int | None) -> None:
-    from runtime.errors import ConfigError
+def _operator_settings(config: str) -> Settings:
+    """An operator command's settings: the plugin is not imported, and only warnings are
+    logged (on stderr)."""
+    settings = _load(config, check_plugin=False)
+    configure_command_logging()
+    return settings
 
-    if topic is not None and topic not in settings.kafka.topics:
-        topics = ", ".join(settings.kafka.topics)
-        _fail(ConfigError(f"--topic {topic!r} is not one of the group's topics ({topics})"))
+
+def _group_reads(settings: Settings, topic: str) -> bool:
+    """Whether the group reads ``topic``: one of kafka.topics, or matched by one of its
+    regular expressions (a name starting with ^, as librdkafka reads them)."""
+    import re
+
+    for t in settings.kafka.topics:
+        if t == topic:
+            return True
+        if t.startswith("^"):
+            try:
+                if re.search(t, topic):
+                    return True
+            except re.error:
+                continue
+    return False
+
+
+def _scope(topic: str | None, partition: int | None) -> str:
+    """The control record key for the options, checked as the readers will check it."""
+    from runtime.errors import InvalidControlRecord
+    from runtime.ops.control_records import parse_scope, scope_key
+
     if partition is not None and (topic is None or partition < 0):
-        _fail(ConfigError("--partition needs --topic and a partition number >= 0"))
+        raise ConfigError("--partition needs --topic and a partition number >= 0")
+    key = scope_key(topic, partition)
+    try:
+        return parse_scope(key.encode())
+    except InvalidControlRecord:
+        if partition is not None and partition > 2**31 - 1:
+            raise ConfigError(f"--partition {partition}: Kafka numbers partitions below 2**31") from None
+        raise ConfigError(f"--topic {topic!r} is not a valid Kafka topic name") from None
+
+
+def _reach_cluster(settings: Settings) -> dict[str, int]:
+    """The cluster's topics and partition counts, or KafkaUnreachable after
+    kafka.connect_timeout_s (exit 8)."""
+    from runtime.ops.cluster import wait_for_cluster
+
+    topics = wait_for_cluster(settings, give_up_after_s=settings.kafka.connect_timeout_s)
+    assert topics is not None  # no stop condition: it answers or raises
+    return topics
 
 
 @main.command()
 @_scope_option
-@click.option("--reason", default="", help="Shown in status and logs of every member.")
+@click.option("--reason", default="",
+              help="Shown in status and logs of every member (at most 1 KiB, one line).")
 @click.option("--for", "duration", default=None,
-              help="The pause ends by itself after this: 90s, 10m, 2h, 1d.")
+              help="The pause ends by itself after this: 90s, 10m, 2h, 1d (1 s to 366 days).")
 def pause(config: str, topic: str | None, partition: int | None, reason: str, duration: str | None) -> None:
     """Pause processing group-wide and durably: every member on every host stops within about
     2 s (batches in progress finish and commit), across rebalances, restarts and new members,
-    until `ringmaster resume` (or --for) ends it. Stored in the group's control topic."""
+    until `ringmaster resume` (or --for) ends it. Stored in the group's control topic.
+
+    Never imports the plugin. Exit status: 0 paused; 2 a wrong option (a topic the group does
+    not read, a partition the topic does not have, --for or --reason out of bounds), nothing
+    stored; 8 the cluster did not answer within kafka.connect_timeout_s; 5 it refused."""
     import time as _time
 
-    from runtime import control
+    from runtime.ops import control
+    from runtime.ops.control_records import check_reason, describe_scope, parse_duration, pause_record
 
-    settings = _load(config)
-    _check_scope(settings, topic, partition)
+    settings = _operator_settings(config)
     try:
-        until = None if duration is None else int((_time.time() + control.parse_duration(duration)) * 1000)
-        p = control.Pause(control.scope_key(topic, partition), True, reason, control.who(),
-                          int(_time.time() * 1000), until)
-        control.write(settings, [p])
+        scope = _scope(topic, partition)
+        if topic is not None and not _group_reads(settings, topic):
+            raise ConfigError(f"--topic {topic!r} is not one of the group's topics "
+                              f"({', '.join(settings.kafka.topics)})")
+        for_s = None if duration is None else parse_duration(duration)
+        check_reason(reason)
+        topics = _reach_cluster(settings)
+        if topic is not None and partition is not None:
+            if topic not in topics:
+                raise ConfigError(f"--topic {topic!r} does not exist on the cluster, so it has no partition "
+                                  f"{partition}")
+            if partition >= topics[topic]:
+                raise ConfigError(f"--partition {partition}: topic {topic!r} has {topics[topic]} "
+                                  f"partition(s), 0 to {topics[topic] - 1}")
+        p = pause_record(scope, reason, control.who(), int(_time.time() * 1000), for_s)
+        control.write(settings, [p.record()])
     except RingmasterError as exc:
         _fail(exc)
-    click.echo(f"paused {control.describe_scope(p.scope)} for group {settings.kafka.group_id!r}: "
-               f"{p.describe()}; every member stops processing it within about 2 s")
+        return
+    said = f": {p.reason}" if p.reason else ""
+    click.echo(f"group {settings.kafka.group_id!r}: paused {describe_scope(scope)} {p.provenance()}{said}; "
+               "every member stops processing it within about 2 s")
 
 
 @main.command()
 @_scope_option
 def resume(config: str, topic: str | None, partition: int | None) -> None:
     """End pauses. Without --topic, every pause of the group; with --topic (and --partition),
-    that scope only (a wider pause still in force is reported)."""
+    that scope only (a wider pause still in force is reported). Works whatever the control
+    topic holds: records that are not valid pauses are overwritten in the scope resumed.
+
+    Never imports the plugin. Exit status: 0 resumed, and also when nothing in the scope was
+    paused (it says so: resuming is safe to repeat in scripts); 2 a wrong option; 8 the
+    cluster did not answer within kafka.connect_timeout_s; 5 it refused."""
     import time as _time
 
-    from runtime import control
+    from runtime.ops import control
+    from runtime.ops.control_records import describe_scope
 
-    settings = _load(config)
-    _check_scope(settings, topic, partition)
+    settings = _operator_settings(config)
+    group = settings.kafka.group_id
     try:
+        scope = _scope(topic, partition)
+        _reach_cluster(settings)
         state = control.OperatorPauses.for_settings(settings)
-        state.load()
-        state.close()
-        now = int(_time.time() * 1000)
-        if topic is None:
-            keys = sorted({control.ALL, *(p.scope for p in state.active())})
-        else:
-            keys = [control.scope_key(topic, partition)]
-            if partition is None:  # the topic's partition pauses go with it
-                keys += [p.scope for p in state.active() if p.scope.startswith(f"partition:{topic}:")]
-        control.write(settings, [control.Pause(k, False, "resumed", control.who(), now) for k in keys])
-        wider = [] if topic is None else [p for p in state.active() if p.scope in (
-            control.ALL, f"topic:{topic}") and p.scope not in keys]
+        try:
+            state.load(settings.control.load_timeout_s, report=False)
+        finally:
+            state.close()
+        plan = control.plan_resume(state, topic, partition, control.who(), int(_time.time() * 1000))
+        if plan.records:
+            control.write(settings, plan.records)
     except RingmasterError as exc:
         _fail(exc)
-    click.echo(f"resumed {', '.join(control.describe_scope(k) for k in keys)} for group "
-               f"{settings.kafka.group_id!r}")
-    for p in wider:
-        click.echo(f"note: {control.describe_scope(p.scope)} is still paused ({p.describe()})", err=True)
+        return
+    cleared = f"; overwrote {plan.cleared} control record(s) that were not valid" if plan.cleared else ""
+    if plan.resumed:
+        shown = ", ".join(describe_scope(k) for k in plan.resumed[:10])
+        more = f" and {len(plan.resumed) - 10} more" if len(plan.resumed) > 10 else ""
+        click.echo(f"group {group!r}: resumed {shown}{more}{cleared}")
+    else:
+        click.echo(f"group {group!r}: nothing to resume, {describe_scope(scope)} is not paused{cleared}")
+    if topic is not None and not _group_reads(settings, topic):
+        click.echo(f"note: {topic!r} is not one of the group's topics ({', '.join(settings.kafka.topics)})",
+                   err=True)
+    for p in plan.still:
+        click.echo(f"note: {describe_scope(p.scope)} is still paused ({p.describe()})", err=True)
+    if plan.invalid_elsewhere:
+        click.echo(f"note: {plan.invalid_elsewhere} other control record(s) are not valid pauses or resumes "
+                   "(`ringmaster resume` without --topic overwrites them; the daemon's log says what "
+                   "is wrong)",
+                   err=True)
 
 
 @main.command()
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--json", "as_json", is_flag=True, help="The snapshot as JSON (the same document as /status).")
 def status(config: str, as_json: bool) -> None:
-    """One snapshot of a running daemon: partitions, lag, pauses with reasons, workers. Reads
-    [admin] listen's /status, or the status file."""
-    from runtime.views import read_snapshot, render
+    """One snapshot of the daemon: partitions with lag and rates, pauses with reasons,
+    workers. Reads [admin] listen's /status, or the status file; never imports the plugin.
+    Exit 0: it is running; 1: nothing to read (no endpoint answers, no status file); 3: it is
+    not running (it stopped, and says why, or its process is gone)."""
+    from runtime.ops.views import NOT_RUNNING_EXIT, read_snapshot, render, show
 
-    settings = _load(config)
+    settings = _operator_settings(config)
     try:
-        snap, source = read_snapshot(settings)
+        reading = read_snapshot(settings)
     except RingmasterError as exc:
         _fail(exc)
         return
     if as_json:
-        click.echo(json.dumps(snap, indent=2))
-        return
-    from rich.console import Console
+        click.echo(json.dumps(reading.snapshot, indent=2))
+    else:
+        from rich.console import Console
 
-    Console().print(render(snap, source))
+        show(Console(), render(reading))
+    if not reading.running:
+        click.echo(f"ringmaster: the daemon is not running: {reading.state}", err=True)
+        sys.exit(NOT_RUNNING_EXIT)
 
 
 @main.command()
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between refreshes.")
 def top(config: str, interval: float) -> None:
-    """A live view of a running daemon (Ctrl-C to leave): rates, lag, pauses, workers."""
+    """A live view of the daemon (Ctrl-C to leave): rates, lag, pauses, workers; never imports
+    the plugin. While there is nothing to read it keeps trying, and says why and what to do; a
+    daemon that stopped or died is shown with its last snapshot until it runs again."""
     import time as _time
 
     from rich.console import Console
     from rich.live import Live
     from rich.text import Text
 
-    from runtime.views import NoDaemon, rates_between, read_snapshot, render
+    from runtime.ops.views import NoDaemon, NothingToRead, fit_to_content, read_snapshot, render
 
-    settings = _load(config)
+    settings = _operator_settings(config)
     console = Console()
-    prev: tuple[float, dict[str, Any]] | None = None
     try:
         with Live(console=console, auto_refresh=False, screen=console.is_terminal) as live:
             while True:
                 try:
-                    snap, source = read_snapshot(settings)
-                    now = _time.monotonic()
-                    rates = rates_between(prev[1] if prev else None, snap, now - prev[0] if prev else 0.0)
-                    prev = (now, snap)
-                    live.update(render(snap, source, rates), refresh=True)
+                    view: Any = render(read_snapshot(settings))
+                except NothingToRead as exc:
+                    _fail(exc)  # nothing will ever appear: waiting would be forever
                 except NoDaemon as exc:
-                    live.update(Text(f"waiting for the daemon: {exc}", style="yellow"), refresh=True)
+                    view = Text(f"waiting for the daemon (retrying every {interval:g} s; Ctrl-C to leave): "
+                                f"{exc}", style="yellow")
+                fit_to_content(console, view)
+                live.update(view, refresh=True)
                 _time.sleep(interval)
     except KeyboardInterrupt:
         pass
+
+
+_REDRIVE_EPILOG = """\b
+Exit codes:
+  0  done: the end of the dead-letter topic as seen at the start (or --to) was reached, or the
+     group's cursor was there already
+  2  invalid config or option (no [dead_letter] topic, a bad --from)
+  3  --through-plugin: the plugin cannot be imported or its setup() failed
+  5  Kafka: a fatal client error, a delivery that failed (an outage), a source record that
+     could not be read, or a refused final commit; progress is committed: run it again
+  8  the cluster did not answer within kafka.connect_timeout_s
+  9  stopped before the end (SIGTERM, Ctrl-C), or another redrive of the group holds the
+     partitions; progress is committed: run it again to go on
+
+\b
+Examples:
+  ringmaster redrive -c my.toml --dry-run                  # what would go, by error type
+  ringmaster redrive -c my.toml --error-type ValueError --rate 200
+  ringmaster redrive -c my.toml --from 2h --through-plugin
+  ringmaster redrive -c my.toml --from 2026-11-21T14:00:00Z --to 2026-11-21T15:00:00Z
+"""
+
+
+@main.command(epilog=_REDRIVE_EPILOG)
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True,
+              help="TOML config file: [dead_letter] topic is read, kafka.topics say which letters "
+                   "are this config's.")
+@click.option("--from", "start", default=None, metavar="WHEN",
+              help="Pass over letters before this: an offset of the dead-letter topic (1200), offsets "
+                   "per partition (0:1200,3:80), a time ago (90s, 15m, 2h, 1d) or an ISO-8601 time. "
+                   "Times are when the record failed (its ringmaster.failed_at_ms header).")
+@click.option("--to", "end", default=None, metavar="WHEN",
+              help="End the run at this letter (exclusive), same forms as --from; later letters "
+                   "stay for a later run. Default: the end of the topic as seen at the start.")
+@click.option("--error-type", "error_types", multiple=True, metavar="TYPE",
+              help="Only letters of this ringmaster.error.type (ValueError, Rejected, WorkerCrashed, "
+                   "...); repeat for several. Others are passed over.")
+@click.option("--rate", type=float, default=None, metavar="R",
+              help="At most R records per second (a token bucket). Default: as fast as the broker "
+                   "acknowledges.")
+@click.option("--max-redrives", type=int, default=3, show_default=True, metavar="N",
+              help="A letter whose record was redriven N times already (ringmaster.redrive.count) "
+                   "is passed over.")
+@click.option("--to-source/--through-plugin", "to_source", default=True,
+              help="--to-source (default): produce each record back to its source topic and "
+                   "partition, for the daemon to process. --through-plugin: run the configured "
+                   "plugin in this process on it (retries, bisection and Backoff as in a worker), "
+                   "outputs to [output] topic, records that fail again back to the dead-letter "
+                   "topic; letters of records that crashed a worker (WorkerCrashed) are passed over.")
+@click.option("--dry-run", is_flag=True,
+              help="Read and count what would be redriven (by error type and source topic) and "
+                   "passed over (by reason); send and commit nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--group", default=None, metavar="NAME",
+              help="The redrive's own consumer group, its cursor through the dead-letter topic "
+                   "(default: <kafka.group_id>.redrive).")
+def redrive(config: str, start: str | None, end: str | None, error_types: tuple[str, ...],
+            rate: float | None, max_redrives: int, to_source: bool, dry_run: bool, as_json: bool,
+            group: str | None) -> None:
+    """Send dead letters back: read [dead_letter] topic and produce each record (original key,
+    value and headers, plus a raised ringmaster.redrive.count header) to the topic and
+    partition it came from, or run it through the plugin.
+
+    The redrive commits its progress in a consumer group of its own: a letter is committed
+    once its copy (or its new dead letter) is acknowledged by the broker, so Ctrl-C or
+    SIGTERM stops it cleanly and the next run goes on from there, and no letter is redriven
+    twice by runs of one group. A letter the selection does not take (--from, --error-type,
+    --max-redrives, ...) is passed over: it stays in the topic, the group moves past it, and
+    the summary counts it by reason (use another --group to go over the topic again). The run
+    ends by itself at the end of the topic as seen at its start. A truncated or reference
+    dead letter is redriven from its source record if the source topic still holds it.
+    Only letters of the config's kafka.topics are taken.
+    """
+    from runtime.errors import RedriveIncomplete
+    from runtime.redrive.command import Options, run_redrive
+    from runtime.redrive.report import Ending
+
+    settings = _load(config, check_plugin=not to_source and not dry_run)
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
+    options = Options(start, end, error_types, rate, max_redrives, not to_source, dry_run, group)
+    try:
+        result = run_redrive(settings, options)
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:  # before the loop took over the signals: nothing was sent yet
+        click.echo("ringmaster: redrive interrupted before it started; nothing was sent", err=True)
+        sys.exit(RedriveIncomplete.exit_code)
+    except Exception:
+        log.critical("internal error", exc_info=True)
+        click.echo("ringmaster: internal error (a bug); the log above has the traceback", err=True)
+        _exit(1, False)
+        return
+    summary = result.summary
+    if as_json:
+        click.echo(json.dumps(summary.to_dict(), indent=2))
+    else:
+        if dry_run:
+            from rich.console import Console
+
+            console = Console()
+            for table in summary.tables():
+                console.print(table)
+        click.echo(summary.line())
+    code = {Ending.END: 0, Ending.NOTHING: 0, Ending.FAILED: 5, Ending.STOPPED: RedriveIncomplete.exit_code,
+            Ending.NO_PARTITIONS: RedriveIncomplete.exit_code}[summary.ending]
+    if code == 0 and not summary.committed:
+        code = 5
+    _exit(code, result.consumer_abandoned)
 
 
 @main.group()
@@ -344,17 +687,21 @@ def broker(port: int) -> None:
     """Run the embedded development broker (Tansu, memory-only) in the foreground."""
     import time
 
-    from runtime.devbroker import DevBroker
+    from runtime.ops.devbroker import FAST_JOIN, DevBroker
 
+    # RACE: the handler goes in before the banner, which is what tells a caller it may stop us.
+    stop: list[int] = []
+    signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
     try:
         b = DevBroker(port).start()
     except RingmasterError as exc:
         _fail(exc)
         return
-    click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)",
-               err=True)
-    stop: list[int] = []
-    signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+    fast = "\n".join(f'  "{k}" = {v}' for k, v in FAST_JOIN.items())
+    click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)\n"
+               f"It forms a consumer group in about session.timeout.ms / 2: 22 s with librdkafka's default.\n"
+               f"For joins in about 3 s, put in the config of what you run against it:\n"
+               f"[kafka.consumer]\n{fast}", err=True)
     try:
         while not stop and b.proc is not None and b.proc.poll() is None:
             time.sleep(0.2)
@@ -362,6 +709,62 @@ def broker(port: int) -> None:
         pass
     finally:
         b.stop()
+
+
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--topic", default=None, help="Default: the config's input topic (when it has one).")
+@click.option("--key-separator", default=None,
+              help="Split each line at the first SEP: the key before it, the value after.")
+@click.option("--partitions", type=int, default=4, show_default=True,
+              help="When the topic does not exist yet, create it with this many partitions.")
+@click.argument("values", nargs=-1)
+def produce(config: str, topic: str | None, key_separator: str | None, partitions: int,
+            values: tuple[str, ...]) -> None:
+    """Write test records: each VALUE, or else each line of stdin, is one record's value,
+    acknowledged by the broker. Uses the config's connection settings."""
+    from runtime.ops import devtools
+
+    settings = _load(config)
+    try:
+        name = devtools.input_topic(settings, topic)
+        lines = values if values else sys.stdin
+        count, created = devtools.produce_lines(settings, name, lines, key_separator, partitions)
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    made = f" (created it with {partitions} partitions)" if created else ""
+    click.echo(f"produced {count} record(s) to {name!r}{made}", err=True)
+
+
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@click.option("--topic", default=None, help="Default: the config's [output] topic.")
+@click.option("--dead-letters", is_flag=True, help="Read the [dead_letter] topic: each line says where "
+              "the record came from and why it failed.")
+@click.option("-n", "--max", "max_records", type=int, default=None, help="Stop after this many records.")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Give up (exit 1) when --max records have not come within this many seconds.")
+@click.option("--keys", is_flag=True, help="Print the key, a tab, then the value.")
+def tail(config: str, topic: str | None, dead_letters: bool, max_records: int | None,
+         timeout_s: float | None, keys: bool) -> None:
+    """Print a topic's records, one per line, from its beginning, then as they come (Ctrl-C to
+    leave): by default what the plugin produced. Joins no group, commits nothing."""
+    from runtime.ops import devtools
+
+    settings = _load(config)
+    seen = 0
+    try:
+        name = devtools.output_topic(settings, topic, dead_letters)
+        for line in devtools.tail_lines(settings, name, keys, max_records, timeout_s):
+            click.echo(line)
+            seen += 1
+    except RingmasterError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        return
+    if max_records is not None and seen < max_records:  # --timeout passed first
+        _fail(RingmasterError(f"only {seen} of {max_records} record(s) from {name!r} within {timeout_s:g} s"))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ whose message names the key (``workers.processes: ...``) so a user can fix it at
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import re
@@ -34,6 +35,7 @@ _SECRET_KEY = re.compile(
 _NOT_SECRET = re.compile(r"[._-](location|file|path|url|client[._-]id)$|tokeni[sz]|(max|min|num)[._-]?tokens",
                          re.I)
 LibrdkafkaValue = str | int | float | bool
+_SUN_PATH_MAX = 108  # sockaddr_un.sun_path on Linux, the terminating NUL included
 
 
 class _Section(BaseModel):
@@ -44,6 +46,10 @@ class KafkaSettings(_Section):
     bootstrap_servers: str = Field(min_length=1)
     group_id: str = Field(min_length=1)
     topics: list[str] = Field(min_length=1)
+    connect_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="how long `run --until-caught-up` and the operator "
+        "commands (pause, resume) wait for the cluster to answer before giving up with exit 8; "
+        "the daemon waits as long as it takes")
     consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
 
@@ -52,6 +58,12 @@ class KafkaSettings(_Section):
     def _topics_not_blank(cls, topics: list[str]) -> list[str]:
         if any(not t.strip() for t in topics):
             raise ValueError("topic names must not be empty")
+        for t in topics:
+            if t.startswith("^"):
+                try:
+                    re.compile(t)
+                except re.error as exc:
+                    raise ValueError(f"{t!r} is not a valid regular expression ({exc})") from None
         return topics
 
     @field_validator("consumer", "producer")
@@ -63,10 +75,26 @@ class KafkaSettings(_Section):
             raise ValueError(f"{', '.join(clash)} is managed by ringmaster; remove it here")
         return props
 
+    @field_validator("consumer")
+    @classmethod
+    def _classic_protocol(cls, props: dict[str, LibrdkafkaValue]) -> dict[str, LibrdkafkaValue]:
+        # The assign callback (runtime/kafka/consumer.py) tells cooperative from eager
+        # assignment by partition.assignment.strategy, which KIP-848's protocol forbids: with
+        # it, an incremental assignment would be applied as a full one. The test broker does
+        # not speak KIP-848, so support could not be tested here: refuse it, in one line.
+        if str(props.get("group.protocol", "classic")).strip().lower() == "consumer":
+            raise ValueError('group.protocol = "consumer" (KIP-848) is not supported yet; remove it '
+                             "(ringmaster uses the classic protocol with cooperative-sticky assignment)")
+        return props
+
 
 class WorkerSettings(_Section):
     plugin: str = Field(min_length=1, description="importable module path of the plugin")
     processes: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
+    max_processes: int = Field(
+        default=0, ge=0, le=512, description="the most workers `ringmaster scale` (or SIGTTIN) may run "
+        "(0: processes). Fixed for the run: key ordering's lanes per partition, and each worker slot "
+        "ever used holds a ring of ring_bytes in supervisor.shm_dir until the daemon stops")
     start_method: Literal["spawn", "forkserver"] = "spawn"
     ordering: Literal["partition", "key", "unordered"] = Field(
         default="partition", description="partition: one worker per partition, offset order; key: "
@@ -77,6 +105,10 @@ class WorkerSettings(_Section):
     ring_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024)
     batch_max_records: int = Field(default=500, ge=1, le=100_000)
     batch_max_wait_ms: int = Field(default=20, ge=0, le=10_000)
+    batch_target_ms: float = Field(
+        default=10.0, ge=0, le=60_000, description="plugin time one batch should take: batches are cut "
+        "to about this much work (µs per record learnt from the workers), so that a record does not "
+        "wait long behind the others of its batch; 0: only batch_max_records and ring size bound it")
     pause_above: float = Field(default=0.8, gt=0.0, le=1.0)
     resume_below: float = Field(default=0.4, ge=0.0, lt=1.0)
     batch_timeout_s: float = Field(default=300.0, gt=0, description="plugin time per call")
@@ -91,11 +123,33 @@ class WorkerSettings(_Section):
     restart_backoff_max_s: float = Field(default=10.0, ge=0)
     settings: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("plugin")
+    @classmethod
+    def _module_name(cls, plugin: str) -> str:
+        """A file name or a path where a module name belongs is the commonest first mistake."""
+        name = plugin.strip()
+        if name.endswith(".py") or "/" in name or "\\" in name:
+            path = Path(name)
+            module = path.stem if path.suffix == ".py" else path.name
+            where = str(path.parent)
+            hint = "" if where in ("", ".") else (f", with {where!r} on the import path (start ringmaster "
+                                                 f"there, or set PYTHONPATH={where})")
+            raise ValueError(f"{plugin!r} is a file name; use the module name {module!r}{hint}")
+        return plugin
+
     @model_validator(mode="after")
     def _watermarks(self) -> WorkerSettings:
         if self.resume_below >= self.pause_above:
             raise ValueError("resume_below must be lower than pause_above (hysteresis)")
+        if self.max_processes and self.max_processes < self.processes:
+            raise ValueError(f"max_processes ({self.max_processes}) must be at least processes "
+                             f"({self.processes})")
         return self
+
+    @property
+    def process_limit(self) -> int:
+        """The most workers the daemon may run: max_processes, or processes when it is 0."""
+        return self.max_processes or self.processes
 
 
 class OutputSettings(_Section):
@@ -120,16 +174,34 @@ class SupervisorSettings(_Section):
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
     stop_when_caught_up: bool = False
     caught_up_idle_s: float = Field(default=0.0, ge=0)
+    caught_up_timeout_s: float = Field(
+        default=300.0, ge=0, description="--until-caught-up: stop with exit 8 after this long without "
+        "progress (records fetched or handled, batches in workers, rebalances; an operator pause "
+        "waits); 0: wait for ever")
     status_file: str | None = None
     status_interval_s: float = Field(default=1.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     shm_dir: str = "/dev/shm"
     max_partitions: int = Field(default=4096, ge=1)
+    control_socket: str | None = Field(
+        default=None, description="the Unix socket `ringmaster reload`/`scale` talk to (mode 0600); "
+        "default /tmp/ringmaster-<uid>/<group_id>.sock; \"\" turns it off (signals still work)")
+
+    @field_validator("control_socket")
+    @classmethod
+    def _socket_path(cls, v: str | None) -> str | None:
+        if v:
+            if not os.path.isabs(v):
+                raise ValueError("must be an absolute path (the daemon and the CLI may run in different "
+                                 "directories)")
+            if len(os.fsencode(v)) >= _SUN_PATH_MAX:
+                raise ValueError(f"a Unix socket path must be shorter than {_SUN_PATH_MAX} bytes")
+        return v
 
 
 class AdminSettings(_Section):
-    """The admin endpoint (runtime/admin.py): /metrics, /healthz, /readyz, /status."""
+    """The admin endpoint (runtime/ops/admin_server.py): /metrics, /healthz, /readyz, /status."""
 
     listen: str | None = Field(default=None, description='"127.0.0.1:9464"; off when unset')
     allow_remote: bool = Field(default=False, description="allow a non-loopback listen address "
@@ -140,10 +212,18 @@ class AdminSettings(_Section):
                                 "loop has not gone round for this long (at least revoke_timeout_s + 10)")
     librdkafka_stats_s: float = Field(default=0.0, ge=0, description="librdkafka statistics every N s "
                                       "as ringmaster_librdkafka_* metrics (0: off)")
+    max_connections: int = Field(default=64, ge=1, le=10_000, description="open connections at most; "
+                                 "at the cap the longest-waiting idle one is closed for a new one")
+    request_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="a client's time to send "
+                                     "its request (and to read the answer, and idle between requests)")
 
 
 class ControlSettings(_Section):
-    """Operator pauses (runtime/control.py): a compacted topic per group that every member reads."""
+    """Operator pauses (runtime/ops/control.py): a compacted topic per group that every member reads."""
+
+    def topic_for(self, group_id: str) -> str:
+        """The control topic: ``topic``, or ``_ringmaster.control.<group_id>`` by default."""
+        return self.topic or "_ringmaster.control." + re.sub(r"[^a-zA-Z0-9._-]", "_", group_id)
 
     enabled: bool = True
     topic: str | None = Field(default=None, description="default: _ringmaster.control.<group_id>")
@@ -190,17 +270,69 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     raw: dict[str, Any] = {}
     if path is not None:
         raw = _read_toml(Path(path))
-    _apply_env_overrides(raw, os.environ if env is None else env)
+    from_env = _apply_env_overrides(raw, os.environ if env is None else env)
     try:
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, path)) from None
+        raise ConfigError(_describe(exc, path, from_env)) from None
     max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
+    check_topic_loops(settings)
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
     if check_plugin:
         check_plugin_importable(settings.workers.plugin)
     return settings
+
+
+def subscribed_by(topics: list[str], name: str) -> str | None:
+    """The entry of a subscription (``kafka.topics``: names, and patterns starting with ``^``
+    as librdkafka reads them: a regular expression searched in the topic's name) that takes
+    in topic ``name``, or None."""
+    for t in topics:
+        if (re.search(t, name) is not None) if t.startswith("^") else t == name:
+            return t
+    return None
+
+
+def check_topic_loops(settings: Settings) -> None:
+    """Refuse a configuration that feeds the daemon its own writes: an output, dead-letter or
+    control topic that the subscription takes in (equal to an input topic, or matched by a
+    ``^pattern``) would be consumed again, and every output would make another (10 records
+    became 1,220 in 7 s). Dead letters in the output topic would reach the outputs' consumers
+    as if they were outputs. One ConfigError naming every problem, before Kafka is touched.
+
+    ``Output(topic=...)`` from the plugin is its own decision, taken per record at run time:
+    allowed, with a warning (runtime/worker/main.py)."""
+    topics = settings.kafka.topics
+    problems = []
+
+    def how(entry: str) -> str:
+        # Shown as written in the file (a repr would double every backslash of a pattern).
+        return (f"matches the subscription pattern '{entry}'" if entry.startswith("^")
+                else "is also an input topic")
+
+    written = [("output.topic", settings.output.topic, "its own outputs"),
+               ("dead_letter.topic", settings.dead_letter.topic,
+                "its own dead letters (and fail them again)")]
+    for key, topic, what in written:
+        entry = subscribed_by(topics, topic) if topic else None
+        if topic and entry is not None:
+            problems.append(f"{key} {topic!r} {how(entry)} (kafka.topics): the daemon would consume "
+                            f"{what} forever; write them to a topic the group does not read"
+                            + (", or narrow the pattern" if entry.startswith("^") else ""))
+    if settings.control.enabled:
+        control = settings.control.topic_for(settings.kafka.group_id)
+        entry = subscribed_by(topics, control)
+        if entry is not None:
+            problems.append(f"the control topic {control!r} ([control] topic) {how(entry)} (kafka.topics): "
+                            "the daemon would process its own pause records; set [control] topic to a "
+                            "name outside the subscription, or narrow the pattern")
+    if settings.output.topic and settings.output.topic == settings.dead_letter.topic:
+        problems.append(f"dead_letter.topic is output.topic ({settings.output.topic!r}): dead letters "
+                        "(failed input records) would reach the outputs' consumers as if they were outputs; "
+                        "use a topic of their own")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def check_plugin_importable(module_name: str) -> None:
@@ -235,11 +367,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
 
 
-def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
     """RINGMASTER__WORKERS__PROCESSES=4 sets workers.processes. Under kafka.consumer,
     kafka.producer and spark.conf the last part names a property with dots written as
     underscores (RINGMASTER__KAFKA__CONSUMER__FETCH_MAX_BYTES -> fetch.max.bytes). The value is
-    read by the type of the key it sets (_env_value)."""
+    read by the type of the key it sets (_env_value). Returns which variable set which key,
+    so that an error can name the variable."""
+    from_env: dict[tuple[str, ...], str] = {}
     for name, text in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
             continue
@@ -255,6 +389,8 @@ def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> None:
                 raise ConfigError(f"environment variable {name}: {part} is not a section")
             node = child
         node[parts[-1]] = _env_value(name, text, _key_kind(parts))
+        from_env[tuple(parts)] = name
+    return from_env
 
 
 def _key_kind(parts: list[str]) -> str:
@@ -321,21 +457,51 @@ def librdkafka_int(props: Mapping[str, Any], key: str, default: int) -> int:
     raise ConfigError(f"{key}: expected an integer (got {value!r})")
 
 
-def _describe(exc: ValidationError, path: Any) -> str:
+def _describe(exc: ValidationError, path: Any, from_env: Mapping[tuple[str, ...], str] | None = None) -> str:
     where = f"config {str(path)!r}" if path is not None else "config"
     problems = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"])
+        var = (from_env or {}).get(tuple(str(p) for p in err["loc"]))
+        source = "" if var is None else f" (set by {var})"
         if err["type"] == "missing":
             problems.append(f"{key}: required key is missing")
         elif err["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown key")
+            problems.append(f"{key}: unknown key{_did_you_mean(err['loc'])}{source}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
             shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-            problems.append(f"{key}: {msg}{shown}")
+            problems.append(f"{key}: {msg}{shown}{source}")
     return f"{where}: " + "; ".join(problems)
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """' (did you mean processes?)' for a misspelt key, from the keys its section has."""
+    model: type[BaseModel] | None = Settings
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        ann = field.annotation if field is not None else None
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if model is None:
+        return ""
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    section = ".".join(str(p) for p in loc[:-1])
+    return f" ({section or 'sections'}: {', '.join(known)})"
+
+
+def config_keys() -> dict[str, list[str]]:
+    """Every configuration key, by section (``{"workers": ["plugin", ...]}``): what the
+    documentation must describe (tests/unit/test_docs.py checks it does)."""
+    keys: dict[str, list[str]] = {}
+    for name, field in Settings.model_fields.items():
+        section = field.annotation
+        assert isinstance(section, type) and issubclass(section, BaseModel), name  # every section is a model
+        keys[name] = list(section.model_fields)
+    return keys
 
 
 def is_secret_key(key: str) -> bool:
@@ -344,7 +510,9 @@ def is_secret_key(key: str) -> bool:
 
 
 def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, with secret values replaced."""
+    """The effective settings as plain data, with secret values replaced. ``kafka.consumer``
+    and ``kafka.producer`` are the properties the clients are really given: ringmaster's
+    defaults, the file's and the environment's, and those the runtime owns."""
 
     def scrub(node: Any) -> Any:
         if isinstance(node, dict):
@@ -353,7 +521,11 @@ def redacted(settings: Settings) -> dict[str, Any]:
             return [scrub(v) for v in node]
         return node
 
-    return scrub(settings.model_dump())
+    data = settings.model_dump()
+    data["kafka"]["consumer"] = dict(sorted(consumer_properties(settings).items()))
+    data["kafka"]["producer"] = dict(sorted(producer_properties(settings).items()))
+    scrubbed: dict[str, Any] = scrub(data)  # a dict in, a dict out
+    return scrubbed
 
 
 def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
@@ -368,7 +540,7 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         # Flow control pauses and resumes partitions; a resumed partition is fetched only
         # after the fetch request in flight returns, which a broker may hold this long
         # (confluent-kafka-javascript#363 lowered it for the same reason). Measured with
-        # 1 MiB rings: 37,915 records/s at librdkafka's 500 ms, 106,095 at 100 ms (README,
+        # 1 MiB rings: 37,915 records/s at librdkafka's 500 ms, 106,095 at 100 ms (docs/performance.md,
         # Tuning).
         "fetch.wait.max.ms": 100,
         "enable.partition.eof": True,

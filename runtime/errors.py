@@ -12,6 +12,40 @@ Exit codes of ``ringmaster run`` (the systemd unit keeps 2 and 3 from restarting
 5     the Kafka client reported a fatal error
 6     workers die during start-up without saying why (a crash loop before any was ready)
 7     ``--until-caught-up`` found partitions blocked at a failing record (no dead-letter topic)
+8     the Kafka cluster could not be reached within ``kafka.connect_timeout_s`` (``--until-caught-up``
+      and the operator commands; the daemon itself waits for the cluster as long as it takes)
+9     ``--until-caught-up`` ended before it caught up: a partition lost and not back, a commit
+      the broker refused, no progress for ``supervisor.caught_up_timeout_s``, or a stop by
+      signal first; one line names each partition left and the records left in it
+====  =====================================================================================
+
+Exit codes of ``ringmaster redrive``:
+
+====  =====================================================================================
+0     done: the redrive reached the end of the dead-letter topic as seen at its start (or
+      ``--to``), or its group's cursor was there already; the summary says what was redriven
+      and what was passed over, and why
+1     an internal error (a bug: the log has the traceback)
+2     the configuration or an option is invalid (no ``[dead_letter] topic``, a bad ``--from``)
+3     ``--through-plugin``: the plugin cannot be imported or its ``setup()`` failed
+5     Kafka: a fatal client error, a delivery that failed (an outage), a source record that
+      could not be read, or the final commit was refused; progress is committed up to the last
+      acknowledged letter: run it again
+8     the Kafka cluster could not be reached within ``kafka.connect_timeout_s``
+9     stopped before the end (SIGTERM, SIGINT), or another redrive of the same group holds the
+      partitions; progress is committed: run it again to go on
+====  =====================================================================================
+
+Exit codes of ``ringmaster reload`` and ``ringmaster scale`` (commands to a running daemon
+over its control socket):
+
+====  =====================================================================================
+0     done: every worker runs the new plugin version / the pool has the size asked for
+2     the configuration given to the command is invalid
+10    the daemon refused or could not do it: a reload rolled back (the new version could not
+      start; the daemon keeps its old code), a size above ``workers.max_processes``
+11    no daemon answers at the control socket (not running, another config, no permission)
+12    no answer within ``--timeout``: the operation may still finish (``ringmaster status``)
 ====  =====================================================================================
 """
 
@@ -48,6 +82,14 @@ class KafkaError(RingmasterError):
     exit_code = 5
 
 
+class KafkaUnreachable(KafkaError):
+    """The Kafka cluster does not answer (nothing listens at bootstrap.servers, DNS, a network
+    outage): not a bug and not the client's fatal error. A daemon waits for it; a batch run
+    and the operator commands give up after ``kafka.connect_timeout_s``."""
+
+    exit_code = 8
+
+
 class WorkerCrashLoop(RingmasterError):
     """Workers die before becoming ready, again and again, without reporting why."""
 
@@ -58,6 +100,43 @@ class PartitionsBlocked(RingmasterError):
     """A batch run (``--until-caught-up``) ended with partitions stopped at a failing record."""
 
     exit_code = 7
+
+
+class InvalidControlRecord(RingmasterError):
+    """A record of the control topic that is not a valid pause or resume (its key is not a
+    scope, its value not the document ``ringmaster pause`` writes). Never stops anything: the
+    reader logs it once and ignores it; it neither pauses nor resumes. ``kind`` groups alike
+    problems in the log ("until_ms", "key", "value", ...)."""
+
+    def __init__(self, problem: str, kind: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.kind = kind
+
+
+class CommandFailed(RingmasterError):
+    """The running daemon refused a command or could not carry it out (a reload rolled back)."""
+
+    exit_code = 10
+
+
+class DaemonUnreachable(RingmasterError):
+    """No daemon answers at the control socket."""
+
+    exit_code = 11
+
+
+class CommandTimeout(RingmasterError):
+    """The daemon did not answer a command in time; it may still carry it out."""
+
+    exit_code = 12
+
+
+class NotCaughtUp(RingmasterError):
+    """A batch run (``--until-caught-up``) ended without every partition it held processed to
+    its end and committed with the broker's acknowledgement (or handed over cleanly)."""
+
+    exit_code = 9
 
 
 class FrameError(RingmasterError):
@@ -97,6 +176,39 @@ class DeliveryFailed(BatchDeferred):
     cause = "delivery"
 
 
+class WorkerExhausted(RingmasterError):
+    """The worker process ran out of a per-process resource while running the plugin: file
+    descriptors (EMFILE), the system's file table (ENFILE), memory (ENOMEM, MemoryError).
+    The worker's fault, not the record's – typically a plugin that leaks – so it is never
+    counted towards dead-lettering: the worker reports the batch as not done and exits, and
+    the batch runs again on a fresh one (runtime/worker/main.py, supervisor/workforce.py)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 class OutputRejected(RingmasterError):
     """The broker or the client refuses one output for what it is (too large, invalid for
     the topic): the record that produced it is at fault, like a plugin exception."""
+
+
+class RedriveIncomplete(RingmasterError):
+    """``ringmaster redrive`` stopped before the end (a signal, or another redrive of its group
+    holds the partitions); its progress is committed and a new run goes on from there."""
+
+    exit_code = 9
+
+
+class UnreadableRecord(RingmasterError):
+    """A consumed record has a field the Kafka client cannot give us (a header name that is
+    not UTF-8, which Go and C producers can write): raised by the frame packers, C and
+    Python alike, naming the record by its ``index`` in the run handed to them. The record is
+    the input's fault, not the packer's: the supervisor dead-letters it (or, without a
+    dead-letter topic, stops its partition there) and packs the rest of its batch."""
+
+    def __init__(self, index: int, field: str, cause: str) -> None:
+        super().__init__(f"the Kafka client cannot read the {field} of record {index} of the run: {cause}")
+        self.index = index
+        self.field = field
+        self.cause = cause

@@ -24,13 +24,17 @@ Spark.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from runtime.backoff import backoff_s
 from runtime.errors import BatchDeferred, PluginError
 
 Headers = list[tuple[str, bytes | None]]
@@ -76,7 +80,7 @@ _MAX_BACKOFF_DOUBLINGS = 6
 def backoff_wait(seconds: float, raised_before: int) -> float:
     """How long a Backoff waits, raised again ``raised_before`` times in a row for the same
     batch: doubling each time, at most 2**6 times what the plugin asked (both backends)."""
-    return seconds * 2 ** min(raised_before, _MAX_BACKOFF_DOUBLINGS)
+    return backoff_s(seconds, raised_before, max_doublings=_MAX_BACKOFF_DOUBLINGS)
 
 
 class Backoff(BatchDeferred):
@@ -128,6 +132,49 @@ def load_plugin(name: str) -> Plugin:
     teardown = getattr(module, "teardown", None)
     return Plugin(name, process, setup if callable(setup) else None,
                   teardown if callable(teardown) else None)
+
+
+VERSION_HEADER = "ringmaster.plugin.version"  # on every output and dead letter a worker writes
+_MAX_VERSION_CHARS = 64
+_MAX_HASHED_FILES = 2000
+
+
+def plugin_version(name: str) -> str:
+    """The version of an imported plugin module, as status, metrics and the
+    ``ringmaster.plugin.version`` header show it: ``__version__`` of the module, else of its
+    top-level package; else the first 12 hex digits of a SHA-256 over its source – the
+    module's file, or, for a module inside a package, every ``.py`` file of the top-level
+    package (a plugin spread over several files changes version when any of them changes).
+    ``"unknown"`` when there is no source to read (a zip or a frozen module). Never raises.
+    Runs in: a worker, after the plugin was imported."""
+    module = sys.modules.get(name)
+    top = sys.modules.get(name.partition(".")[0])
+    for m in (module, top):
+        declared = getattr(m, "__version__", None)
+        if declared is not None and str(declared).strip():
+            return str(declared).strip()[:_MAX_VERSION_CHARS]
+    try:
+        files = _source_files(module, top)
+        if not files:
+            return "unknown"
+        digest = hashlib.sha256()
+        for root, path in files:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        return digest.hexdigest()[:12]
+    except (OSError, ValueError):
+        return "unknown"
+
+
+def _source_files(module: Any, top: Any) -> list[tuple[Path, Path]]:
+    """(root, file) pairs to hash, in a fixed order."""
+    own = getattr(module, "__file__", None)
+    if not own:
+        return []
+    package_init = getattr(top, "__file__", None)  # the plugin's own package, or the one it is in
+    if package_init and Path(package_init).name == "__init__.py":
+        root = Path(package_init).parent
+        return [(root, p) for p in sorted(root.rglob("*.py"))[:_MAX_HASHED_FILES]]
+    return [(Path(own).parent, Path(own))]
 
 
 _NOT_AN_ITERABLE = (str, bytes, bytearray, memoryview, dict, int, float, bool, Output, Reject)

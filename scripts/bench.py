@@ -35,8 +35,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from benchkit.work import calibrate, time_work  # noqa: E402
 
-from runtime.devbroker import DevBroker  # noqa: E402
-from runtime.kafka import ensure_topics  # noqa: E402
+from runtime.kafka.admin import ensure_topics  # noqa: E402
+from runtime.ops.devbroker import DevBroker, free_port  # noqa: E402
 
 console = Console(stderr=True)
 PY = str(ROOT / ".venv" / "bin" / "python")
@@ -134,7 +134,9 @@ def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iter
     s = json.loads(summary.read_text())
     return {"records": s["records"], "window_s": s["window_s"],
             "main_cpu_s": s["window_cpu_s"]["supervisor"], "worker_cpu_s": s["window_cpu_s"]["workers"],
-            "total_cpu_s": s["supervisor_cpu_s"] + sum(w["cpu_s"] or 0 for w in s["workers"])}
+            "total_cpu_s": s["supervisor_cpu_s"] + sum(w["cpu_s"] or 0 for w in s["workers"]),
+            # time each worker spent on batches, as a share of the window (1.0: never idle)
+            "busy_shares": [round(w.get("busy_s", 0.0) / s["window_s"], 3) for w in s["workers"]]}
 
 
 def measure_all(cases: list[tuple[str, Any]], runs: int) -> list[dict[str, Any]]:
@@ -339,7 +341,7 @@ def rebalance_and_memory(bootstrap: str, partitions: int, iterations: int, work_
     return result
 
 
-# The Tuning table of the README: (knob, RINGMASTER__ overrides, workload); ringmaster with
+# The Tuning table of docs/performance.md: (knob, RINGMASTER__ overrides, workload); ringmaster with
 # 2 processes, each against the baseline loop of the same invocation.
 _W = "RINGMASTER__WORKERS__"
 _C = "RINGMASTER__KAFKA__CONSUMER__"
@@ -360,7 +362,7 @@ TUNING = [
 
 
 def tuning_sweep(args: argparse.Namespace) -> int:
-    """--tuning: re-measure every line of the README's Tuning table in one invocation."""
+    """--tuning: re-measure every line of docs/performance.md's Tuning table in one invocation."""
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
@@ -466,6 +468,144 @@ def ordering_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+class Pollers:
+    """Clients polling the admin endpoint as monitoring does: each asks for /status and
+    /metrics every `interval_s` on a keep-alive connection (reconnecting when refused, e.g.
+    before the daemon listens). Threads of this process: they sleep between polls."""
+
+    def __init__(self, port: int, clients: int, interval_s: float) -> None:
+        import threading
+
+        self.port, self.interval_s = port, interval_s
+        self.answers = self.failures = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._poll, daemon=True) for _ in range(clients)]
+
+    def __enter__(self) -> Pollers:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(5)
+
+    def _poll(self) -> None:
+        import http.client
+
+        conn: http.client.HTTPConnection | None = None
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                for path in ("/status", "/metrics"):
+                    conn.request("GET", path)
+                    resp = conn.getresponse()
+                    resp.read()
+                    self.answers += resp.status == 200
+            except (OSError, http.client.HTTPException):
+                self.failures += 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+        if conn is not None:
+            conn.close()
+
+
+def run_polled(bootstrap: str, topic: str, records: int, processes: int, tmp: Path, clients: int,
+               interval_s: float = 0.1) -> dict[str, Any]:
+    """One trivial-work `ringmaster run --until-caught-up` with [admin] listen set, polled by
+    `clients` clients (0: nobody asks)."""
+    port = free_port()
+    overrides = {"RINGMASTER__ADMIN__LISTEN": f"127.0.0.1:{port}"}
+    started = time.monotonic()
+    with Pollers(port, clients, interval_s) as pollers:
+        r = run_ringmaster(bootstrap, topic, records, "trivial", 0, processes, tmp, overrides)
+    r["admin_answers"], r["admin_failures"] = pollers.answers, pollers.failures
+    r["admin_answers_per_s"] = pollers.answers / (time.monotonic() - started)
+    return r
+
+
+def admin_thread_cost(seconds: float = 5.0) -> dict[str, float]:
+    """The admin server alone, in this process, polled as in --admin-load (80 requests/s
+    from another process) with the snapshot replaced every second as the supervisor does:
+    its CPU per second, i.e. what it takes from the supervisor's GIL. A figure this noisy
+    machine cannot blur, unlike a throughput ratio."""
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from dataclasses import replace
+
+    from test_admin_metrics import snapshot
+
+    from runtime.ops.admin_server import AdminServer, Health
+    from runtime.ops.metrics import RuntimeMetrics
+
+    current = [snapshot()]
+    server = AdminServer("127.0.0.1:0", False, RuntimeMetrics(lambda: current[0], loop_age=lambda: 0.1),
+                         lambda: current[0], lambda: Health(True, []), lambda: True).start()
+    port = server.address.rsplit(":", 1)[1]
+    client = ("import http.client, time\n"
+              f"c = http.client.HTTPConnection('127.0.0.1', {port})\n"
+              f"n = 0; end = time.monotonic() + {seconds}\n"
+              "while time.monotonic() < end:\n"
+              "    for p in ('/status', '/metrics'):\n"
+              "        c.request('GET', p); c.getresponse().read(); n += 1\n"
+              "    time.sleep(0.025)\n"
+              "print(n)")
+    try:
+        cpu0, t0 = time.process_time(), time.monotonic()
+        proc = subprocess.Popen([PY, "-c", client], stdout=subprocess.PIPE, text=True)
+        while proc.poll() is None:
+            time.sleep(1.0)
+            current[0] = replace(current[0], records=current[0].records + 1)  # a new snapshot
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        requests = int(proc.stdout.read())  # type: ignore[union-attr]
+    finally:
+        server.close()
+    return {"requests_per_s": requests / wall, "cpu_share": cpu / wall,
+            "us_per_request": cpu / requests * 1e6}
+
+
+def admin_load(args: argparse.Namespace) -> int:
+    """--admin-load: what monitoring costs the loop. Trivial work (the supervisor is the
+    bottleneck, so its GIL is what the admin thread competes for), ringmaster with
+    --max-processes workers, with nobody polling and with 4 clients polling /status and
+    /metrics every 100 ms; interleaved runs, min/median/max, and the ratio of medians
+    (issue 17.4: within 5 %)."""
+    out = Path(args.out)
+    procs = args.max_processes
+    with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
+        tmp = Path(tmpdir)
+        (topic, n), = make_data_sets(broker.bootstrap, ["trivial"], args.records, args.partitions).values()
+        cases = [(label, functools.partial(run_polled, broker.bootstrap, topic, n, procs, tmp, clients))
+                 for label, clients in (("nobody polling", 0), ("4 clients polling every 100 ms", 4))]
+        quiet, polled = measure_all(cases, args.runs)
+    cost = admin_thread_cost()
+    ratio = polled["median"] / quiet["median"]
+    answers = [r["admin_answers_per_s"] for r in polled["runs"]]
+    md = [f"# What polling the admin endpoint costs\n\n{n:,} × 256 B records, trivial work, ringmaster "
+          f"with {procs} processes, {args.partitions} partitions, embedded broker, "
+          f"{psutil.cpu_count()} cores, "
+          f"{args.runs} interleaved runs each. Polled: 4 clients each asking for /status and /metrics every "
+          f"100 ms on keep-alive connections (about {statistics.median(answers):.0f} answers/s). Produced by "
+          f"`./scripts/bench --admin-load --records {args.records} --runs {args.runs}`.\n",
+          "| case | records/s min / median / max | supervisor µs/record |", "|---|---|---|"]
+    md += [f"| {r['label']} | {r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f} | "
+           f"{r['main_us_per_record']:.2f} |" for r in (quiet, polled)]
+    md.append(f"\nPolled / not polled, medians: **{ratio:.3f}** ({(ratio - 1) * 100:+.1f} %).")
+    md.append(f"\nThe admin server alone, polled the same way ({cost['requests_per_s']:.0f} requests/s, "
+              f"a new snapshot every second): **{cost['cpu_share']:.2%} of a core** "
+              f"({cost['us_per_request']:.0f} µs of CPU per request, rendering included): the share of "
+              "the supervisor's GIL it can take.")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "admin_load.md").write_text("\n".join(md) + "\n")
+    (out / "admin_load.json").write_text(json.dumps({"quiet": quiet, "polled": polled, "ratio": ratio,
+                                                     "admin_thread": cost}, indent=2))
+    console.print("\n".join(md))
+    return 0
+
+
 def main() -> int:
     # SIGTERM unwinds like Ctrl-C: the broker and runs in progress are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -486,14 +626,33 @@ def main() -> int:
                     help="workers.ordering partition/key/unordered on a hot partition and a skewed topic "
                          "(docs/ordering.md); use --records 40000")
     ap.add_argument("--tuning", action="store_true",
-                    help="re-measure the README's Tuning table into docs/tuning.md and docs/tuning.json")
+                    help="re-measure docs/performance.md's Tuning table into docs/tuning.md and "
+                         "docs/tuning.json")
+    ap.add_argument("--scale", action="store_true",
+                    help="the scaling sweep: plain loop, Pool(N), arroyo(N) and ringmaster(N) in every "
+                         "ordering for N in 1, 2, 4, 8, cores-1, cores (docs/scaling.md)")
+    ap.add_argument("--scale-workers", default=None,
+                    help="--scale: the N to run, e.g. 1,2 (default: see --scale)")
+    ap.add_argument("--scale-partitions", default="32,13", help="--scale: partition counts of the topics")
+    ap.add_argument("--scale-work-us", default="100,10", help="--scale: µs of work per record")
+    ap.add_argument("--scale-seconds", type=float, default=4.0,
+                    help="--scale: records per run = this many seconds of work on one core")
+    ap.add_argument("--admin-load", action="store_true",
+                    help="trivial work with and without 4 clients polling /status and /metrics every 100 ms "
+                         "(docs/admin_load.md)")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
+    if args.scale:
+        from benchkit import scale
+
+        return scale.sweep(args, sys.modules[__name__])
     if args.ordering:
         return ordering_sweep(args)
     if args.tuning:
         return tuning_sweep(args)
+    if args.admin_load:
+        return admin_load(args)
     if args.rebalance_only:
         out = Path(args.out)
         results = json.loads((out / "bench.json").read_text())

@@ -15,7 +15,8 @@ import selectors
 import socket
 import threading
 
-PRODUCE = 0  # Kafka API key of Produce requests
+PRODUCE = 0  # Kafka API keys: Produce requests,
+OFFSET_COMMIT = 8  # OffsetCommit requests
 
 
 class Proxy:

@@ -10,10 +10,10 @@ topic's name.
 
 The same failure model as a local worker, where Spark allows it:
 
-* a wrong output type, ``sys.exit()``, a ``Reject``: the same dead letters (runtime.execution);
+* a wrong output type, ``sys.exit()``, a ``Reject``: the same dead letters (runtime.worker.execution);
 * an output larger than ``message.max.bytes`` is refused here, before the sink, so the
   record that made it is dead-lettered as ``OutputRejected`` as it is locally; a dead letter
-  is made to fit the same way (runtime.deadletter);
+  is made to fit the same way (runtime.worker.deadletter_format);
 * ``Backoff`` raised by the plugin: the task waits and runs the same records again, in
   order (doubling the wait if raised again). Spark has no partition to pause, so
   ``scope="all"`` only holds this task; other tasks of the micro-batch go on. An outage of
@@ -33,8 +33,9 @@ from typing import Any
 import pyarrow as pa
 
 from runtime.errors import BatchDeferred, OutputRejected, RingmasterError
-from runtime.execution import Outcome, RetryPolicy, run_batch
 from runtime.plugin import Context, Output, Plugin, Record, backoff_wait, load_plugin
+from runtime.worker.execution import Outcome, RetryPolicy, run_batch
+from runtime.worker.routing import OutputRoute
 
 log = logging.getLogger("ringmaster.spark")
 
@@ -55,7 +56,7 @@ class PluginJob:
 
 
 _loaded: dict[str, Plugin] = {}
-_warned: list[bool] = []
+_routes: dict[tuple[str | None, bool], OutputRoute] = {}  # one per Python worker process and sink
 
 
 def _plugin(job: PluginJob) -> Plugin:
@@ -70,6 +71,14 @@ def _plugin(job: PluginJob) -> Plugin:
     return plugin
 
 
+def _route(job: PluginJob) -> OutputRoute:
+    key = (job.output_topic, job.to_parquet)
+    route = _routes.get(key)
+    if route is None:
+        route = _routes[key] = OutputRoute(job.output_topic, keep_unrouted=job.to_parquet)
+    return route
+
+
 def _headers(h: Any) -> list[dict[str, Any]]:
     return [{"key": k, "value": v} for k, v in (h or [])]
 
@@ -77,6 +86,7 @@ def _headers(h: Any) -> list[dict[str, Any]]:
 def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         plugin = _plugin(job)
+        route = _route(job)
         who = f"spark-{os.getpid()}"
         for rb in batches:
             groups: dict[tuple[str, int], list[Record]] = {}
@@ -96,14 +106,10 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
                         f"{f.record.topic}[{f.record.partition}] offset {f.record.offset}: "
                         f"{f.error_type}: {f.message} (no [dead_letter] topic: the job stops here)")
                 for out in outcome.outputs_before():
-                    topic = out.topic or job.output_topic
-                    if topic is not None or job.to_parquet:
+                    topic = route.topic(out)
+                    if topic is not None or route.keep_unrouted:
                         rows.append({"topic": topic, "key": out.key, "value": out.value,
                                      "headers": _headers(out.headers)})
-                    elif not _warned:
-                        _warned.append(True)  # as a local worker: discarded, said once
-                        log.warning("plugin produced outputs without a topic and no [output] topic is "
-                                    "configured; they are discarded", extra={"worker": who})
                 for f in outcome.failures:
                     letter = f.dead_letter(who, job.max_message_bytes)
                     rows.append({"topic": job.dead_letter_topic, "key": letter.key, "value": letter.value,
@@ -114,7 +120,9 @@ def applier(job: PluginJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.
 
 def _run(plugin: Plugin, records: list[Record], job: PluginJob, who: str) -> Outcome:
     """run_batch, with outputs checked against message.max.bytes inside the retry path, and
-    the plugin's Backoff honoured by waiting in the task."""
+    the plugin's Backoff honoured by waiting in the task. A Python worker out of descriptors
+    or memory (WorkerExhausted) fails the task, never its records: Spark retries the task
+    (spark.task.maxFailures) and nothing is dead-lettered for it."""
     def check_sizes(outputs: list[Output]) -> None:
         for out in outputs:
             size = len(out.key or b"") + len(out.value or b"") + sum(

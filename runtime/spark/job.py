@@ -1,7 +1,7 @@
 """`ringmaster spark run` and `ringmaster spark backfill`.
 
 Runs in: the Spark driver (this process). Executors run runtime.spark.apply and the
-source/sink; they need the project installed (see the README's Spark section).
+source/sink; they need the project installed (see docs/spark.md).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import RingmasterError
-from runtime.execution import RetryPolicy
 from runtime.spark.progress import SparkStatus
+from runtime.worker.execution import RetryPolicy
 
 log = logging.getLogger("ringmaster.spark")
 
@@ -65,7 +65,7 @@ def source_options(settings: Settings) -> dict[str, str]:
     if sp.max_records_per_trigger:
         opts["maxRecordsPerTrigger"] = str(sp.max_records_per_trigger)
     if settings.control.enabled:
-        from runtime.control import control_topic, ensure_control_topic, reader_properties
+        from runtime.ops.control import control_topic, ensure_control_topic, reader_properties
 
         ensure_control_topic(settings)
         opts["control"] = json.dumps({"topic": control_topic(settings), "props": reader_properties(settings),
@@ -161,7 +161,7 @@ def run_stream(settings: Settings) -> int:
     checkpoint = sp.checkpoint_location or str(Path("run") / "spark" / settings.kafka.group_id)
     committer = GroupCommitter(settings)
 
-    class Listener(StreamingQueryListener):  # type: ignore[misc]
+    class Listener(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             pass
 
@@ -226,12 +226,14 @@ def _admin(settings: Settings, status: SparkStatus) -> Any:
     """The same admin endpoint as the local daemon: /metrics from the query's progress."""
     if not settings.admin.listen:
         return None
-    from runtime.admin import AdminServer
-    from runtime.metrics import RuntimeMetrics
+    from runtime.ops.admin_server import AdminServer
+    from runtime.ops.metrics import RuntimeMetrics
 
-    metrics = RuntimeMetrics(lambda: status.snapshot, settings.admin.partition_metrics)
+    metrics = RuntimeMetrics(lambda: status.snapshot, settings.admin.partition_metrics,
+                             group=settings.kafka.group_id)
     return AdminServer(settings.admin.listen, settings.admin.allow_remote, metrics, lambda: status.snapshot,
-                       status.health, status.ready).start()
+                       status.health, status.ready, max_connections=settings.admin.max_connections,
+                       request_timeout_s=settings.admin.request_timeout_s).start()
 
 
 class _Progress:
@@ -260,6 +262,13 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
     finally:
         c.close()
     planned = ko.ranges(first, last)
+    if not planned:
+        # Nothing between --from and --to (--from latest with nothing new, --to earliest, equal
+        # offsets): a summary of nothing, without starting Spark for it.
+        log.info("nothing to backfill: the range is empty", extra={"from": json.dumps(first),
+                                                                  "to": json.dumps(last)})
+        return {"records": 0, "seconds": 0.0, "from": first, "to": last,
+                "target": parquet or settings.output.topic}
     spark = session(settings)
     try:
         opts = {**source_options(settings), "ranges": json.dumps(planned)}

@@ -38,7 +38,7 @@ def client(props: Mapping[str, Any]) -> Consumer:
 
 def partitions_of(c: Consumer, topics: Iterable[str], timeout_s: float = 30.0) -> list[tuple[str, int]]:
     """Every partition of the topics, as the broker knows them now (call again to see new ones)."""
-    out = []
+    out: list[tuple[str, int]] = []
     for topic in topics:
         md = c.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if md is None or md.error is not None:

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
-from runtime.admin import Health
 from runtime.config import Settings
-from runtime.status import PartitionStatus, StatusSnapshot, WindowCpu
+from runtime.ops.admin_server import Health
+from runtime.ops.status import PartitionStatus, StatusSnapshot, WindowCpu
 
 
 def _offsets(value: Any) -> dict[str, dict[str, int]]:

@@ -30,7 +30,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from runtime.errors import RingmasterError
-from runtime.kafka import OutputProducer
+from runtime.kafka.messages import headers_of, offset_of
+from runtime.kafka.producer import OutputProducer
 from runtime.spark import offsets as ko
 
 NAME = "ringmaster_kafka"
@@ -40,7 +41,7 @@ OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<ke
 
 
 @dataclass
-class KafkaRange(InputPartition):  # type: ignore[misc]
+class KafkaRange(InputPartition):
     topic: str
     partition: int
     start: int
@@ -53,7 +54,7 @@ def _options(raw: Any) -> dict[str, str]:
 
 
 def _props(options: dict[str, str]) -> dict[str, Any]:
-    props = json.loads(options.get("kafka", "{}"))
+    props: dict[str, Any] = json.loads(options.get("kafka", "{}"))
     props["bootstrap.servers"] = options["bootstrap"]
     props["group.id"] = options["group"]
     return props
@@ -63,8 +64,14 @@ def _ranges(start: ko.Offsets, end: ko.Offsets) -> list[KafkaRange]:
     return [KafkaRange(*r) for r in ko.ranges(start, end)]
 
 
-def read_range(options: dict[str, str], r: KafkaRange) -> Iterator[tuple[Any, ...]]:
-    """Runs in: a Python worker. Every record with start <= offset < end, in order."""
+def read_range(options: dict[str, str], r: InputPartition) -> Iterator[tuple[Any, ...]]:
+    """Runs in: a Python worker. Every record with start <= offset < end, in order.
+
+    Spark reads a plan of no partitions as one plain ``InputPartition(None)`` (an empty
+    backfill, a batch with nothing new): that reads nothing (it was an AttributeError and
+    300 lines of JVM traces, issue 17.10)."""
+    if not isinstance(r, KafkaRange):
+        return
     c = ko.client(_props(options))
     try:
         c.assign([TopicPartition(r.topic, r.partition, r.start)])
@@ -81,24 +88,24 @@ def read_range(options: dict[str, str], r: KafkaRange) -> Iterator[tuple[Any, ..
             for m in msgs:
                 err = m.error()
                 if err is not None:
-                    if err.code() == _CKError._PARTITION_EOF and m.offset() >= r.end:
+                    if err.code() == _CKError._PARTITION_EOF and offset_of(m) >= r.end:
                         next_offset = r.end  # the rest of the range holds no records (markers)
                     elif err.code() != _CKError._PARTITION_EOF:
                         raise RingmasterError(f"{r.topic}[{r.partition}]: {err}")
                     continue
-                off = m.offset()
+                off = offset_of(m)
                 if off >= r.end:
                     next_offset = r.end
                     break
                 next_offset = off + 1
                 ts_type, ts = m.timestamp()
                 yield (m.topic(), m.partition(), off, m.key(), m.value(),
-                       [(k, v) for k, v in (m.headers() or [])], ts_type, ts)
+                       [(k, v) for k, v in (headers_of(m) or [])], ts_type, ts)
     finally:
         c.close()
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of Kafka offset ranges with admission control.
 
     Group offsets are not committed here: Spark calls ``commit(end)`` for batch N only when it
@@ -133,7 +140,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         if not spec:
             return end
         if self._pauses is None:
-            from runtime.control import OperatorPauses
+            from runtime.ops.control import OperatorPauses
 
             cfg = json.loads(spec)
             self._pauses = OperatorPauses(cfg["topic"], cfg["props"], cfg["load_timeout_s"])
@@ -178,7 +185,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         # at its low watermark, as latestOffset assumed (also when a restart replans the batch).
         return _ranges(ko.with_starts(self._c, start, end), end)
 
-    def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return read_range(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -193,7 +200,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             self._client = None
 
 
-class KafkaBatchReader(DataSourceReader):  # type: ignore[misc]
+class KafkaBatchReader(DataSourceReader):
     """An offset range read once (backfill). `ranges` (set by `ringmaster spark backfill`) is the
     exact plan; otherwise startingOffsets .. endingOffsets are planned here."""
 
@@ -216,7 +223,7 @@ class KafkaBatchReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[KafkaRange]:
         return self.planned
 
-    def read(self, partition: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return read_range(self.options, partition)
 
 
@@ -235,11 +242,11 @@ def write_rows(options: dict[str, str], rows: Iterator[Any]) -> int:
 
 
 @dataclass
-class Written(WriterCommitMessage):  # type: ignore[misc]
+class Written(WriterCommitMessage):
     records: int
 
 
-class KafkaBatchWriter(DataSourceWriter):  # type: ignore[misc]
+class KafkaBatchWriter(DataSourceWriter):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
 
@@ -247,7 +254,7 @@ class KafkaBatchWriter(DataSourceWriter):  # type: ignore[misc]
         return Written(write_rows(self.options, iterator))
 
 
-class KafkaStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
+class KafkaStreamWriter(DataSourceStreamWriter):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
 
@@ -261,7 +268,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):  # type: ignore[misc]
         pass  # rows already produced stay; the batch is retried (at-least-once)
 
 
-class KafkaSource(DataSource):  # type: ignore[misc]
+class KafkaSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return NAME

@@ -24,7 +24,7 @@ ensure_venv() {
     "$py" -m venv .venv || { echo "error: '$py -m venv' failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
   fi
   local inputs
-  inputs="$(cat pyproject.toml setup.py runtime/_speedups.c | sha1sum | cut -c1-12)"
+  inputs="$(cat pyproject.toml setup.py runtime/transport/_speedups.c | sha1sum | cut -c1-12)"
   local stamp=".venv/.installed-${inputs}-${extras//,/_}"
   if [ ! -f "$stamp" ]; then
     echo "installing kafka-ringmaster[$extras] into .venv" >&2

@@ -8,11 +8,21 @@ Drivers:
   behind a proxy that swallows (or resets on) Produce requests for a while, then lets them
   through; the daemon runs meanwhile and is stopped with SIGTERM at the end.
 * ``supervisor_sigkill``, ``status_dir_removed``, ``idle_cpu``: deployment scenarios.
+* ``signals`` / ``signal_stop``: the row's signals sent to the supervisor and to its whole
+  process group while records flow (it runs in a session of its own).
+* ``admin_idle`` / ``admin_slow`` / ``admin_odd``: the admin endpoint crowded, slow-read or sent
+  odd requests while records flow; /healthz is asked throughout.
+* ``caught_up_broker_away`` / ``caught_up_commit_unanswered`` / ``caught_up_broker_stall``:
+  `--until-caught-up` against a broker of its own behind a proxy that cuts it, or swallows
+  OffsetCommit requests.
+
+String values in a row's ``sections`` may name the row's topics: ``{in}``, ``{out}``, ``{dlq}``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -36,9 +46,10 @@ from helpers import (
     unique,
     wait_for,
 )
-from proxy import PRODUCE, Proxy
+from proxy import OFFSET_COMMIT, PRODUCE, Proxy
 
-from runtime.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import DevBroker, free_port
+from tests.wire import RawRecord, WireProducer
 
 from .matrix import Fault
 
@@ -66,6 +77,18 @@ class Observation:
                 for m in self.outputs]
 
 
+def _names_in(node: Any, names: dict[str, str]) -> Any:
+    """``{in}``, ``{out}``, ``{dlq}`` in the strings of a row's sections: the row's topics."""
+    if isinstance(node, dict):
+        return {k: _names_in(v, names) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_names_in(v, names) for v in node]
+    if isinstance(node, str):
+        for key in ("in", "out", "dlq"):
+            node = node.replace("{" + key + "}", names[key])
+    return node
+
+
 def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
@@ -75,6 +98,8 @@ def _merge(into: dict[str, Any], extra: dict[str, Any]) -> None:
 
 
 def _rows(fault: Fault) -> list[tuple[bytes | None, bytes | None, Any]]:
+    if fault.raw is not None:
+        return [(r.key, r.value, r.headers) for r, _ in fault.raw(fault.n)]
     if fault.rows is not None:
         return fault.rows(fault.n)
     return [(str(i).encode(), fault.values.get(i, f"r{i}").encode(), None) for i in range(fault.n)]
@@ -91,7 +116,7 @@ def _config(fault: Fault, bootstrap: str, names: dict[str, str], tmp: Path,
     cfg["dead_letter"] = {"retry_backoff_s": 0.01, "max_attempts": 2}
     if fault.dead_letter:
         cfg["dead_letter"]["topic"] = names["dlq"]
-    _merge(cfg, json.loads(json.dumps(fault.sections)))
+    _merge(cfg, _names_in(json.loads(json.dumps(fault.sections)), names))
     return cfg
 
 
@@ -103,7 +128,10 @@ def prepare(fault: Fault, bootstrap: str, tmp: Path) -> tuple[Observation, dict[
     make_topics(bootstrap, fault.partitions, names["in"], names["out"], names["dlq"], names["routed"])
     rows = _rows(fault)
     rows = [(k, (v.replace(b"ROUTED", names["routed"].encode()) if v else v), h) for k, v, h in rows]
-    counts = produce_rows(bootstrap, names["in"], rows, fault.partitions, TEST_PRODUCER)
+    if fault.raw is not None:
+        counts = produce_raw_rows(bootstrap, names["in"], fault.raw(fault.n), fault.partitions)
+    else:
+        counts = produce_rows(bootstrap, names["in"], rows, fault.partitions, TEST_PRODUCER)
     obs = Observation(fault, [v for _, v, _ in rows], counts, names=names, dirs=dirs, bootstrap=bootstrap)
     return obs, _config(fault, bootstrap, names, tmp, dirs)
 
@@ -120,14 +148,29 @@ def read_back(obs: Observation, rm: Ringmaster | None) -> Observation:
     return obs
 
 
+def produce_raw_rows(bootstrap: str, topic: str, rows: list[tuple[RawRecord, bool]],
+                     partitions: int) -> dict[int, int]:
+    """Round-robin over partitions, byte for byte (tests/wire.py): each partition's records in
+    one batch per run of the same timestamp type, in order."""
+    per: dict[int, list[tuple[RawRecord, bool]]] = {}
+    for i, row in enumerate(rows):
+        per.setdefault(i % partitions, []).append(row)
+    with WireProducer(bootstrap) as p:
+        for part, recs in per.items():
+            for log_append, group in itertools.groupby(recs, key=lambda r: r[1]):
+                p.produce(topic, part, [r for r, _ in group], log_append_time=log_append)
+    return {part: len(recs) for part, recs in per.items()}
+
+
 # ---------------------------------------------------------------------------- drivers
 def batch(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     obs, cfg = prepare(fault, bootstrap, tmp)
-    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"])
+    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"], env=dict(fault.env))
     try:
         obs.exit = rm.wait(fault.timeout_s)
     finally:
         rm.close()
+    obs.extra["config"] = rm.config_path
     return read_back(obs, rm)
 
 
@@ -137,7 +180,7 @@ def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observ
     broker = DevBroker(back, log_path=tmp / "tansu.log", advertised_port=front).start()
     try:
         f = Fault(fault.id, fault.group, fault.when, fault.then, values=poison, n=40, partitions=2,
-                  workers={"processes": 2})
+                  workers={"processes": 2, **fault.workers})
         obs, cfg = prepare(f, broker.bootstrap, tmp)
         obs.fault = fault
         _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
@@ -248,10 +291,240 @@ def idle_cpu(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     return read_back(obs, rm)
 
 
+# ---------------------------------------------------------------------------- the control plane
+def _flowing(fault: Fault, bootstrap: str, tmp: Path,
+             n: int = 4000) -> tuple[Observation, dict[str, Any]]:
+    """A row whose records keep a daemon busy for a while (2 partitions, 1 ms a record)."""
+    f = Fault(fault.id, fault.group, fault.when, fault.then, n=n, partitions=2, settings={"sleep_ms": 1},
+              workers={"processes": 2, **fault.workers})
+    obs, cfg = prepare(f, bootstrap, tmp)
+    obs.fault = fault
+    return obs, cfg
+
+
+def _all_committed(obs: Observation) -> Callable[[], bool]:
+    n = obs.names
+    return lambda: committed(obs.bootstrap, n["group"], n["in"], len(obs.counts)) == obs.counts
+
+
+def _send(rm: Ringmaster, name: str, target: str) -> None:
+    sig = getattr(signal, f"SIG{name}")
+    if target == "group":
+        os.killpg(rm.proc.pid, sig)
+    else:
+        rm.proc.send_signal(sig)
+
+
+_LIVE = {"HUP": "reload", "TTIN": "scale", "TTOU": "scale"}  # the operation each one starts
+
+
+def signals(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """Each signal to the supervisor, then to its whole process group (a terminal's hangup):
+    records keep flowing, and a reload or resize it starts runs to its end."""
+    obs, cfg = _flowing(fault, bootstrap, tmp, n=20000)
+    rm = Ringmaster(cfg, tmp, "rm", new_session=True)
+    try:
+        first = rm.wait_status(lambda s: s["records"] >= 200 and all(w["alive"] for w in s["workers"]), 60,
+                               "progress")
+        obs.extra["pids_before"] = [w["pid"] for w in first["workers"]]
+        steps = obs.extra["steps"] = []  # (signal, target, operation outcome, workers alive, pids)
+        for target in ("supervisor", "group"):
+            for name in fault.signals:
+                now = rm.status() or first
+                before = now["records"]
+                kind = _LIVE.get(name)
+                started = ((now.get(kind) or {}).get("started_ms") or 0) if kind else 0
+                _send(rm, name, target)
+                outcome = None
+                if kind is not None:  # a reload or a resize: wait for it to finish
+                    def over(s: dict[str, Any], kind: str = kind, started: int = started) -> bool:
+                        op = s.get(kind) or {}
+                        return (op.get("started_ms") or 0) > started and op.get("state") != "running"
+                    done = rm.wait_status(over, 90, f"the {kind} SIG{name} asked for ({target})")
+                    outcome = done[kind]["state"]
+                after = rm.wait_status(lambda s, b=before: s["records"] > b, 30,
+                                       f"progress after SIG{name} ({target})")
+                alive = [w["pid"] for w in after["workers"] if w["alive"]]
+                steps.append((name, target, outcome, len(alive), alive))
+        wait_for(_all_committed(obs), 120, "every record committed", interval_s=0.3)
+        last = rm.status() or {}
+        obs.extra["pids_after"] = [w["pid"] for w in last.get("workers", [])]
+        obs.extra["restarts"] = last.get("restarts")
+        obs.exit = rm.terminate(60)
+    finally:
+        rm.close()
+    return read_back(obs, rm)
+
+
+def signal_stop(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    (name,) = fault.signals
+    obs, cfg = _flowing(fault, bootstrap, tmp)
+    rm = Ringmaster(cfg, tmp, "rm", new_session=True)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 300, 60, "progress")
+        _send(rm, name, "group")
+        obs.exit = rm.wait(60)
+    finally:
+        rm.close()
+    obs.extra["stopped_at"] = (rm.status() or {}).get("records")
+    obs.extra["committed_at_stop"] = committed(bootstrap, obs.names["group"], obs.names["in"], 2)
+    cfg["workers"]["settings"]["sleep_ms"] = 0
+    rest = Ringmaster(cfg, tmp, "rest", args=["--until-caught-up"])  # the next start goes on
+    try:
+        obs.extra["rest_exit"] = rest.wait(fault.timeout_s)
+    finally:
+        rest.close()
+    return read_back(obs, rm)
+
+
+def _admin(fault: Fault, bootstrap: str, tmp: Path,
+           crowd: Callable[[str, int], dict[str, Any]]) -> Observation:
+    import psutil as ps
+
+    obs, cfg = _flowing(fault, bootstrap, tmp, n=6000)
+    port = free_port()
+    cfg["admin"] = {"listen": f"127.0.0.1:{port}", "max_connections": 16, "request_timeout_s": 2.0}
+    rm = Ringmaster(cfg, tmp, "rm")
+    try:
+        wait_for(lambda: _http(port, "GET", "/readyz")[0] == 200, 60, "ready")
+        fds_before = ps.Process(rm.proc.pid).num_fds()
+        obs.extra.update(crowd("127.0.0.1", port))
+        obs.extra["fds"] = (fds_before, ps.Process(rm.proc.pid).num_fds())
+        wait_for(_all_committed(obs), 120, "every record committed", interval_s=0.3)
+        obs.exit = rm.terminate(60)
+    finally:
+        obs.extra.get("close", lambda: None)()
+        rm.close()
+    return read_back(obs, rm)
+
+
+def _http(port: int, method: str, path: str, raw: bytes | None = None) -> tuple[int, bytes, float]:
+    """(status or 0, what came back, seconds) of one request on a fresh connection."""
+    import socket
+    import time as t
+
+    started = t.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            request = f"{method} {path} HTTP/1.1\r\nConnection: close\r\n\r\n".encode()
+            s.sendall(raw if raw is not None else request)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    except OSError:
+        return 0, b"", t.monotonic() - started
+    code = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.") else 0
+    return code, data, t.monotonic() - started
+
+
+def _healthz(port: int, times: int = 10) -> list[tuple[int, float]]:
+    out = []
+    for _ in range(times):
+        code, _, took = _http(port, "GET", "/healthz")
+        out.append((code, took))
+        time.sleep(0.2)
+    return out
+
+
+def admin_idle(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    import socket
+
+    def crowd(host: str, port: int) -> dict[str, Any]:
+        idle = [socket.create_connection((host, port), timeout=5) for _ in range(1000)]
+        health = _healthz(port)
+        return {"health": health, "close": lambda: [s.close() for s in idle]}
+    return _admin(fault, bootstrap, tmp, crowd)
+
+
+def admin_slow(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    import socket
+    import threading
+
+    def crowd(host: str, port: int) -> dict[str, Any]:
+        cut_after: list[float] = []
+
+        def slowloris() -> None:
+            started = time.monotonic()
+            with socket.create_connection((host, port), timeout=10) as s:
+                try:
+                    for ch in b"GET /status HTTP/1.1\r\nX-Slow: " + b"x" * 100:
+                        s.send(bytes([ch]))
+                        time.sleep(0.25)
+                    s.recv(1)
+                except OSError:
+                    pass
+            cut_after.append(time.monotonic() - started)
+
+        threads = [threading.Thread(target=slowloris, daemon=True) for _ in range(40)]
+        for th in threads:
+            th.start()
+        health = _healthz(port)
+        for th in threads:
+            th.join(30)
+        return {"health": health, "slow_cut_after_s": cut_after}
+    return _admin(fault, bootstrap, tmp, crowd)
+
+
+def admin_odd(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    def crowd(host: str, port: int) -> dict[str, Any]:
+        answers = {m: _http(port, m, "/status")[:2] for m in ("HEAD", "POST", "PUT", "DELETE", "OPTIONS")}
+        answers["malformed"] = _http(port, "", "", b"NONSENSE\r\n\r\n")[:2]
+        huge = b"GET /status HTTP/1.1\r\nX-Big: " + b"x" * 100_000 + b"\r\n\r\n"
+        answers["huge"] = _http(port, "", "", huge)[:2]
+        return {"health": _healthz(port), "answers": answers}
+    return _admin(fault, bootstrap, tmp, crowd)
+
+
+def _proxied_run(fault: Fault, tmp: Path,
+                 during: Callable[[Observation, Ringmaster, Proxy, DevBroker], None],
+                 **supervisor: Any) -> Observation:
+    front, back = free_port(), free_port()
+    proxy = Proxy(front, back).start()
+    broker = DevBroker(back, log_path=tmp / "tansu.log", advertised_port=front).start()
+    try:
+        obs, cfg = _flowing(fault, broker.bootstrap, tmp, n=6000)
+        _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
+                                "retry_backoff_max_s": 2.0}, "supervisor": supervisor})
+        rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"])
+        try:
+            rm.wait_status(lambda s: s["records"] >= 1000 and s["committed"], 60, "progress and commits")
+            during(obs, rm, proxy, broker)
+            obs.exit = rm.wait(fault.timeout_s)
+        finally:
+            rm.close()
+            proxy.restore()
+            proxy.unblock(OFFSET_COMMIT)
+        return read_back(obs, rm)
+    finally:
+        proxy.close()
+        broker.stop()
+
+
+def caught_up_broker_away(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    return _proxied_run(fault, tmp, lambda obs, rm, proxy, broker: proxy.cut(), caught_up_timeout_s=6.0)
+
+
+def caught_up_commit_unanswered(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    return _proxied_run(fault, tmp, lambda obs, rm, proxy, broker: proxy.block(OFFSET_COMMIT, "stall"),
+                        caught_up_timeout_s=60.0)
+
+
+def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: DevBroker) -> None:
+        proxy.cut()
+        rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
+                       "the partitions to be lost (session.timeout.ms 2000)")
+        proxy.restore()
+    return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
+
+
 DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
-    "status_dir_removed": status_dir_removed, "idle_cpu": idle_cpu,
+    "status_dir_removed": status_dir_removed, "idle_cpu": idle_cpu, "signals": signals,
+    "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
+    "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,
+    "caught_up_commit_unanswered": caught_up_commit_unanswered,
 }
 
 

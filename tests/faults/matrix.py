@@ -5,7 +5,7 @@ Each row runs against the real broker and the real `ringmaster run` (tests/fault
 and is checked (tests/faults/test_fault_matrix.py) for its outcome: the exit status, every
 good record output, exactly the bad ones dead-lettered with their error type, every offset
 committed (or, for a stop, nothing committed past the failing record), and the log line a
-user would look for. The README's "What happens when…" table is generated from the
+user would look for. The "When things go wrong" table of docs/operations.md is generated from the
 ``when``/``then`` columns (tests/faults/table.py) and checked against this file.
 
 Record values follow tests/plugins/probe.py: ``command[=arg]:id``.
@@ -17,17 +17,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.wire import RawRecord
+
 Rows = Callable[[int], list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]]
+# Records written byte for byte by tests/wire.py (what the Python clients cannot write): a
+# RawRecord and whether its batch carries the LogAppendTime attribute.
+RawRows = Callable[[int], list[tuple[RawRecord, bool]]]
 
 
 @dataclass(frozen=True)
 class Fault:
     id: str
-    group: str  # README table section
+    group: str  # section of the table in docs/operations.md
     when: str  # "What happens when..."
     then: str  # ... what the runtime does
     values: Mapping[int, str] = field(default_factory=dict)  # record index -> value (others: r<i>)
     rows: Rows | None = None  # custom (key, value, headers) rows instead of values
+    raw: RawRows | None = None  # records written byte for byte (tests/wire.py) instead
+    env: Mapping[str, str] = field(default_factory=dict)  # the daemon's environment
     n: int = 40
     partitions: int = 1
     workers: Mapping[str, Any] = field(default_factory=dict)
@@ -42,6 +49,7 @@ class Fault:
     driver: str = "batch"  # tests/faults/drive.py: how the scenario runs
     check: str | None = None  # extra assertions: a function name in test_fault_matrix.py
     timeout_s: float = 120.0
+    signals: tuple[str, ...] = ()  # drivers "signals" and "signal_stop": what to send (HUP, ...)
 
 
 def values(**at: str) -> dict[int, str]:
@@ -50,6 +58,45 @@ def values(**at: str) -> dict[int, str]:
 
 
 BIG_PRODUCER = {"message.max.bytes": 4_000_000}  # what the test producer may write
+NOT_UTF8 = b"\xff\xfebad-name"  # a header name Go and C producers can write
+
+
+def unreadable_rows(bad: set[int]) -> RawRows:
+    """Records whose header name is not UTF-8 at the indexes in ``bad`` (with a good header
+    before it, which the dead letter must keep), plain records elsewhere."""
+    def rows(n: int) -> list[tuple[RawRecord, bool]]:
+        def headers(i: int) -> list[tuple[bytes, bytes | None]]:
+            return [(b"trace", b"t-%d" % i), (NOT_UTF8, b"x")] if i in bad else [(b"trace", b"t-%d" % i)]
+        return [(RawRecord(f"r{i}".encode(), f"k{i}".encode(), headers(i), 1_700_000_000_000 + i), False)
+                for i in range(n)]
+    return rows
+
+
+def wire_field_rows(n: int, failing: int = 0) -> list[tuple[RawRecord, bool]]:
+    """One record per edge of every field that comes off the wire (header names, values and
+    counts; keys; timestamps of either type), cycled over n records. Values carry the ids;
+    with ``failing``, every failing-th record makes the plugin raise."""
+    edges: list[tuple[bytes | None, list[tuple[bytes, bytes | None]], int, bool]] = [
+        (b"k", [(b"", b"empty name")], 0, False),
+        (b"k", [(b"n" * 100_000, b"very long name")], -1, False),
+        (b"k", [(b"dup", b"1"), (b"dup", b"2"), (b"dup", None)], -5, False),
+        (b"k", [(b"null", None), (b"empty", b"")], 2**62, False),
+        (b"k", [(b"binary", bytes(range(256)))], 1, False),
+        (b"k", [(b"large", b"L" * 300_000)], 1_700_000_000_000, False),
+        (b"k", [(b"h%d" % j, b"%d" % j) for j in range(3000)], 1_700_000_000_000, False),
+        (b"k", [(b"one", b"1")], 0, True),  # LogAppendTime: the broker's time
+        (None, [], -1, False),
+        (b"", [], 0, True),
+        (b"K" * 200_000, [], 7, False),
+        (bytes(range(256)) * 4, [("é-名前".encode(), "値".encode())], -(2**40), False),
+    ]
+    out = []
+    for i in range(n):
+        key, headers, ts, log_append = edges[i % len(edges)]
+        value = f"raise:r{i}" if failing and i % failing == 0 else f"r{i}"
+        out.append((RawRecord(value.encode(), key, headers, ts), log_append))
+    return out
+
 
 FAULTS: list[Fault] = [
     # ------------------------------------------------------------------ records
@@ -93,6 +140,47 @@ FAULTS: list[Fault] = [
           "the record is dead-lettered as `OutputRejected`; the others' outputs go out",
           values={6: "bigout=150000:r6"}, sections={"kafka": {"producer": {"message.max.bytes": 100_000}}},
           dead={"r6": "OutputRejected"}),
+    # ------------------------------------------------------------------ fields off the wire
+    Fault("header-name-not-utf8", "fields off the wire",
+          "a record's header name is not UTF-8 (Go and C producers can write one)",
+          "dead-lettered by the supervisor as `UnreadableRecord` with its key, value and readable headers; "
+          "the rest of its batch goes on",
+          raw=unreadable_rows({5, 22}), partitions=2, workers={"processes": 2},
+          dead={"r5": "UnreadableRecord", "r22": "UnreadableRecord"}, check="unreadable_dead_letters"),
+    Fault("header-name-not-utf8-key-ordering", "fields off the wire",
+          "the same with `ordering = \"key\"`",
+          "the same: dead-lettered, every other key processed in order",
+          raw=unreadable_rows({5, 22}), partitions=2, workers={"processes": 2, "ordering": "key"},
+          dead={"r5": "UnreadableRecord", "r22": "UnreadableRecord"}, check="unreadable_dead_letters"),
+    Fault("header-name-not-utf8-python", "fields off the wire",
+          "the same without the C speedups (`RINGMASTER_NO_SPEEDUPS=1`)",
+          "the same",
+          raw=unreadable_rows({0, 5, 6, 39}), partitions=2, env={"RINGMASTER_NO_SPEEDUPS": "1"},
+          dead={f"r{i}": "UnreadableRecord" for i in (0, 5, 6, 39)}, check="unreadable_dead_letters"),
+    Fault("header-name-not-utf8-no-dlq", "fields off the wire",
+          "a record's header name is not UTF-8 and there is no `[dead_letter] topic`",
+          "its partition stops there (blocked), nothing after it is committed; `--until-caught-up` exits 7",
+          raw=unreadable_rows({21}), partitions=2, dead_letter=False, exit=7,
+          log=("offset 10: UnreadableRecord",), check="blocked_at_failure"),
+    *[Fault(f"wire-field-edges{suffix}", "fields off the wire",
+            f"records carry every edge of the wire's fields{what}: empty, 100 KB, duplicated header names; "
+            "null, empty, binary, 300 KB header values; 0, 1, 3,000 headers; null, empty, 200 KB, "
+            "binary keys; "
+            "timestamps 0, -1, negative, far future, LogAppendTime",
+            "processed like any other; the plugin sees each field as it was written",
+            raw=wire_field_rows, n=48, partitions=2, workers=workers, env=env, check="wire_fields_seen",
+            sections={"kafka": {"producer": BIG_PRODUCER}})
+      for suffix, what, workers, env in [
+          ("", "", {"processes": 2}, {}),
+          ("-key-ordering", ' (`ordering = "key"`)', {"processes": 2, "ordering": "key"}, {}),
+          ("-python", " (without the C speedups)", {"processes": 1}, {"RINGMASTER_NO_SPEEDUPS": "1"})]],
+    Fault("wire-field-edges-failing", "fields off the wire",
+          "such records fail in the plugin",
+          "dead-lettered with their key, value and headers as written (thousands, binary, empty and "
+          "very long names included)",
+          raw=lambda n: wire_field_rows(n, failing=3), n=48, partitions=2, workers={"processes": 2},
+          dead={f"r{i}": "ValueError" for i in range(0, 48, 3)}, check="wire_dead_letters_keep_fields",
+          sections={"kafka": {"producer": BIG_PRODUCER}}),
     # ------------------------------------------------------------------ plugin: exceptions and wrong returns
     Fault("plugin-raises", "plugin",
           "the plugin raises for a record",
@@ -140,9 +228,11 @@ FAULTS: list[Fault] = [
           log=("perhaps out of memory",)),
     Fault("hangs-in-process", "plugin",
           "the plugin hangs in `process()`",
-          "the worker is stopped after `batch_timeout_s`; the record isolated and dead-lettered",
+          "the supervisor kills the worker after `batch_timeout_s` (logged as its kill, with why; "
+          "counted `killed`); the record isolated and dead-lettered",
           values={10: "hang:r10"}, workers={"batch_max_records": 4, "batch_timeout_s": 1.0},
-          dead={"r10": "WorkerCrashed"}, log=("exceeded its deadline",)),
+          dead={"r10": "WorkerCrashed"},
+          log=("worker killed by the supervisor (SIG", "): batch exceeded its deadline")),
     Fault("forks-and-returns", "plugin",
           "the plugin forks and the child returns from `process()`",
           "the child is stopped at once; the record is processed once",
@@ -157,6 +247,22 @@ FAULTS: list[Fault] = [
           values={i: f"leak=40:r{i}" for i in range(0, 40, 4)}, n=40,
           workers={"max_rss_mb": 150, "batch_max_records": 4}, settings={"sleep_ms": 40},
           log=("recycling worker",)),
+    Fault("leaks-file-descriptors", "plugin",
+          "the plugin leaks file descriptors until its worker runs out (`EMFILE` on every record)",
+          "the worker's fault, not the records': the batch is not done, the worker is replaced at once "
+          "and the batch runs again on the new one; nothing is dead-lettered",
+          values={i: f"leakfd=12:r{i}" for i in range(40)}, workers={"batch_max_records": 2},
+          settings={"nofile": 96}, log=("ran out of file descriptors",), check="worker_exhausted"),
+    Fault("leaks-file-descriptors-slowly", "plugin",
+          "the plugin leaks file descriptors slowly",
+          "its worker is recycled between batches once it holds 80 % of its `RLIMIT_NOFILE`",
+          values={i: f"leakfd=1:r{i}" for i in range(80)}, n=80, workers={"batch_max_records": 1},
+          settings={"nofile": 96, "sleep_ms": 200}, log=("open files of its limit",)),
+    Fault("plugin-memory-error", "plugin",
+          "the plugin hits `MemoryError`",
+          "the same: the worker is replaced, the batch runs again; nothing is dead-lettered",
+          values={20: "nomem=1:r20"}, workers={"batch_max_records": 4}, log=("ran out of memory",),
+          check="worker_exhausted"),
     Fault("teardown-raises", "plugin",
           "`teardown()` raises",
           "logged; the worker still exits cleanly",
@@ -269,6 +375,91 @@ FAULTS: list[Fault] = [
           "`batch_max_wait_ms = 0`",
           "no busy loop: the supervisor idles on its wake-ups",
           driver="idle_cpu", workers={"batch_max_wait_ms": 0}),
+]
+
+# The control plane and the operator's surface: signals, the admin endpoint, configurations
+# that would feed the daemon its own writes, and batch runs (`--until-caught-up`) that cannot
+# finish. Same columns, same checks: exit status, records lost, dead letters, commits.
+FAULTS += [
+    # ------------------------------------------------------------------ signals
+    Fault("sighup", "signals",
+          "SIGHUP reaches the supervisor, or its whole process group (a terminal hangs up)",
+          "a reload (as `ringmaster reload`): each worker is replaced, one at a time, by one running the "
+          "config file's plugin, without a rebalance; the workers ignore it; nothing is lost, no worker "
+          "crashes, everything is committed",
+          driver="signals", signals=("HUP",), check="reloaded_by_signal",
+          workers={"start_method": "forkserver"}),  # a hangup must not kill the fork server either
+    Fault("sigttin-sigttou", "signals",
+          "SIGTTIN, then SIGTTOU, reach the supervisor or its whole process group",
+          "one worker more, then one fewer (up to `workers.max_processes`), without a rebalance; the "
+          "workers ignore them; nothing is lost, no worker crashes, everything is committed",
+          driver="signals", signals=("TTIN", "TTOU"), workers={"max_processes": 4},
+          check="resized_by_signal"),
+    Fault("sigusr1-sigusr2-sigwinch-sigpipe", "signals",
+          "SIGUSR1, SIGUSR2, SIGWINCH or SIGPIPE reach the supervisor or its whole process group",
+          "USR1 logs a one-line status; the others are ignored (USR2 and WINCH with a log line)",
+          driver="signals", signals=("USR1", "USR2", "WINCH", "PIPE"),
+          log=("status: ", "SIGUSR2 ignored", "SIGWINCH ignored"), check="no_worker_died"),
+    *[Fault(f"sig{name.lower()}-to-the-group", "signals",
+            f"{what} reaches the whole process group",
+            "a graceful stop: the batches in progress finish and are committed, exit 0; workers ignore it "
+            "(SIGTERM: they stop at once, fenced); the next start goes on from there",
+            driver="signal_stop", signals=(name,), log=(f"signal=SIG{name}",), check="stopped_gracefully")
+      for name, what in (("TERM", "SIGTERM"), ("INT", "Ctrl-C (SIGINT)"), ("QUIT", "Ctrl-\\ (SIGQUIT)"))],
+    # ------------------------------------------------------------------ admin endpoint
+    Fault("admin-idle-connections", "admin endpoint",
+          "1,000 clients connect to the admin endpoint and send nothing",
+          "at most `admin.max_connections` are kept (the longest-waiting makes room for a new one); "
+          "/healthz answers throughout; the daemon's descriptors stay bounded",
+          driver="admin_idle", check="admin_held_up"),
+    Fault("admin-slow-clients", "admin endpoint",
+          "clients send their requests a byte at a time (slowloris)",
+          "each is closed after `admin.request_timeout_s`; /healthz answers throughout",
+          driver="admin_slow", check="admin_held_up"),
+    Fault("admin-odd-requests", "admin endpoint",
+          "clients send HEAD, POST, PUT, DELETE, OPTIONS, malformed or 100 KB requests",
+          "HEAD is answered like GET without a body; other methods get 405 with `Allow: GET, HEAD`, "
+          "malformed requests 400, oversized ones 431; the daemon goes on",
+          driver="admin_odd", check="admin_held_up"),
+    # ------------------------------------------------------------------ configurations
+    Fault("output-topic-is-an-input", "configuration",
+          "`[output] topic` is one of the input topics",
+          "refused by `check` and `run` with one line, exit 2, before anything touches Kafka",
+          sections={"output": {"topic": "{in}"}}, exit=2, log=("is also an input topic",),
+          check="refused_before_kafka"),
+    Fault("dead-letter-topic-matched-by-the-pattern", "configuration",
+          "the subscription is a pattern (`^rx\\..*`) that matches the dead-letter topic",
+          "the same: refused, exit 2, one line naming the topic and the pattern",
+          sections={"kafka": {"topics": ["^{in}.*"]}, "dead_letter": {"topic": "{in}.dlq"}}, exit=2,
+          log=("matches the subscription pattern",), check="refused_before_kafka"),
+    Fault("control-topic-matched-by-the-pattern", "configuration",
+          "a pattern subscription matches the group's control topic (`_ringmaster.control.<group>`)",
+          "the same: refused, exit 2 (set `[control] topic` outside the pattern)",
+          sections={"kafka": {"topics": ["{in}", "^_ringmaster\\..*"]}}, exit=2,
+          log=("the control topic",), check="refused_before_kafka"),
+    Fault("dead-letter-topic-is-the-output-topic", "configuration",
+          "`[dead_letter] topic` is `[output] topic`",
+          "refused, exit 2: dead letters would reach the outputs' consumers as outputs",
+          sections={"dead_letter": {"topic": "{out}"}}, exit=2, log=("dead_letter.topic is output.topic",),
+          check="refused_before_kafka"),
+    # ------------------------------------------------------------------ batch runs
+    Fault("until-caught-up-broker-stays-away", "batch runs (`--until-caught-up`)",
+          "the broker goes away during `--until-caught-up` and stays away",
+          "exit 9 after `caught_up_timeout_s` without progress, one line naming each partition left and "
+          "its records; nothing committed past what was done",
+          driver="caught_up_broker_away", exit=9, log=("did not catch up",), check="committed_is_processed"),
+    Fault("until-caught-up-commit-unanswered", "batch runs (`--until-caught-up`)",
+          "the broker stops answering commits before a batch run ends",
+          "exit 9: the final commit gets no answer within `revoke_timeout_s`, the line says so and what is "
+          "left; the daemon does not hang",
+          driver="caught_up_commit_unanswered", exit=9, log=("its commit was refused",),
+          check="committed_is_processed"),
+    Fault("until-caught-up-broker-stall", "batch runs (`--until-caught-up`)",
+          "the broker stalls past the session timeout during `--until-caught-up` (partitions lost), "
+          "then comes back",
+          "the partitions come back to the member and the run ends caught up: exit 0 only with every "
+          "record committed (it used to exit 0 with a quarter of them)",
+          driver="caught_up_broker_stall", log=("partitions lost",)),
 ]
 
 BY_ID = {f.id: f for f in FAULTS}

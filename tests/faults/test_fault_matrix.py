@@ -8,6 +8,7 @@ pool, once per session; each row is still its own test, judged on its own observ
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
 from collections import Counter
@@ -18,9 +19,10 @@ from typing import Any
 import psutil
 import pytest
 from helpers import journal
+from probe import headers_digest
 
 from . import drive
-from .matrix import BY_ID, FAULTS, Fault
+from .matrix import BY_ID, FAULTS, NOT_UTF8, Fault, wire_field_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
 PARALLEL = int(os.environ.get("RINGMASTER_MATRIX_PARALLEL", "4"))
@@ -93,6 +95,59 @@ def dead_letter_truncated(obs: drive.Observation) -> None:
     assert h["ringmaster.source.offset"], "where the record is stays in the headers"
 
 
+def _once_each(obs: drive.Observation) -> dict[str, Any]:
+    """Outputs by id: none duplicated (no crash in these rows, so exactly once)."""
+    ids = Counter(b["id"] for b in obs.bodies())
+    assert max(ids.values()) == 1, f"duplicated outputs: {ids.most_common(3)}"
+    return {json.loads(m.value())["id"]: (m, json.loads(m.value())) for m in obs.outputs}
+
+
+def unreadable_dead_letters(obs: drive.Observation) -> None:
+    """What can be read of the record is in its dead letter: key, value, the readable
+    headers, and the name it could not read (in the reason); the other records' outputs
+    saw their headers as written."""
+    for m in obs.dead:
+        i = int(ident(m.value())[1:])
+        h = m.headers()
+        assert (m.key(), m.value()) == (f"k{i}".encode(), f"r{i}".encode())
+        assert ("trace", b"t-%d" % i) in h, f"the readable header is kept: {h[:3]}"
+        reason = dict(h)
+        why = reason["ringmaster.error.message"]
+        assert repr(NOT_UTF8).encode() in why, why
+        assert reason["ringmaster.worker"] == b"supervisor"
+    for ident_, (_m, body) in _once_each(obs).items():
+        i = int(ident_[1:])
+        assert body["h"] == headers_digest([("trace", b"t-%d" % i)]), f"{ident_}: headers as written"
+
+
+def wire_fields_seen(obs: drive.Observation) -> None:
+    """The plugin saw every field as it was written: key, headers (names, values, count,
+    order), timestamp (CreateTime as written; LogAppendTime from the broker)."""
+    seen = _once_each(obs)
+    for rec, log_append in wire_field_rows(obs.fault.n):
+        ident_ = rec.value.decode()  # type: ignore[union-attr]
+        m, body = seen[ident_]
+        assert m.key() == rec.key, f"{ident_}: key"
+        expected = [(n.decode(), v) for n, v in rec.headers] or None
+        assert body["h"] == headers_digest(expected), f"{ident_}: headers {str(expected)[:80]}"
+        if log_append:
+            assert body["ts"][0] == 2, f"{ident_}: LogAppendTime {body['ts']}"
+        else:
+            assert body["ts"] == [1, rec.timestamp], f"{ident_}: timestamp {body['ts']} != {rec.timestamp}"
+
+
+def wire_dead_letters_keep_fields(obs: drive.Observation) -> None:
+    """Dead letters of such records keep them as written: key, value, every original header."""
+    sent = {rec.value: rec for rec, _ in wire_field_rows(obs.fault.n, failing=3)}
+    assert len(obs.dead) == len(obs.fault.dead)
+    for m in obs.dead:
+        rec = sent[m.value()]
+        assert m.key() == rec.key, f"{m.value()!r}: key"
+        originals = [(k, v) for k, v in m.headers() if not k.startswith("ringmaster.")]
+        assert originals == [(n.decode(), v) for n, v in rec.headers], f"{m.value()!r}: headers"
+    _once_each(obs)
+
+
 def exactly_once(obs: drive.Observation) -> None:
     ids = Counter(b["id"] for b in obs.bodies())
     assert ids["r5"] == 1 and len(obs.outputs) == obs.fault.n, ids.most_common(3)
@@ -136,10 +191,105 @@ def outage_recovered(obs: drive.Observation) -> None:
     assert "WorkerCrashed" not in obs.log
 
 
+def worker_exhausted(obs: drive.Observation) -> None:
+    assert obs.status is not None
+    exits = obs.status["workers"][0]["exits"]
+    assert exits.get("exhausted", 0) >= 1 and not exits.get("crashed"), exits
+    assert "WorkerCrashed" not in obs.log
+
+
 def in_order_once_backed_off(obs: drive.Observation) -> None:
     offsets = [off for _ns, _part, off, _pid in journal(obs.dirs["journal"])]
     assert offsets == sorted(offsets), "after a back-off the partition goes on in order"
     assert "batch deferred" in obs.log
+
+
+def no_worker_died(obs: drive.Observation) -> None:
+    assert obs.extra["pids_after"] == obs.extra["pids_before"] and obs.extra["restarts"] == 0, \
+        f"workers {obs.extra['pids_before']} -> {obs.extra['pids_after']}, {obs.extra['restarts']} restarts"
+    for needle in obs.fault.log:  # one line per arrival: each signal went to the supervisor and the group
+        assert obs.log.count(needle) == 2, f"{needle!r} logged {obs.log.count(needle)} times"
+
+
+def _no_crash(obs: drive.Observation) -> None:
+    assert "WorkerCrashed" not in obs.log and "worker exited with status" not in obs.log \
+        and "perhaps out of memory" not in obs.log, "no worker crashed"
+    assert obs.log.count("partitions assigned") == 1 and obs.log.count("partitions revoked") == 1, \
+        "no rebalance: the member never left its group (one assignment, one revocation at the stop)"
+
+
+def reloaded_by_signal(obs: drive.Observation) -> None:
+    """Each SIGHUP (to the supervisor, then to the whole group) is one reload that replaced
+    every worker: the workers ignored the group's copy, the supervisor reloaded."""
+    steps = obs.extra["steps"]
+    assert [(s[0], s[1], s[2], s[3]) for s in steps] == [("HUP", "supervisor", "succeeded", 2),
+                                                         ("HUP", "group", "succeeded", 2)], steps
+    pids = [obs.extra["pids_before"], *(s[4] for s in steps)]
+    for old, new in itertools.pairwise(pids):
+        assert not set(old) & set(new), f"a reload replaces every worker: {old} -> {new}"
+    _no_crash(obs)
+
+
+def resized_by_signal(obs: drive.Observation) -> None:
+    """TTIN then TTOU, twice: 2 -> 3 -> 2 workers each time, and no worker restarted."""
+    steps = obs.extra["steps"]
+    assert [(s[0], s[1], s[2], s[3]) for s in steps] == [
+        ("TTIN", "supervisor", "succeeded", 3), ("TTOU", "supervisor", "succeeded", 2),
+        ("TTIN", "group", "succeeded", 3), ("TTOU", "group", "succeeded", 2)], steps
+    assert set(obs.extra["pids_before"]) <= set(steps[0][4]), "adding a worker keeps the others"
+    assert obs.extra["restarts"] == 0
+    _no_crash(obs)
+
+
+def stopped_gracefully(obs: drive.Observation) -> None:
+    assert obs.extra["rest_exit"] == 0, "the next start finished the rest"
+    done = sum(max(o, 0) for o in obs.extra["committed_at_stop"].values())
+    assert 0 < done <= obs.extra["stopped_at"] < sum(obs.counts.values()), \
+        f"stopped mid-run, committed {done} of {obs.extra['stopped_at']} done"
+    assert "WorkerCrashed" not in obs.log and "did not stop in time" not in obs.log
+
+
+def admin_held_up(obs: drive.Observation) -> None:
+    health = obs.extra["health"]
+    assert all(code == 200 and took < 2.0 for code, took in health), f"/healthz: {health}"
+    before, after = obs.extra["fds"]
+    assert after <= before + 16 + 4, f"the daemon's descriptors: {before} -> {after} (max_connections 16)"
+    if "slow_cut_after_s" in obs.extra:
+        cut = obs.extra["slow_cut_after_s"]
+        assert len(cut) == 40 and max(cut) < 2.0 + 3.0, f"slow clients cut off after {sorted(cut)[-3:]} s"
+    if "answers" in obs.extra:
+        a = obs.extra["answers"]
+        assert a["HEAD"][0] == 200 and a["HEAD"][1].endswith(b"\r\n\r\n"), "HEAD: no body"
+        for method in ("POST", "PUT", "DELETE", "OPTIONS"):
+            assert a[method][0] == 405 and b"Allow: GET, HEAD" in a[method][1], (method, a[method])
+        assert a["malformed"][0] == 400 and a["huge"][0] == 431, a
+
+
+def refused_before_kafka(obs: drive.Observation) -> None:
+    import subprocess
+    import sys
+
+    from helpers import PLUGINS, ROOT
+
+    errors = [line for line in obs.log.splitlines() if line.startswith("ringmaster: error: ")]
+    assert len(errors) == 1 and "supervisor started" not in obs.log, obs.log[-2000:]
+    assert all(o < 0 for o in obs.committed.values()) and not obs.outputs, "nothing touched the group"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
+    check = subprocess.run([sys.executable, "-m", "runtime.cli", "check", "-c", str(obs.extra["config"])],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert check.returncode == 2 and check.stderr.strip() == errors[0], check.stderr
+
+
+def committed_is_processed(obs: drive.Observation) -> None:
+    """Not caught up, and honest about it: the group's offsets stop short of the end, and
+    every record below them was output (nothing committed past what was done)."""
+    assert obs.committed != obs.counts
+    done = {(b["p"], b["o"]) for b in obs.bodies()}
+    for p, off in obs.committed.items():
+        missing = [o for o in range(max(off, 0)) if (p, o) not in done]
+        assert not missing, f"partition {p} committed up to {off} with {len(missing)} records not output"
+    (line,) = [x for x in obs.log.splitlines() if x.startswith("ringmaster: error: --until-caught-up")]
+    assert "partition(s) left" in line and "records left" in line, line
 
 
 CHECKS = {name: fn for name, fn in globals().items() if callable(fn) and name in {
@@ -152,8 +302,8 @@ def test_every_row_has_a_distinct_when() -> None:
     assert max(whens.values()) == 1, [w for w, c in whens.items() if c > 1]
 
 
-def test_readme_table_matches_the_matrix() -> None:
-    from .table import README, render
+def test_the_operations_table_matches_the_matrix() -> None:
+    from .table import DOC, render
 
-    text = Path(README).read_text()
-    assert render() in text, "README's table is stale: python -m tests.faults.table --write"
+    text = Path(DOC).read_text()
+    assert render() in text, "docs/operations.md's table is stale: python -m tests.faults.table --write"

@@ -34,7 +34,7 @@ from helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.devbroker import free_port
+from runtime.ops.devbroker import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
@@ -212,3 +212,93 @@ def test_top_shows_a_running_daemon_in_a_terminal(broker: Any, names: dict[str, 
             top.wait(5)
         os.close(master)
         rm.close()
+
+
+def test_many_idle_and_slow_clients_neither_stop_the_daemon_nor_its_healthz(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Issue 17.4: ~990 idle connections ran the supervisor out of file descriptors; psutil
+    raised OSError inside the status and the daemon exited 1."""
+    import socket
+
+    import psutil
+
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    values = [f"r{i}" for i in range(6000)]
+    counts = produce(broker.bootstrap, names["in"], values, 2)
+    cfg, base = config(broker, names, tmp_path, settings={"sleep_ms": 1})
+    cfg["admin"].update(max_connections=32, request_timeout_s=3.0)
+    host, port = base.removeprefix("http://").split(":")
+    rm = Ringmaster(cfg, tmp_path)
+    idle: list[socket.socket] = []
+    try:
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        fds_before = psutil.Process(rm.proc.pid).num_fds()
+        for i in range(1000):
+            s = socket.create_connection((host, int(port)), timeout=5)
+            if i % 50 == 0:
+                s.send(b"GET /stat")  # slow: half a request, never finished
+            idle.append(s)
+        for _ in range(10):
+            t0 = time.monotonic()
+            assert get(base + "/healthz")[0] == 200, "liveness answers through the crowd"
+            assert time.monotonic() - t0 < 2.0
+            time.sleep(0.2)
+        fds = psutil.Process(rm.proc.pid).num_fds()
+        assert fds <= fds_before + 32 + 4, f"the daemon's descriptors are bounded: {fds_before} -> {fds}"
+        wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 2) == counts, 120,
+                 "every record committed", interval_s=0.3)
+        assert rm.proc.poll() is None
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        for s in idle:
+            s.close()
+        rm.close()
+    assert "internal error" not in rm.log_path.read_text()
+
+
+def test_a_supervisor_out_of_file_descriptors_carries_on(broker: Any, names: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    """Issue 17.4: fd exhaustion of the supervisor must never kill it. Its soft RLIMIT_NOFILE
+    is lowered below what it holds, so every new descriptor fails with EMFILE: the endpoint
+    stops accepting for a moment, the status goes on without what psutil cannot read
+    (it raises OSError, not psutil.Error), records keep flowing on what is open."""
+    import socket
+
+    import psutil
+
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(8000)], 2)
+    cfg, base = config(broker, names, tmp_path, settings={"sleep_ms": 1})
+    host, port = base.removeprefix("http://").split(":")
+    rm = Ringmaster(cfg, tmp_path)
+    conns: list[socket.socket] = []
+    try:
+        wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        proc = psutil.Process(rm.proc.pid)
+        soft, hard = proc.rlimit(psutil.RLIMIT_NOFILE)
+        proc.rlimit(psutil.RLIMIT_NOFILE, (proc.num_fds() - 2, hard))
+        for _ in range(5):  # accepted by the kernel, refused a descriptor by the process
+            conns.append(socket.create_connection((host, int(port)), timeout=5))
+        wait_for(lambda: "no file descriptor for a new connection" in rm.log_path.read_text(), 30,
+                 "the endpoint to run out of descriptors")
+        # (The status file cannot be written either: progress shows in the group's commits.)
+        def done() -> int:
+            offsets = committed(broker.bootstrap, names["group"], names["in"], 2)
+            return sum(max(o, 0) for o in offsets.values())
+        squeezed = done()
+        wait_for(lambda: rm.proc.poll() is None and done() > squeezed + 200, 60,
+                 "records to keep flowing while the supervisor has no descriptor to spare", interval_s=0.3)
+        assert rm.proc.poll() is None
+        for s in conns:
+            s.close()
+        conns.clear()
+        proc.rlimit(psutil.RLIMIT_NOFILE, (soft, hard))
+        wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 2) == counts, 120,
+                 "every record committed", interval_s=0.3)
+        assert get(base + "/healthz")[0] == 200
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        for s in conns:
+            s.close()
+        rm.close()
+    assert "internal error" not in rm.log_path.read_text()

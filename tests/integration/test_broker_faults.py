@@ -1,5 +1,7 @@
 """The broker goes away and comes back: nothing lost, every offset committed in the end,
-the supervisor neither stops nor hangs."""
+the supervisor neither stops nor hangs. A batch run (`--until-caught-up`) exits 0 only when
+that is so (issue 17.3): a broker that stays away, or refuses the final commit, is exit 9
+with one line saying what is left."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import Ringmaster, base_config, committed, make_topics, produce, read_topic, unique, wait_for
-from proxy import Proxy
+from proxy import OFFSET_COMMIT, Proxy
 
-from runtime.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import DevBroker, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -56,3 +59,88 @@ def test_broker_outage_loses_nothing_and_commits_everything(proxied: tuple[DevBr
     assert cut_at is not None and during is not None
     outs = {json.loads(m.value())["id"] for m in read_topic(broker.bootstrap, names["out"], 6000)}
     assert outs == set(values)
+
+
+def batch_run(broker: DevBroker, tmp_path: Path, n: int, **supervisor: Any) -> tuple[
+        dict[str, str], dict[int, int], Ringmaster]:
+    names = {k: unique(k) for k in ("in", "out", "dlq", "g")}
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], 4)
+    cfg = base_config(broker.bootstrap, names["in"], names["g"], tmp_path, settings={"sleep_ms": 1})
+    cfg["output"] = {"topic": names["out"], "delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
+                     "retry_backoff_max_s": 2.0}
+    cfg["dead_letter"] = {"topic": names["dlq"]}
+    cfg["supervisor"].update(supervisor)
+    return names, counts, Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+
+
+def committed_is_processed(broker: DevBroker, names: dict[str, str], got: dict[int, int]) -> None:
+    """At-least-once: every record below each committed offset was output."""
+    outs = {(b["p"], b["o"]) for b in (json.loads(m.value()) for m in read_topic(
+        broker.bootstrap, names["out"], sum(max(o, 0) for o in got.values()), timeout_s=20))}
+    for p, off in got.items():
+        missing = [o for o in range(max(off, 0)) if (p, o) not in outs]
+        assert not missing, f"partition {p} committed up to {off}; {len(missing)} records below it not output"
+
+
+def test_a_batch_run_whose_broker_stays_away_exits_9_naming_what_is_left(
+        proxied: tuple[DevBroker, Proxy], tmp_path: Path) -> None:
+    broker, proxy = proxied
+    names, counts, rm = batch_run(broker, tmp_path, 6000, caught_up_timeout_s=6.0)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 1000, 60, "progress")
+        proxy.cut()  # and it stays cut: the partitions are lost, nothing can be committed
+        code = rm.wait(120)
+    finally:
+        rm.close()
+        proxy.restore()
+    log = rm.log_path.read_text()
+    assert code == 9, f"exit {code}:\n{rm.log_tail()}"
+    (line,) = [x for x in log.splitlines()
+               if x.startswith("ringmaster: error: --until-caught-up did not catch up")]
+    assert "partition(s) left" in line and f"{names['in']}[" in line and "records left" in line, line
+    got = committed(broker.bootstrap, names["g"], names["in"], 4)
+    assert got != counts, "not everything was committed: that is why it is not caught up"
+    committed_is_processed(broker, names, got)
+
+
+def test_a_batch_run_through_a_broker_stall_past_the_session_timeout_ends_caught_up(
+        proxied: tuple[DevBroker, Proxy], tmp_path: Path) -> None:
+    """Issue 17.3 as reported: after the stall the partitions were lost, the loop found no
+    flows and exited 0 with 1,500 of 6,000 records committed. Exit 0 must mean all of them."""
+    broker, proxy = proxied
+    names, counts, rm = batch_run(broker, tmp_path, 6000, caught_up_timeout_s=120.0)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 1000, 60, "progress")
+        proxy.cut()
+        rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
+                       "the partitions to be lost (session.timeout.ms 2000)")
+        proxy.restore()
+        code = rm.wait(180)
+    finally:
+        rm.close()
+        proxy.restore()
+    assert code == 0, rm.log_tail()
+    assert "partitions lost" in rm.log_path.read_text(), "the stall cost the assignment, as reported"
+    assert committed(broker.bootstrap, names["g"], names["in"], 4) == counts, "exit 0: everything committed"
+
+
+def test_a_batch_run_whose_final_commit_is_refused_exits_9(proxied: tuple[DevBroker, Proxy],
+                                                            tmp_path: Path) -> None:
+    broker, proxy = proxied
+    names, counts, rm = batch_run(broker, tmp_path, 4000, caught_up_timeout_s=60.0)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 1000 and s["committed"], 60, "progress and commits")
+        proxy.block(OFFSET_COMMIT, "stall")  # the broker never answers a commit again
+        code = rm.wait(180)
+    finally:
+        rm.close()
+        proxy.unblock(OFFSET_COMMIT)
+    assert code == 9, rm.log_tail()
+    (line,) = [x for x in rm.log_path.read_text().splitlines()
+               if x.startswith("ringmaster: error: --until-caught-up did not catch up")]
+    assert "its commit was refused" in line and "records left" in line, line
+    assert proxy.swallowed > 0
+    got = committed(broker.bootstrap, names["g"], names["in"], 4)
+    assert got != counts
+    committed_is_processed(broker, names, got)

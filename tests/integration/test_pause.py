@@ -154,3 +154,34 @@ def test_a_partition_pause_holds_only_that_partition(broker: Any, names: dict[st
         assert rm.terminate() == 0, rm.log_tail()
     finally:
         rm.close()
+
+
+def test_lag_grows_while_a_partition_is_paused(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A paused partition is not fetched, so the watermark cached from fetch responses stands
+    still; the supervisor asks the broker for the partition's end instead. The test broker's
+    ListOffsets answers the base offset of the last batch + 1: exact only when every batch
+    holds one record, so the records arriving during the pause are produced one per batch."""
+    from confluent_kafka import Producer
+
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], ids(10), 1)
+    rm = Ringmaster(config(broker, names, tmp_path), tmp_path)
+    try:
+        rm.wait_status(lambda s: s["partitions"] and s["partitions"][0]["committed"] == 10, 60,
+                       "the first records committed")
+        ringmaster_cli(rm, "pause", "--reason", "long maintenance")
+        rm.wait_status(all_held, 10, "the pause")
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        for i in range(25):
+            p.produce(names["in"], f"late{i}".encode(), partition=0)
+            assert p.flush(10) == 0  # one record per produce request: one per batch
+        del p
+        s = rm.wait_status(lambda s: s["partitions"][0]["lag"] == 25, 30, "the lag to grow while paused")
+        assert s["partitions"][0]["high"] == 35 and s["partitions"][0]["committed"] == 10
+        assert all_held(s) and s["lag"] == 25
+        ringmaster_cli(rm, "resume")
+        rm.wait_status(lambda s: s["partitions"][0]["committed"] == 35 and s["partitions"][0]["lag"] == 0, 60,
+                       "everything processed after the resume")
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()

@@ -45,13 +45,13 @@ def output_ids(bootstrap: str, topic: str, expect: int) -> list[str]:
     return [json.loads(m.value())["id"] for m in read_topic(bootstrap, topic, expect)]
 
 
-def assert_partition_order(rows: list[tuple[int, int, int, int]], max_runs: int | None = None) -> None:
+def assert_partition_order(rows: list[tuple[int, int, int, int]], exact: bool = False) -> dict[str, int]:
     """Invariant 2: per partition, one worker at a time, in offset order, no record skipped at a
-    hand-over."""
+    hand-over (``exact``: and none repeated)."""
     by_part: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for _ns, part, off, pid in rows:
         by_part[f"partition {part}"].append((off, pid))
-    assert_runs_in_order(by_part, max_runs)
+    return assert_runs_in_order(by_part, exact)
 
 
 def assert_all_committed(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> None:
@@ -79,10 +79,10 @@ def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[
     assert f"frame_packer={hot_paths}" in log and f"start_method={start_method}" in log, "what is tested ran"
     assert sorted(set(output_ids(broker.bootstrap, names["out"], 6000))) == sorted(ids(6000))
     assert_all_committed(broker.bootstrap, names["group"], names["in"], counts)
-    assert_partition_order(journal(jdir(tmp_path)), max_runs=1)
+    assert_partition_order(journal(jdir(tmp_path)), exact=True)
     final = rm.status()
-    assert final is not None and {w["records"] for w in final["workers"]} == {3000}, \
-        "partitions are spread over both workers"
+    assert final is not None and sum(w["records"] for w in final["workers"]) == 6000
+    assert min(w["records"] for w in final["workers"]) >= 1000, "the work is spread over both workers"
 
 
 def test_at_least_once_across_a_second_supervisor_joining_and_leaving(
@@ -109,7 +109,7 @@ def test_at_least_once_across_a_second_supervisor_joining_and_leaving(
             b.close()
     got = output_ids(broker.bootstrap, names["out"], 12000)
     assert set(got) == set(ids(12000)), f"lost: {sorted(set(ids(12000)) - set(got))[:10]}"
-    assert_partition_order(journal(jdir(tmp_path)), max_runs=3)
+    assert_partition_order(journal(jdir(tmp_path)))
 
 
 def test_worker_sigkill_restarts_and_loses_nothing(broker: Any, names: dict[str, str],
@@ -195,19 +195,21 @@ def test_pause_survives_a_rebalance(broker: Any, names: dict[str, str], tmp_path
         rm.close()
 
 
-def test_revocation_is_bounded_and_fenced_with_full_rings(broker: Any, names: dict[str, str],
-                                                          tmp_path: Path) -> None:
-    """Invariant 5: revocation waits only for the batch in progress, however full the ring,
-    and no worker of the old owner touches a record of the partition afterwards."""
+def test_revocation_is_bounded_and_fenced_with_a_full_backlog(broker: Any, names: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    """Invariant 5: revocation waits only for the batch in progress, however much work is
+    cut and waiting (in lanes or in the ring), and no worker of the old owner touches a
+    record of the partition afterwards."""
     make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
     produce(broker.bootstrap, names["in"], ids(3000), 2)
-    # Each batch is one record taking 200 ms: the ring holds minutes of work.
+    # Each batch is one record taking 200 ms: the backlog holds minutes of work.
     cfg = config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=1,
                  settings={"sleep_ms": 200, "journal_dir": str(jdir(tmp_path))})
     a = Ringmaster(cfg, tmp_path, "a")
     b = None
     try:
-        a.wait_status(lambda s: s["workers"][0]["in_flight"] >= 100, 60, "a full ring")
+        a.wait_status(lambda s: s["workers"][0]["in_flight"]
+                      + sum(p["pending_batches"] for p in s["partitions"]) >= 100, 60, "a full backlog")
         a_workers = set(a.worker_pids())
         b = Ringmaster(cfg, tmp_path, "b")
         s = a.wait_status(lambda s: s["revocations"], 60, "a revocation")

@@ -19,6 +19,9 @@ fork                os.fork(); the child goes on as if nothing happened (the run
                     stop it), the parent processes the record
 forkdaemon          fork a child that sleeps for an hour and writes its pid to pid_dir
 leak=MiB            keep MiB of memory for good
+leakfd=N            open N file descriptors and keep them for good (OSError EMFILE once the
+                    worker has none left: the plugin's error, as a leaking plugin would raise it)
+nomem=N             raise MemoryError the first N times this id is seen (state_dir)
 bigout=N            an output of N bytes
 route=TOPIC         the output goes to TOPIC (Output(topic=...))
 backoff=S           raise Backoff(S) the first time this id is seen (state_dir), then process
@@ -27,16 +30,21 @@ flaky=N             raise the first N times this id is seen (state_dir), then pr
 notopic             yield an Output without a topic (and nothing else for this record)
 ==================  =====================================================================
 
+Every output is JSON: ``id``, ``p``, ``o``, ``pid``, ``key`` (its length), ``h`` (a digest of
+the headers as the plugin saw them, ``headers_digest``) and ``ts`` (the timestamp pair).
+
 Settings: ``sleep_ms`` per record; ``slow_keys`` ({key: ms}, extra time per record of a key);
 ``journal_dir`` (one file per worker process: ``topic partition offset pid monotonic_ns
 key-hex`` per record, written per batch); ``state_dir``
 (files that outlive worker restarts); ``pid_dir``; ``fail_setup`` (always) or
 ``fail_setup_on`` (incarnations, e.g. [2, 3]: ``worker-0.2`` is incarnation 2 of worker 0);
-``setup_exit`` {code, on, how: "os"|"sys"}; ``hang_setup_on``; ``fail_teardown``.
+``setup_exit`` {code, on, how: "os"|"sys"}; ``hang_setup_on``; ``fail_teardown``; ``nofile``
+(the worker's soft RLIMIT_NOFILE, set in setup: leaks run out sooner).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -53,6 +61,7 @@ _pid_dir: str | None = None
 _fail_teardown = False
 _slow_keys: dict[bytes, float] = {}
 _leaked: list[bytearray] = []
+_leaked_fds: list[int] = []
 
 
 def _incarnation(context: Context) -> int:
@@ -74,6 +83,11 @@ def setup(context: Context) -> None:
         os._exit(exit_cfg["code"])
     if n in s.get("hang_setup_on", ()):
         time.sleep(3600)
+    if s.get("nofile"):
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (int(s["nofile"]), hard))
     _sleep_s = float(s.get("sleep_ms", 0)) / 1000
     _state_dir = s.get("state_dir")
     _pid_dir = s.get("pid_dir")
@@ -127,6 +141,12 @@ def _wrong_item(kind: str, r: Record) -> Any:
             }[kind]
 
 
+def headers_digest(headers: Any) -> str | None:
+    """What the plugin saw of a record's headers, in a few bytes (tests compare it with what
+    was written)."""
+    return None if headers is None else hashlib.sha1(repr(headers).encode()).hexdigest()
+
+
 def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
     lines = []
     outs: list[Any] = []
@@ -165,6 +185,11 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
                     f.write(str(pid))
         if cmd == "leak":
             _leaked.append(bytearray(int(arg) * 2**20))
+        if cmd == "leakfd":
+            for _ in range(int(arg)):
+                _leaked_fds.append(os.open(os.devnull, os.O_RDONLY))  # OSError EMFILE when none left
+        if cmd == "nomem" and _seen(f"nomem-{r.topic}-{r.partition}-{r.offset}") < int(arg):
+            raise MemoryError(f"no memory for {ident}")
         if cmd in ("backoff", "backoffall") and _seen(f"backoff-{r.topic}-{r.partition}-{r.offset}") == 0:
             raise Backoff(float(arg), f"downstream down for {ident}",
                           scope="all" if cmd == "backoffall" else "partition")
@@ -180,7 +205,8 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
         key = "-" if r.key is None else r.key.hex()
         lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()} {key}\n")
         body = json.dumps({"id": ident if cmd else value.split("#", 1)[0], "p": r.partition, "o": r.offset,
-                           "pid": os.getpid(), "key": None if r.key is None else len(r.key)}).encode()
+                           "pid": os.getpid(), "key": None if r.key is None else len(r.key),
+                           "h": headers_digest(r.headers), "ts": list(r.timestamp)}).encode()
         if cmd == "bigout":
             body = body + b" " * int(arg)
         if cmd == "notopic":

@@ -129,6 +129,48 @@ def test_backfill_writes_exactly_the_range(broker: Any, names: dict[str, str], t
     assert pq.read_table(parquet).num_rows == 75
 
 
+@pytest.mark.parametrize(("start", "end"), [("latest", "latest"), ("earliest", "earliest"), ("json", "json")])
+def test_an_empty_backfill_is_a_summary_of_nothing(broker: Any, names: dict[str, str], tmp_path: Path,
+                                                   start: str, end: str) -> None:
+    """Issue 17.10: an empty range died with AttributeError: 'InputPartition' object has no
+    attribute 'topic' and ~300 lines of JVM traces."""
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], orders(20), 2)
+    if start == "json":
+        start = end = json.dumps({names["in"]: {"0": 4, "1": 4}})
+    cfg = spark_config(broker, names, tmp_path)
+    r = ringmaster(cfg, tmp_path, "spark", "backfill", "--from", start, "--to", end)
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["records"] == 0 and summary["target"] == names["out"], summary
+    for noise in ("Traceback", "Exception", "py4j", "AttributeError"):
+        assert noise not in r.stderr, r.stderr[-3000:]
+    assert read_topic(broker.bootstrap, names["out"], 1, timeout_s=3, settle_s=0) == [], "nothing written"
+
+
+def test_spark_reads_an_empty_range_as_no_rows(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The source itself, as Spark calls it: a plan of no partitions reaches read() as one
+    plain InputPartition(None). In a process of its own: its JVM ends with it."""
+    make_topics(broker.bootstrap, 1, names["in"])
+    produce(broker.bootstrap, names["in"], orders(5), 1)
+    config = tmp_path / "empty.toml"
+    config.write_text(to_toml(spark_config(broker, names, tmp_path)))
+    script = (
+        "import sys\n"
+        "from runtime.config import load_settings\n"
+        "from runtime.spark.job import session, source_options\n"
+        "from runtime.spark.source import NAME\n"
+        "settings = load_settings(sys.argv[1])\n"
+        "spark = session(settings)\n"
+        "opts = {**source_options(settings), 'startingOffsets': 'latest', 'endingOffsets': 'latest'}\n"
+        "print('rows', spark.read.format(NAME).options(**opts).load().count())\n"
+        "spark.stop()\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "plugins")]))
+    r = subprocess.run([sys.executable, "-c", script, str(config)], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "rows 0" in r.stdout, r.stderr[-3000:]
+    assert "AttributeError" not in r.stderr
+
+
 def test_parquet_backfill_without_an_output_topic_keeps_every_output(
         broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     make_topics(broker.bootstrap, 1, names["in"], names["dlq"])

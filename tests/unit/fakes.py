@@ -1,20 +1,24 @@
 """Fakes for the supervisor's collaborators: a consumer that keeps librdkafka's pause state
 the way librdkafka does (a new assignment starts fetching; a resume can be lost), worker
-handles with rings of a given fill, a clock the test moves. The Supervisor takes them in
-its constructor, as it takes the real ones."""
+handles whose rings record the frames written to them and whose result pipes deliver what a
+test reports, a clock the test moves. The Supervisor takes them in its constructor, as it
+takes the real ones."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Message
 
-from runtime.board import BOARD_BYTES, Board, EpochTable
 from runtime.config import Settings
-from runtime.kafka import Fetched
-from runtime.supervisor import Supervisor
+from runtime.errors import SharedMemoryError
+from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.supervisor.loop import Supervisor
+from runtime.transport.board import BOARD_BYTES, Board, EpochTable
+from runtime.transport.frames import Result, encode_result
 
 TP0, TP1 = ("t", 0), ("t", 1)
 
@@ -26,10 +30,14 @@ def msgs(tp: Any, *offsets: int, key: bytes | None = None) -> list[Message]:
 
 
 class Clock:
+    """The time a test sets; ``step``: how far each reading moves it (for loops that wait)."""
+
     def __init__(self) -> None:
         self.now = 100.0
+        self.step = 0.0
 
     def __call__(self) -> float:
+        self.now += self.step
         return self.now
 
 
@@ -53,8 +61,32 @@ class FakeRing:
         self.frames.append(frame)
         return True
 
+    def write_position(self) -> int:
+        return 0
+
+    def reader_reached(self, position: int) -> bool:
+        return True
+
+    def take(self) -> list[bytes]:
+        """What the worker would read next, taken from the ring."""
+        frames, self.frames = self.frames, []
+        return frames
+
     def reset(self) -> None:
         self.frames.clear()
+
+
+class FakeResults:
+    """A worker's result pipe: results a test reports are read by the supervisor's next drain."""
+
+    fd = -1
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+
+    def read(self) -> list[bytes]:
+        out, self.messages = self.messages, []
+        return out
 
 
 class FakeLock:
@@ -74,20 +106,28 @@ class FakeHandle:
     incarnation: int = 0
     process: Any = None
     bell: Any = None
-    results: Any = None
+    results: FakeResults = field(default_factory=FakeResults)
     started_at: float = 0.0
     alive: bool = False
     pid: int | None = None
 
 
 class FakePool:
-    def __init__(self, n: int = 1, fill: float = 0.0) -> None:
+    def __init__(self, n: int = 1, fill: float = 0.0, max_slots: int = 0) -> None:
         self.handles = [FakeHandle(i, FakeRing(fill)) for i in range(n)]
+        self.max_slots = max(max_slots, n + 1)
         self.killed: list[int] = []
+        self.codes: dict[int, Any] = {}  # slot -> the code its last incarnation was started with
 
-    def spawn_worker(self, h: FakeHandle) -> None:
+    def add_slot(self) -> FakeHandle:
+        h = FakeHandle(len(self.handles))
+        self.handles.append(h)
+        return h
+
+    def spawn_worker(self, h: FakeHandle, code: Any = None) -> None:
         h.incarnation += 1
         h.board.reset()
+        self.codes[h.index] = code
 
     def result_fds(self) -> list[int]:
         return []
@@ -97,6 +137,9 @@ class FakePool:
 
     def dead(self) -> list[FakeHandle]:
         return []
+
+    def forget(self, h: FakeHandle) -> int | None:
+        return None  # never called: no worker here dies (dead() is empty)
 
     def kill(self, h: FakeHandle, sig: int = 9) -> None:
         self.killed.append(h.index)
@@ -120,6 +163,8 @@ class FakeConsumer:
         self.ignore_next_resume = False
         self.commits: list[dict[Any, int]] = []
         self.refused: dict[Any, int] = {}
+        self.refuse_sync: dict[Any, str] = {}  # synchronous commits the broker refuses: tp -> why
+        self.acknowledged: dict[Any, int] = {}
         self.seeks: list[tuple[Any, int]] = []
         self.seek_fails: set[Any] = set()
         self.started: list[list[Any]] = []
@@ -147,9 +192,13 @@ class FakeConsumer:
             return
         self.paused -= set(tps)
 
-    def commit(self, offsets: dict[Any, int], asynchronous: bool) -> bool:
+    def commit(self, offsets: dict[Any, int], asynchronous: bool, timeout_s: float = 30.0) -> CommitResult:
         self.commits.append(dict(offsets))
-        return True
+        if asynchronous:
+            return CommitResult(True)
+        refused = {tp: self.refuse_sync[tp] for tp in offsets if tp in self.refuse_sync}
+        self.acknowledged.update({tp: o for tp, o in offsets.items() if tp not in refused})
+        return CommitResult(True, refused)
 
     def take_refused_commits(self) -> dict[Any, int]:
         refused, self.refused = self.refused, {}
@@ -170,6 +219,9 @@ class FakeConsumer:
     def assign(self, tps: list[Any]) -> None:
         self.paused -= set(tps)  # a (re)assigned partition starts fetching
 
+    def stop(self) -> None:
+        pass
+
     def close(self, timeout_s: float = 0) -> bool:
         return True
 
@@ -180,16 +232,146 @@ def settings(**workers: Any) -> Settings:
         "workers": {"plugin": "workers.enrich", "processes": 1, **workers}})
 
 
-def make(fill: float = 0.0, workers: int = 1, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+def make(workers: int = 1, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
     clock = Clock()
-    pool = FakePool(workers, fill)
+    pool = FakePool(workers)
     consumer = FakeConsumer()
     epochs = EpochTable(memoryview(bytearray(8 * 16)))
-    sup = Supervisor(settings(processes=workers, **w), consumer, pool, epochs, clock=clock)  # type: ignore[arg-type]
+    sup = Supervisor(settings(processes=workers, **w), consumer, pool, epochs, clock=clock)
     sup.workforce.start_all()  # every worker starting: rings accept frames
     return sup, consumer, clock, pool
 
 
 def assign(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
+    """The group assigns tps: the client assigns them (and forgets pauses), then calls back."""
     consumer.assign(tps)
-    sup.assignment.on_assign(tps)
+    sup.rebalance.on_assign(tps)
+
+
+def report(pool: FakePool, worker: int, result: Result) -> None:
+    """Worker `worker` writes `result` on its result pipe."""
+    pool.handles[worker].results.messages.append(encode_result(result))
+
+
+# ---------------------------------------------------------------------- process-level fakes
+# For the rooms that judge workers by their processes (workforce, rollout): processes with an
+# exit code a test sets, rings that keep the frames written to them, one clock for the rooms
+# and the boards (tests patch runtime.transport.board's time with TickClock.ns).
+class TickClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def ns(self) -> int:
+        return int(self.now * 1e9)
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    exitcode: int | None = None
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+class StopRing:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.room = True
+
+    def try_write(self, frame: bytes) -> bool:
+        if self.room:
+            self.frames.append(frame)
+        return self.room
+
+    def write_position(self) -> int:
+        return len(self.frames)
+
+    def reader_reached(self, position: int) -> bool:
+        return True
+
+
+@dataclass(eq=False)
+class ProcHandle:
+    index: int
+    board: Board
+    ring: StopRing = field(default_factory=StopRing)
+    bell: Any = None
+    started_at: float = 0.0
+    process: FakeProcess | None = None
+    incarnation: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.exitcode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+class ProcPool:
+    def __init__(self, processes: int, clock: TickClock, max_slots: int = 0) -> None:
+        self.clock = clock
+        self.handles = [ProcHandle(i, Board(memoryview(bytearray(BOARD_BYTES)))) for i in range(processes)]
+        self.max_slots = max(max_slots, processes + 1)
+        self.codes: dict[int, Any] = {}
+        self.spawned: list[int] = []
+        self.kills: list[tuple[int, int]] = []
+        self.forgotten: list[int] = []
+        self.watched = 0
+        self.reaped = 0
+        self.no_room: str | None = None  # add_slot fails with this (shm_dir full)
+        self._pid = 5000
+
+    # --- what Workforce calls
+    def add_slot(self) -> ProcHandle:
+        if self.no_room is not None:
+            raise SharedMemoryError(self.no_room)
+        h = ProcHandle(len(self.handles), Board(memoryview(bytearray(BOARD_BYTES))))
+        self.handles.append(h)
+        return h
+
+    def spawn_worker(self, h: ProcHandle, code: Any = None) -> None:
+        self.codes[h.index] = code
+        h.incarnation += 1
+        h.board.reset()
+        self._pid += 1
+        h.process = FakeProcess(self._pid)
+        h.started_at = self.clock()
+        self.spawned.append(h.index)
+
+    def dead(self) -> list[ProcHandle]:
+        return [h for h in self.handles if h.process is not None and h.process.exitcode is not None]
+
+    def forget(self, h: ProcHandle) -> int | None:
+        assert h.process is not None
+        code = h.process.exitcode
+        h.process = None
+        self.forgotten.append(h.index)
+        return code
+
+    def kill(self, h: ProcHandle, sig: int = signal.SIGKILL) -> None:
+        if h.alive:
+            self.kills.append((h.index, sig))
+
+    def watch_descendants(self) -> None:
+        self.watched += 1
+
+    def reap_orphans(self) -> None:
+        self.reaped += 1
+
+    def stop_all(self, timeout_s: float, drain: Any) -> None:
+        for h in self.handles:
+            if h.alive:
+                assert h.process is not None
+                h.process.exitcode = -signal.SIGTERM
+
+    # --- test helpers
+    def exit(self, i: int, code: int) -> None:
+        p = self.handles[i].process
+        assert p is not None and p.exitcode is None, "not running"
+        p.exitcode = code

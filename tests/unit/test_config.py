@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -191,6 +192,8 @@ password = "p-456"
     (GOOD.replace('"sasl.password" = "hunter2"', '"enable.auto.commit" = true'), "managed by ringmaster"),
     (GOOD + '[admin]\nlisten = "0.0.0.0:9464"\n', "admin.listen: 0.0.0.0 is not loopback"),
     (GOOD + '[admin]\nlisten = "host:port"\n', "admin.listen: 'host:port' is not HOST:PORT"),
+    (GOOD.replace("processes = 2", "processes = 2\nmax_processes = 1"),
+     "workers: max_processes (1) must be at least processes (2)"),
 ])
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises((ConfigError, PluginError)) as info:
@@ -215,6 +218,62 @@ def test_cli_bad_config_one_line_nonzero_exit_before_kafka(tmp_path: Path, text:
     assert lines[0].startswith("ringmaster: error: ")
     assert "Traceback" not in r.stderr
     assert time.monotonic() - t0 < 30  # the broker 127.0.0.1:1 was never contacted
+
+
+def _topics(topics: str, extra: str = "") -> str:
+    return GOOD.replace('topics = ["in"]', f"topics = {topics}") + extra
+
+
+@pytest.mark.parametrize(("text", "needles"), [
+    (_topics('["in", "other"]', '[output]\ntopic = "in"\n'), ["output.topic 'in' is also an input topic"]),
+    (_topics('["in"]', '[dead_letter]\ntopic = "in"\n'), ["dead_letter.topic 'in' is also an input topic"]),
+    (_topics('["^rx\\\\..*"]', '[output]\ntopic = "rx.out"\n[dead_letter]\ntopic = "rx.dlq"\n'),
+     ["output.topic 'rx.out' matches the subscription pattern '^rx\\..*'",
+      "dead_letter.topic 'rx.dlq' matches the subscription pattern"]),
+    (_topics('["^.*"]'), ["the control topic '_ringmaster.control.g'",
+                          "matches the subscription pattern '^.*'"]),
+    (_topics('["^_ringmaster"]'), ["the control topic '_ringmaster.control.g'"]),
+    (_topics('["in", "ctl"]', '[control]\ntopic = "ctl"\n'), ["the control topic 'ctl' ([control] topic) is "
+                                                               "also an input topic"]),
+    (_topics('["in"]', '[output]\ntopic = "o"\n[dead_letter]\ntopic = "o"\n'),
+     ["dead_letter.topic is output.topic ('o')"]),
+    (_topics('["^rx.[*"]'), ["kafka.topics: '^rx.[*' is not a valid regular expression"]),
+])
+def test_a_config_that_feeds_the_daemon_its_own_writes_is_refused(tmp_path: Path, text: str,
+                                                                  needles: list[str]) -> None:
+    """Issue 17.7: an output, dead-letter or control topic the subscription takes in."""
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), env={})
+    for needle in needles:
+        assert needle in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", [
+    _topics('["^rx\\\\.in.*"]', '[output]\ntopic = "rx.out"\n[dead_letter]\ntopic = "rx.dlq"\n'),
+    _topics('["^.*"]', '[control]\nenabled = false\n'),
+    _topics('["in"]', '[output]\ntopic = "in.out"\n[dead_letter]\ntopic = "in.dlq"\n'),
+    _topics('["^in$"]', '[output]\ntopic = "in2"\n'),
+])
+def test_outputs_outside_the_subscription_are_fine(tmp_path: Path, text: str) -> None:
+    load_settings(write(tmp_path, text), env={})
+
+
+def test_a_loop_through_an_environment_override_is_refused_too(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"output\.topic 'in' is also an input topic"):
+        load_settings(write(tmp_path, GOOD), env={"RINGMASTER__OUTPUT__TOPIC": "in"})
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_cli_refuses_a_loop_in_one_line_before_kafka(tmp_path: Path, command: str) -> None:
+    path = write(tmp_path, _topics('["^rx\\\\..*"]', '[output]\ntopic = "rx.out"\n'))
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", command, "-c", str(path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "ringmaster: error: output.topic 'rx.out' matches the subscription pattern '^rx\\..*' "
+        "(kafka.topics): the daemon would consume its own outputs forever; write them to a topic the "
+        "group does not read, or narrow the pattern"]
 
 
 def test_cli_check_prints_effective_config_redacted(tmp_path: Path) -> None:
@@ -256,3 +315,58 @@ def test_a_librdkafka_property_librdkafka_refuses_is_a_config_error_before_kafka
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(("text", "env", "needle"), [
+    (GOOD.replace("processes = 2", "proceses = 2"), {},
+     "workers.proceses: unknown key (did you mean processes?)"),
+    (GOOD.replace("[workers]", "[worker]"), {}, "worker: unknown key (did you mean workers?)"),
+    (GOOD + "[supervisor]\nstatus_fil = 'x'\n", {}, "did you mean status_file?"),
+    (GOOD, {"RINGMASTER__WORKERS__BATCH_MAX_RECORD": "5"},
+     "workers.batch_max_record: unknown key (did you mean batch_max_records?) (set by "
+     "RINGMASTER__WORKERS__BATCH_MAX_RECORD)"),
+    (GOOD + "[admin]\nzzz = 1\n", {}, "admin.zzz: unknown key (admin: listen, allow_remote,"),
+])
+def test_an_unknown_key_gets_the_nearest_known_one_or_the_list(tmp_path: Path, text: str, env: dict[str, str],
+                                                              needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), env=env)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(("plugin", "needle"), [
+    ("scorer.py", "workers.plugin: 'scorer.py' is a file name; use the module name 'scorer'"),
+    ("plugins/scorer.py", "use the module name 'scorer', with 'plugins' on the import path"),
+    ("./scorer.py", "use the module name 'scorer'"),
+    ("mypkg/scorer", "use the module name 'scorer', with 'mypkg' on the import path"),
+])
+def test_a_file_name_where_the_module_belongs_is_one_line_naming_the_module(
+        tmp_path: Path, plugin: str, needle: str) -> None:
+    (tmp_path / "scorer.py").write_text("def process(batch):\n    return None\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, GOOD.replace('"workers.fingerprint"', f'"{plugin}"')), env={})
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("env", [{}, {"RINGMASTER__KAFKA__CONSUMER__GROUP_PROTOCOL": "consumer"}])
+def test_the_kip848_consumer_protocol_is_refused_in_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+    text = GOOD if env else GOOD.replace('"sasl.password" = "hunter2"', '"group.protocol" = "consumer"')
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), env=env)
+    msg = str(info.value)
+    assert 'group.protocol = "consumer" (KIP-848) is not supported' in msg and "\n" not in msg
+    classic = GOOD.replace('"sasl.password" = "hunter2"', '"group.protocol" = "classic"')
+    assert load_settings(write(tmp_path, classic), env={}).kafka.consumer["group.protocol"] == "classic"
+
+
+def test_check_shows_the_librdkafka_properties_the_clients_really_get(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", "check", "--shallow", "-c",
+                        str(write(tmp_path, GOOD))], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    effective = json.loads(r.stdout)
+    consumer, producer = effective["kafka"]["consumer"], effective["kafka"]["producer"]
+    assert consumer["fetch.queue.backoff.ms"] == 10 and consumer["fetch.wait.max.ms"] == 100
+    assert consumer["partition.assignment.strategy"] == "cooperative-sticky"
+    assert consumer["enable.auto.commit"] is False and consumer["group.id"] == "g"
+    assert consumer["sasl.password"] == "***" and "hunter2" not in r.stdout
+    assert producer["enable.idempotence"] is True and producer["message.timeout.ms"] == 30000

@@ -1,4 +1,4 @@
-"""runtime.deadletter: a dead letter is always writable. It goes whole when it fits, truncated
+"""runtime.worker.deadletter_format: a dead letter is always writable. It goes whole when it fits, truncated
 (with the original sizes in headers) when it does not, and as a reference record when the
 broker refuses even that; the reason headers are never lost."""
 
@@ -9,11 +9,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.deadletter import (
+from runtime.worker.deadletter_format import (
     _MARGIN_BYTES,
     HEADER_PREFIX,
     MAX_MESSAGE_BYTES,
     MAX_TRACEBACK_BYTES,
+    REDRIVE_COUNT,
     DeadLetter,
     dead_letter_headers,
     fit_dead_letter,
@@ -68,6 +69,20 @@ def test_original_ringmaster_headers_are_replaced_not_duplicated() -> None:
     assert d[HEADER_PREFIX + "source.offset"] == b"42"
     assert HEADER_PREFIX + "custom" not in d
     assert d["app"] == b"1"
+
+
+def test_the_redrive_count_of_a_failing_record_is_carried_into_its_dead_letter_in_every_form() -> None:
+    # A record `ringmaster redrive` sent back, failing again: its count must survive, or a
+    # record that always fails would be redriven for ever (runtime/redrive/).
+    original = [("app", b"1"), (REDRIVE_COUNT, b"2"), (HEADER_PREFIX + "error.type", b"Old")]
+    headers = reason(original)
+    assert [v for k, v in headers if k == REDRIVE_COUNT] == [b"2"]
+    assert as_dict(headers)[HEADER_PREFIX + "error.type"] == b"ValueError"
+    cut = fit_dead_letter(b"k", b"v" * 2_000_000, headers, 1_000_000)
+    assert cut.form == "truncated" and as_dict(cut.headers)[REDRIVE_COUNT] == b"2"
+    ref = reference_dead_letter(cut, "in", 3, 42)
+    assert as_dict(ref.headers)[REDRIVE_COUNT] == b"2"
+    assert REDRIVE_COUNT not in as_dict(reason([("app", b"1")])), "no count on a record never redriven"
 
 
 def test_the_traceback_and_message_are_capped_keeping_the_end_of_the_traceback() -> None:

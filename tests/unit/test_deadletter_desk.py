@@ -1,4 +1,4 @@
-"""The supervisor's own dead letters (runtime/deadletters.py): asynchronous, never blocking
+"""The supervisor's own dead letters (runtime/supervisor/deadletter_desk.py): asynchronous, never blocking
 its loop, counted as handled only when acknowledged, made to fit, degraded to a reference
 record when the broker refuses one for what it is, retried with back-off during an outage."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from runtime.deadletters import DeadLetterDesk
 from runtime.errors import DeliveryFailed
+from runtime.supervisor.deadletter_desk import DeadLetterDesk
 
 
 class FakeProducer:
@@ -127,3 +127,14 @@ def test_letters_of_a_released_partition_are_forgotten() -> None:
     d.submit(("t", 1), 2, ROW, "WorkerCrashed", "x")
     d.forget(("t", 0))
     assert d.pending() == 1 and d.pending(("t", 1)) == 1
+
+
+def test_a_redriven_record_that_crashes_again_keeps_its_redrive_count_in_every_form() -> None:
+    row = (42, b"k", b"v" * 100, [("h", b"1"), ("ringmaster.redrive.count", b"2")])
+    d, p, _ = desk()
+    d.submit(("t", 0), 7, row, "WorkerCrashed", "worker died")
+    d.poll()
+    assert p.sent[0]["headers"]["ringmaster.redrive.count"] == b"2"
+    p.deliver_next(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))  # refused: a reference record goes
+    d.poll()
+    assert p.sent[1]["key"] == b"t/0/42" and p.sent[1]["headers"]["ringmaster.redrive.count"] == b"2"

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from runtime.errors import DeliveryFailed, OutputRejected
-from runtime.execution import (
+from runtime.plugin import Backoff, Output, Plugin, Record, Reject
+from runtime.worker.execution import (
     PHASE_CALL,
     PHASE_DELIVER,
     PHASE_IDLE,
@@ -22,7 +23,6 @@ from runtime.execution import (
     RetryPolicy,
     run_batch,
 )
-from runtime.plugin import Backoff, Output, Plugin, Record, Reject
 
 POLICY = RetryPolicy(max_attempts=2, backoff_s=0, backoff_max_s=0)
 

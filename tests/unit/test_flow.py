@@ -1,58 +1,56 @@
-"""Per-partition state: the backpressure rule (invariant 3) with hysteresis, holds, lanes."""
+"""Per-partition state and the backpressure rule (invariant 3): hysteresis, holds, reasons."""
 
 from __future__ import annotations
 
-from collections import deque
+from fakes import TP0, assign, make
 
-from runtime.flow import AHEAD, BACKOFF, FLOW, OPERATOR, Batch, InFlight, PartitionFlow, wants_flow_pause
-
-
-def flow() -> PartitionFlow:
-    return PartitionFlow(("t", 0), 0, 1, 0)
+from runtime.supervisor.flowcontrol import wants_flow_pause
+from runtime.supervisor.partitions import PauseReason
 
 
-def test_pause_above_high_watermark_and_resume_below_low() -> None:
-    assert not wants_flow_pause(False, 0.5, 0.8, 0.4)
-    assert wants_flow_pause(False, 0.85, 0.8, 0.4)
-    assert wants_flow_pause(True, 0.6, 0.8, 0.4), "hysteresis: stays paused between the watermarks"
-    assert not wants_flow_pause(True, 0.3, 0.8, 0.4)
-
-
-def test_pending_frames_are_counted_per_lane_in_bytes() -> None:
-    f = flow()
-    f.lanes[0] = deque([Batch(1, ("t", 0), 0, 1, 0, 0, 1, b"x" * 300, 0)])
-    f.lanes[1] = deque([Batch(2, ("t", 0), 0, 1, 1, 1, 1, b"y" * 50, 1)])
-    assert f.pending_bytes_by_lane() == {0: 300, 1: 50} and f.pending() == 2 and not f.idle
+def test_pause_at_the_share_and_resume_below_its_low_watermark() -> None:
+    # share 1000 bytes; pause_above 0.8 / resume_below 0.4: resume below 500
+    assert not wants_flow_pause(False, 999, 1000, 0.8, 0.4)
+    assert wants_flow_pause(False, 1000, 1000, 0.8, 0.4)
+    assert wants_flow_pause(True, 600, 1000, 0.8, 0.4), "hysteresis: stays paused between the watermarks"
+    assert not wants_flow_pause(True, 500, 1000, 0.8, 0.4)
 
 
 def test_holds_pause_until_released_or_expired_and_say_why() -> None:
-    f = flow()
-    f.hold(OPERATOR, "maintenance", now=10.0)
-    f.hold(BACKOFF, "downstream", now=10.0, until=15.0)
-    f.flow_paused = True
-    f.ahead = True
-    assert f.wants_pause() and f.pause_reasons() == [FLOW, AHEAD, OPERATOR, BACKOFF]
-    assert [h.reason for h in f.expire_holds(14.9)] == []
-    assert [h.reason for h in f.expire_holds(15.0)] == [BACKOFF]
-    assert f.release(OPERATOR) and not f.release(OPERATOR)
-    f.flow_paused = f.ahead = False
-    assert not f.wants_pause()
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.hold(p, PauseReason.OPERATOR, "maintenance")
+    sup.flow.hold(p, PauseReason.BACKOFF, "downstream", until=clock.now + 5)
+    assert p.held and p.pause_reasons() == [PauseReason.OPERATOR, PauseReason.BACKOFF]
+    assert TP0 in consumer.paused, "a hold stops fetching at once, not at the next reconcile"
+    clock.now += 4.9
+    sup.flow.reconcile()
+    assert PauseReason.BACKOFF in p.pause.holds
+    clock.now += 0.1
+    sup.flow.reconcile()
+    assert list(p.pause.holds) == [PauseReason.OPERATOR]
+    assert sup.flow.release(p, PauseReason.OPERATOR) and not sup.flow.release(p, PauseReason.OPERATOR)
+    assert not p.held
 
 
 def test_a_hold_renewed_keeps_its_first_since() -> None:
-    f = flow()
-    f.hold(OPERATOR, "a", now=1.0)
-    f.hold(OPERATOR, "b", now=5.0)
-    assert f.holds[OPERATOR].since == 1.0 and f.holds[OPERATOR].detail == "b"
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.hold(p, PauseReason.OPERATOR, "a")
+    first = clock.now
+    clock.now += 4
+    sup.flow.hold(p, PauseReason.OPERATOR, "b")
+    hold = p.pause.holds[PauseReason.OPERATOR]
+    assert hold.since == first and hold.detail == "b"
 
 
-def test_in_flight_batches_are_per_worker_and_dropped_per_partition() -> None:
-    t = InFlight(2)
-    a = Batch(1, ("t", 0), 0, 1, 0, 9, 10, b"", 0)
-    b = Batch(2, ("t", 1), 1, 1, 0, 9, 10, b"", 0)
-    c = Batch(3, ("t", 0), 0, 1, 10, 19, 10, b"", 1)
-    for w, x in ((0, a), (0, b), (1, c)):
-        t.add(w, x)
-    assert t.has(("t", 0)) and t.has(("t", 1)) and t.contains(1, 3)
-    t.drop_partition(("t", 0))
-    assert not t.has(("t", 0)) and t.count(0) == 1 and t.take_all(0) == [b] and t.count(0) == 0
+def test_pause_reasons_list_backpressure_first_then_holds() -> None:
+    sup, consumer, _clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.hold(p, PauseReason.DELIVERY, "broker away")
+    p.pause.flow_paused = p.pause.ahead = True  # flow control's own decisions (it owns them)
+    assert p.pause_reasons() == [PauseReason.FLOW, PauseReason.AHEAD, PauseReason.DELIVERY]
+    assert [str(r) for r in p.pause_reasons()] == ["flow", "uncommitted", "delivery"]

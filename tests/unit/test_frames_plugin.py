@@ -4,7 +4,8 @@ import msgpack
 import pytest
 
 from runtime.errors import FrameError
-from runtime.frames import (
+from runtime.plugin import Output, Record, Reject, normalize_output
+from runtime.transport.frames import (
     DONE,
     STOP_FRAME,
     Columns,
@@ -15,7 +16,6 @@ from runtime.frames import (
     encode_result,
     peek_header,
 )
-from runtime.plugin import Output, Record, Reject, normalize_output
 
 
 def test_batch_roundtrip_and_header_peek() -> None:

@@ -4,11 +4,12 @@ runs while closing are not passed on to the runtime (it has already let go)."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from runtime.kafka import ConsumerState, GroupConsumer
+from runtime.kafka.consumer import ConsumerState, GroupConsumer
 
 
 class ClientThatHangsOnClose:
@@ -21,6 +22,10 @@ class ClientThatHangsOnClose:
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.callbacks = callbacks
+        self.topics = topics
+
+    def list_topics(self, timeout: float = -1) -> Any:
+        return SimpleNamespace(topics=dict.fromkeys(self.topics))
 
     def incremental_assign(self, parts: list[TopicPartition]) -> None:
         self.assigned.append(parts)

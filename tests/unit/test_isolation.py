@@ -8,10 +8,10 @@ import itertools
 
 import pytest
 
-from runtime.flow import Batch
-from runtime.frames import Columns, decode_frame, encode_batch
-from runtime.isolation import isolate
-from runtime.offsets import OffsetTracker
+from runtime.supervisor.isolation import isolate
+from runtime.supervisor.offsets import OffsetTracker
+from runtime.supervisor.partitions import Batch
+from runtime.transport.frames import Columns, decode_frame, encode_batch
 
 TP = ("in", 4)
 
@@ -24,10 +24,10 @@ def columns(offsets: list[int]) -> Columns:
                    [[("h", f"{o}".encode())] for o in offsets], 1, [1000 + o for o in offsets])
 
 
-def batch(batch_id: int, offsets: list[int], crashes: int = 0, lane: int | None = 2) -> Batch:
+def batch(batch_id: int, offsets: list[int], crashes: int = 0, bucket: int | None = 2) -> Batch:
     cols = columns(offsets)
     frame = encode_batch(batch_id, 5, 9, TP[0], TP[1], cols)
-    return Batch(batch_id, TP, 5, 9, cols.first, cols.last, len(cols), frame, lane, crashes=crashes)
+    return Batch(batch_id, TP, 5, 9, cols.first, cols.last, len(cols), frame, bucket, crashes=crashes)
 
 
 def offsets_of(b: Batch) -> list[int]:
@@ -54,7 +54,7 @@ def test_a_batch_below_max_crashes_is_delivered_again_as_it_is(crashes: int) -> 
                                      [3, 7], [0, 1, 2]],
                          ids=["contiguous", "gaps", "two", "odd"])
 def test_at_max_crashes_a_batch_becomes_two_halves_covering_exactly_its_records(offsets: list[int]) -> None:
-    b = batch(7, offsets, crashes=3, lane=1)
+    b = batch(7, offsets, crashes=3, bucket=1)
     counter = ids(100)
     iso = isolate(b, 3, lambda: next(counter))
     assert iso.dead_letter is None
@@ -64,7 +64,7 @@ def test_at_max_crashes_a_batch_becomes_two_halves_covering_exactly_its_records(
     assert (left.batch_id, right.batch_id) == (100, 101)
     for half, part in zip((left, right), (offsets[: len(offsets) // 2], offsets[len(offsets) // 2:]),
                           strict=True):
-        assert (half.tp, half.slot, half.epoch, half.lane) == (TP, 5, 9, 1)
+        assert (half.tp, half.slot, half.epoch, half.bucket) == (TP, 5, 9, 1)
         assert (half.first, half.last, half.count) == (part[0], part[-1], len(part))
         assert half.crashes == 2, "one crash short of the limit: one more crash bisects it again"
         frame = decode_frame(half.frame)

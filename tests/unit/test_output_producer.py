@@ -1,4 +1,4 @@
-"""runtime.kafka.OutputProducer against a fake confluent Producer: a refused output is the
+"""runtime.kafka.consumer.OutputProducer against a fake confluent Producer: a refused output is the
 record's fault (OutputRejected), anything else is an outage (DeliveryFailed) and wins, the
 wait is bounded and leaves nothing queued behind, a producer that lost its idempotence state
 says it is broken."""
@@ -14,14 +14,14 @@ from confluent_kafka import KafkaError as CKError
 from confluent_kafka import KafkaException
 
 from runtime.errors import DeliveryFailed, OutputRejected
-from runtime.kafka import PRODUCER_STATE_ERRORS, RECORD_ERRORS, OutputProducer, is_record_error
+from runtime.kafka.producer import PRODUCER_STATE_ERRORS, RECORD_ERRORS, OutputProducer, is_record_error
 
 
 class FakeMsg:
     def __init__(self, topic: str, value: bytes | None, key: bytes | None, headers: Any,
-                 on_delivery: Callable[[Any, Any], None]) -> None:
+                 on_delivery: Callable[[Any, Any], None], partition: int | None = None) -> None:
         self._topic, self.value, self.key = topic, value, key
-        self.headers, self.on_delivery = headers, on_delivery
+        self.headers, self.on_delivery, self.partition = headers, on_delivery, partition
 
     def topic(self) -> str:
         return self._topic
@@ -44,12 +44,12 @@ class FakeProducer:
         self.purges: list[tuple[bool, bool, bool]] = []
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
-                headers: Any = None, on_delivery: Callable[[Any, Any], None]) -> None:
+                headers: Any = None, on_delivery: Callable[[Any, Any], None], **kw: Any) -> None:
         if self.produce_always is not None:
             raise self.produce_always
         if self.produce_raises:
             raise self.produce_raises.pop(0)
-        msg = FakeMsg(topic, value, key, headers, on_delivery)
+        msg = FakeMsg(topic, value, key, headers, on_delivery, kw.get("partition"))
         self.produced.append(msg)
         self.queue.append(msg)
 
@@ -106,7 +106,7 @@ def fail_values(mapping: dict[bytes, int]) -> Callable[[FakeMsg], CKError | None
 # ---------------------------------------------------------------------- the error tables
 def test_size_and_validity_errors_are_the_records_fault_and_outages_are_not() -> None:
     for code in (CKError.MSG_SIZE_TOO_LARGE, CKError.RECORD_LIST_TOO_LARGE, CKError.INVALID_RECORD,
-                 CKError.INVALID_TIMESTAMP):
+                 CKError.INVALID_TIMESTAMP, CKError._UNKNOWN_PARTITION):
         assert is_record_error(err(code))
     for code in (CKError._MSG_TIMED_OUT, CKError._TRANSPORT, CKError.UNKNOWN_TOPIC_OR_PART,
                  CKError.TOPIC_AUTHORIZATION_FAILED, CKError.NOT_LEADER_FOR_PARTITION,
@@ -297,3 +297,61 @@ def test_a_custom_delivery_callback_replaces_the_default_one(producer: OutputPro
     producer.produce("dlq", b"v", on_delivery=lambda e, m: seen.append(e.code()), queue_wait_s=0.0)
     producer.deliver(1.0)  # the owner of the callback judges the report, not deliver()
     assert seen == [CKError.MSG_SIZE_TOO_LARGE]
+
+
+def test_a_message_goes_to_the_partition_asked_for_and_a_partition_the_topic_lacks_is_its_fault(
+        producer: OutputProducer, fake: FakeProducer) -> None:
+    producer.produce("t", b"v", b"k", partition=3)
+    producer.produce("t", b"w", b"k")
+    assert [m.partition for m in fake.produced] == [3, None], "None: the partitioner's choice"
+    fake.produce_raises.append(KafkaException(err(CKError._UNKNOWN_PARTITION)))
+    with pytest.raises(OutputRejected):
+        producer.produce("t", b"v", b"k", partition=99)
+class StreamProducer:
+    """A confluent_kafka.Producer whose local queue holds two messages until polled."""
+
+    def __init__(self, props: dict[str, Any]) -> None:
+        self.queued: list[Any] = []
+        self.sent: list[bytes] = []
+        self.fail: bytes | None = None
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, on_delivery: Any) -> None:
+        if len(self.queued) >= 2:
+            raise BufferError("queue full")
+        self.queued.append((value, on_delivery))
+
+    def poll(self, timeout: float) -> int:
+        for value, done in self.queued:
+            self.sent.append(value)
+            done(CKError(CKError.MSG_SIZE_TOO_LARGE) if value == self.fail else None, None)
+        self.queued.clear()
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.poll(0)
+        return 0
+
+
+def test_writing_a_stream_waits_out_a_full_local_queue_and_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.kafka.producer as producer_mod
+
+    made: list[StreamProducer] = []
+    def make(props: dict[str, Any]) -> StreamProducer:
+        made.append(StreamProducer(props))
+        return made[-1]
+
+    monkeypatch.setattr(producer_mod, "Producer", make)
+    count = producer_mod.write_acknowledged({}, "t", ((None, f"v{i}".encode()) for i in range(7)))
+    assert count == 7 and made[0].sent == [f"v{i}".encode() for i in range(7)]
+
+
+def test_writing_a_stream_stops_at_the_first_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.kafka.producer as producer_mod
+    from runtime.errors import KafkaError
+
+    fake = StreamProducer({})
+    fake.fail = b"v1"
+    monkeypatch.setattr(producer_mod, "Producer", lambda props: fake)
+    with pytest.raises(KafkaError, match="writing to 't' failed"):
+        producer_mod.write_acknowledged({}, "t", ((None, f"v{i}".encode()) for i in range(100)))
+    assert len(fake.sent) < 100, "a refused record stops the stream"

@@ -155,10 +155,10 @@ def test_backoff_refuses_a_negative_or_nan_wait(seconds: float) -> None:
 
 @pytest.mark.parametrize("seconds", [math.inf, 1e300], ids=["inf", "1e300"])
 def test_an_endless_backoff_is_refused_or_deferred_but_never_crashes_the_worker(seconds: float) -> None:
-    from runtime.board import BOARD_BYTES, Board
-    from runtime.frames import DEFERRED, BatchFrame, Columns, encode_result
     from runtime.plugin import Plugin
-    from runtime.worker import BatchRunner, WorkerSpec
+    from runtime.transport.board import BOARD_BYTES, Board
+    from runtime.transport.frames import DEFERRED, BatchFrame, Columns, encode_result
+    from runtime.worker.main import BatchRunner, WorkerSpec
 
     try:
         endless = Backoff(seconds, "wait for the operator")
@@ -176,3 +176,48 @@ def test_an_endless_backoff_is_refused_or_deferred_but_never_crashes_the_worker(
     result = runner.run(frame)
     assert result.kind == DEFERRED
     encode_result(result)  # what the worker sends next must be encodable too
+
+
+class _Producer:
+    """Accepts every output (the delivery path without a broker)."""
+
+    broken = False
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[str, bytes]] = []
+
+    def produce(self, topic: str, value: bytes, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
+        self.produced.append((topic, value))
+
+    def deliver(self, timeout_s: float, beat: Any = None) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("inputs", "route", "warned"), [
+    (("in",), "in", True), (("^rx\\..*",), "rx.retry", True), (("in",), "elsewhere", False),
+    (("^rx\\.in$",), "rx.retry", False)])
+def test_an_output_routed_into_an_input_topic_is_delivered_with_one_warning_per_topic(
+        caplog: pytest.LogCaptureFixture, inputs: tuple[str, ...], route: str, warned: bool) -> None:
+    """Issue 17.7: a plugin's Output(topic=...) into a topic the group reads is allowed (a
+    deliberate re-queue) and named once per worker and topic, never per record."""
+    from runtime.plugin import Output, Plugin
+    from runtime.transport.board import BOARD_BYTES, Board
+    from runtime.transport.frames import DONE, BatchFrame, Columns
+    from runtime.worker.main import BatchRunner, WorkerSpec
+
+    spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
+                      input_topics=inputs)
+
+    def process(batch: Any) -> Any:
+        return [Output(b"again", topic=route) for _ in batch]
+
+    producer = _Producer()
+    runner = BatchRunner(Plugin("p", process, None, None), spec, Board(memoryview(bytearray(BOARD_BYTES))),
+                         producer)  # type: ignore[arg-type]
+    frame = BatchFrame(1, 0, 1, "in", 0, Columns(0, None, [None, None], [b"v", b"w"], None, 0, [0, 0]))
+    with caplog.at_level("WARNING", logger="ringmaster.worker"):
+        assert runner.run(frame).kind == DONE
+        assert runner.run(frame).kind == DONE
+    assert producer.produced == [(route, b"again")] * 4, "delivered, not refused"
+    loops = [r for r in caplog.records if "routes outputs into a topic this group reads" in r.getMessage()]
+    assert len(loops) == (1 if warned else 0)

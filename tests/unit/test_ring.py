@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.errors import FrameTooLarge
-from runtime.ring import HEADER_BYTES, MessageReader, Ring, send_message
+from runtime.transport.ring import HEADER_BYTES, MessageReader, Ring, send_message
 
 
 def make_ring(capacity: int) -> tuple[Ring, Ring]:
@@ -130,3 +130,22 @@ def test_message_pipe_keeps_a_partial_message_for_the_next_read() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_the_writer_knows_when_the_reader_may_be_asleep_and_needs_its_doorbell() -> None:
+    """The supervisor rings a worker's doorbell only when the worker had taken every frame
+    before the new ones (it may be asleep); a worker still behind reads them on its way."""
+    region = memoryview(bytearray(HEADER_BYTES + 4096))
+    writer, reader = Ring(region), Ring(region)
+    start = writer.write_position()
+    assert writer.try_write(b"a")
+    assert writer.reader_reached(start), "an empty ring: the reader may be asleep"
+    start = writer.write_position()
+    assert writer.try_write(b"b")
+    assert not writer.reader_reached(start), "the reader has not taken 'a' yet: it will find 'b'"
+    view = reader.peek()
+    assert view is not None and bytes(view) == b"a"
+    view.release()
+    reader.advance()
+    assert not writer.reader_reached(start + 8 + 8), "still before 'b''s end"
+    assert writer.reader_reached(start)

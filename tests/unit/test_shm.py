@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtime.shm import PREFIX, SegmentSet, reclaim_stale
+from runtime.transport.shm import PREFIX, SegmentSet, reclaim_stale
 
 
 def test_segments_are_private_and_unlinked(tmp_path: Path) -> None:
@@ -20,7 +20,7 @@ def test_reclaim_only_segments_of_dead_supervisors(tmp_path: Path) -> None:
     mine = SegmentSet(tmp_path)
     mine.create("w0", 4096)
     # a segment created by a process that has exited since
-    code = ("import sys; from runtime.shm import SegmentSet; "
+    code = ("import sys; from runtime.transport.shm import SegmentSet; "
             "s = SegmentSet(sys.argv[1]); s.create('w0', 4096)")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
     assert len(list(tmp_path.glob(f"{PREFIX}*"))) == 2

@@ -14,10 +14,10 @@ from confluent_kafka import OFFSET_INVALID, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from runtime.errors import RingmasterError
-from runtime.execution import RetryPolicy
 from runtime.spark import offsets as ko
 from runtime.spark.apply import PluginJob, applier
 from runtime.spark.source import KafkaRange, KafkaStreamReader
+from runtime.worker.execution import RetryPolicy
 
 
 class FakeClient:
@@ -232,3 +232,12 @@ def test_spark_progress_reports_become_the_status_snapshot_even_when_offsets_are
     assert snap is not None and snap.records == 30 and snap.rate == 12.5
     (part,) = snap.partitions
     assert (part.committed, part.high, part.lag) == (30, 50, 20)
+
+
+def test_a_plan_of_no_partitions_reads_nothing() -> None:
+    """Spark turns an empty partition list into one plain InputPartition(None) (issue 17.10)."""
+    from pyspark.sql.datasource import InputPartition
+
+    from runtime.spark.source import read_range
+
+    assert list(read_range({"bootstrap": "127.0.0.1:1", "group": "g"}, InputPartition(None))) == []

@@ -15,11 +15,13 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import speedups
-from runtime.frames import BATCH, decode_frame
-from runtime.kafka import _pack_run_py
+import runtime.kafka.consumer  # noqa: F401  binds the message type for the packer
+from runtime.errors import UnreadableRecord
 from runtime.plugin import Record
-from runtime.worker import _records_c, _records_py, _same_records
+from runtime.transport import speedups
+from runtime.transport.frames import BATCH, decode_frame
+from runtime.transport.packing import _pack_run_py
+from runtime.worker.main import _records_c, _records_py, _same_records
 
 HEAD = (BATCH, 41, 3, 9, "topic-é", 5)
 
@@ -59,7 +61,7 @@ def runs(draw: Any) -> list[Message]:
 @given(runs(), st.data())
 def test_c_frames_are_the_python_frames_byte_for_byte(msgs: list[Message], data: Any) -> None:
     assert speedups.native is not None
-    speedups.native.bind(Message)
+    speedups.native.bind(Message, UnreadableRecord)
     start = data.draw(st.integers(min_value=0, max_value=len(msgs) - 1))
     stop = data.draw(st.integers(min_value=start + 1, max_value=len(msgs)))
     frame = speedups.native.pack_frame(HEAD, msgs, start, stop)
@@ -77,7 +79,7 @@ def test_c_frames_are_the_python_frames_byte_for_byte(msgs: list[Message], data:
 @needs_c
 def test_pack_frame_refuses_what_is_not_a_message_run() -> None:
     assert speedups.native is not None
-    speedups.native.bind(Message)
+    speedups.native.bind(Message, UnreadableRecord)
     with pytest.raises(TypeError):
         speedups.native.pack_frame(HEAD, [object()], 0, 1)
     with pytest.raises(IndexError):
@@ -117,8 +119,9 @@ def test_a_c_path_that_disagrees_is_dropped_on_first_use() -> None:
 
 
 def test_records_are_built_the_same_without_the_extension() -> None:
-    code = ("from runtime import speedups, kafka, worker; "
-            "assert speedups.native is None and not kafka.PACK.in_c and not worker.BUILD_RECORDS.in_c; "
+    code = ("import runtime.kafka.consumer; from runtime.transport import speedups, packing; "
+            "from runtime.worker import main as worker; "
+            "assert speedups.native is None and not packing.PACK.in_c and not worker.BUILD_RECORDS.in_c; "
             "print(speedups.native_status)")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RINGMASTER_NO_SPEEDUPS="1"),
                          capture_output=True, text=True, check=True)

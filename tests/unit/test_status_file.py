@@ -1,4 +1,4 @@
-"""runtime.status.StatusFile: the directory is checked at start (a config error), every write
+"""runtime.ops.status.StatusFile: the directory is checked at start (a config error), every write
 is atomic (a reader never sees half a snapshot, nothing is left behind), and a later failure
 is only a warning: the status file never stops the daemon."""
 
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import runtime.status as status_mod
+import runtime.ops.status as status_mod
 from runtime.errors import ConfigError
-from runtime.status import (
+from runtime.ops.status import (
     PartitionStatus,
     StatusFile,
     StatusSnapshot,
@@ -54,7 +54,8 @@ def test_a_snapshot_is_plain_json() -> None:
     assert again["partitions"][0]["holds"] == {"operator": "by ringmaster pause"}
     assert again["workers"][0]["last_exit"] == "exited with status 3"
     assert again["window_cpu_s"] == {"supervisor": 0.1, "workers": 0.9}
-    assert again["stopped"] == {"code": 0, "reason": "caught up"}
+    assert again["stopped"]["code"] == 0 and again["stopped"]["reason"] == "caught up"
+    assert again["stopped"]["at"] > 0 and again["started_at"] > 0
 
 
 def test_missing_parent_directories_are_created_at_start(tmp_path: Path) -> None:

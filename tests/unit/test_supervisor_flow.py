@@ -1,153 +1,271 @@
-"""The supervisor's rooms with fakes: invariants 1, 3, 4, 5 and the failure model's holds.
-The consumer fake, like librdkafka, starts every new assignment fetching and can lose a
-resume; rings have the fill a test gives them."""
+"""The supervisor's rooms with fakes, driven through their real entry points (the rebalance
+callbacks, consume(), the result pipes, the loop's steps): invariants 1, 3, 4, 5 and the
+failure model's holds. The consumer fake, like librdkafka, starts every new assignment
+fetching and can lose a resume; rings record the frames written to them; results come back
+on fake pipes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fakes import TP0, TP1, assign, make, msgs
+from fakes import TP0, TP1, assign, make, msgs, report
 
-from runtime.flow import BACKOFF, BLOCKED, DELIVERY, OPERATOR, Batch
-from runtime.frames import BLOCKED as R_BLOCKED
-from runtime.frames import DEFERRED, DONE, FENCED, Result
-from runtime.kafka import Fetched
+from runtime.kafka.consumer import Fetched
+from runtime.supervisor.partitions import Batch, PauseReason
+from runtime.transport.frames import (
+    BLOCKED,
+    DEFERRED,
+    DONE,
+    FENCED,
+    Columns,
+    Result,
+    decode_frame,
+    encode_batch,
+)
 
-
-def test_assignment_to_a_full_ring_is_paused_at_once() -> None:
-    sup, consumer, _, _ = make(fill=0.95)
-    assign(sup, consumer, [TP0, TP1])
-    assert consumer.paused == {TP0, TP1}
-    assert all(f.paused for f in sup.flows.values())
-
-
-def test_incremental_assignment_keeps_existing_pauses_and_pauses_the_new() -> None:
-    sup, consumer, clock, _pool = make(fill=0.95)
-    assign(sup, consumer, [TP0])
-    consumer.paused.clear()  # the client forgot the pause across the rebalance
-    assign(sup, consumer, [TP1])
-    assert TP1 in consumer.paused
-    clock.now += 1.5
-    sup.flow_control.reconcile()
-    assert consumer.paused == {TP0, TP1}, "the periodic reconcile re-applies forgotten pauses"
+TP2 = ("t", 2)
 
 
-def test_resume_on_drain_with_hysteresis() -> None:
-    sup, consumer, _clock, pool = make(fill=0.95)
-    assign(sup, consumer, [TP0])
-    pool.handles[0].ring.fill_value = 0.5
-    sup.flow_control.reconcile()
-    assert TP0 in consumer.paused, "between the watermarks: still paused"
-    pool.handles[0].ring.fill_value = 0.1
-    sup.flow_control.reconcile()
-    assert TP0 not in consumer.paused
+def frame(bid: int, slot: int, epoch: int, tp: Any, first: int, last: int, size: int) -> bytes:
+    """A real batch frame of records first..last, padded to exactly `size` bytes."""
+    n = last - first + 1
+
+    def encode(pad: int) -> bytes:
+        values = [b"v" * (1 + pad)] + [b"v"] * (n - 1)
+        return encode_batch(bid, slot, epoch, tp[0], tp[1], Columns(first, None, [None] * n, values, None, 1,
+                                                                    [0] * n))
+    pad = size - len(encode(0))
+    while len(encode(pad)) > size:  # the length prefix of the padded value grows with it
+        pad -= 1
+    data = encode(pad)
+    assert len(data) == size, (len(data), size)
+    return data
 
 
-def test_frames_waiting_for_a_ring_count_towards_its_fill() -> None:
-    """Invariant 3: the pending backlog is bounded because it counts as ring fill; a small
-    overflow (a frame that did not fit yet) pauses nothing, since a pause makes librdkafka
-    drop and later refetch what it had prefetched."""
-    sup, consumer, _clock, pool = make(fill=0.5)
-    assign(sup, consumer, [TP0, TP1])
-    lane = sup.flows[TP0].lanes.setdefault(0, __import__("collections").deque())
-    lane.append(Batch(1, TP0, 0, 1, 0, 9, 10, b"f" * 100, 0))  # 0.5 + 0.1 of the ring
-    sup.flow_control.reconcile()
-    assert not consumer.paused, "below pause_above with the backlog: keep fetching"
-    lane.append(Batch(2, TP0, 0, 1, 10, 19, 10, b"f" * 250, 0))  # 0.85 with the backlog
-    sup.flow_control.reconcile()
-    assert consumer.paused == {TP0, TP1}, "the worker's backlog is over pause_above: all its partitions"
-    pool.handles[0].ring.fill_value = 0.1
-    sup.flow_control.reconcile()
-    assert consumer.paused == {TP0, TP1}, "0.1 + 0.35 pending is still above resume_below"
-    pool.handles[0].ring.fill_value = 0.0
-    sup.flow_control.reconcile()
-    assert not consumer.paused, "0.35 with the backlog: below resume_below, resumed"
-
-
-def test_a_fetch_asks_for_no_more_than_the_rings_can_take() -> None:
-    sup, consumer, _clock, pool = make(fill=0.5)
-    assign(sup, consumer, [TP0, TP1])
-    assert sup.intake.records_wanted() == 1000, "nothing learnt yet: a batch per partition"
-    sup.intake.bytes_per_record = 2.0  # room: (0.8 - 0.5) * 1000 bytes = 150 records of 2 bytes
-    assert sup.intake.records_wanted() == 150
-    pool.handles[0].ring.fill_value = 0.95
-    assert sup.intake.records_wanted() == 100, "full rings: still a minimal fetch, never zero"
-
-
-def _in_flight(sup: Any, tp: Any, bid: int, first: int, last: int, worker: int = 0) -> Batch:
-    flow = sup.flows[tp]
-    flow.tracker.register(bid, first, last)
-    b = Batch(bid, tp, flow.slot, flow.epoch, first, last, last - first + 1, b"", worker)
-    sup.in_flight.add(worker, b)
+def enqueue(sup: Any, tp: Any, bid: int, first: int, last: int, size: int = 100,
+            bucket: int | None = None) -> Batch:
+    """A batch cut from tp (registered in its tracker, as intake does) waiting for a ring."""
+    p = sup.partitions[tp]
+    p.tracker.register(bid, first, last)
+    data = frame(bid, p.fence.slot, p.fence.epoch, tp, first, last, size)
+    b = Batch(bid, tp, p.fence.slot, p.fence.epoch, first, last, last - first + 1, data, bucket,
+              cut_at=sup.clock.now)
+    sup.scheduler.enqueue([b])
     return b
 
 
-def test_the_batch_a_revocation_waits_for_is_committed_with_it() -> None:
-    """Invariants 1 and 5: the fence bumps the epoch before waiting for the batch in
-    progress; that batch's DONE comes back with the old epoch and must still count, or the
-    revocation commits nothing of what it waited for (and a result of a partition already
-    released must count for nothing)."""
+def out(sup: Any, tp: Any, bid: int, first: int, last: int, worker: int = 0) -> Batch:
+    """A batch written to a worker's ring."""
+    b = enqueue(sup, tp, bid, first, last)
+    sup.scheduler.dispatch()
+    assert sup.scheduler.out_on(worker, bid), f"batch {bid} went to another worker"
+    return b
+
+
+def done(pool: Any, worker: int, b: Batch, **kw: Any) -> None:
+    report(pool, worker, Result(DONE, b.batch_id, b.slot, b.epoch, processed=b.count, **kw))
+
+
+def fetch(sup: Any, consumer: Any, fetched: Fetched) -> None:
+    consumer.next_fetch = lambda n, t: fetched
+    sup.fetch()
+
+
+# ---------------------------------------------------------------------- backpressure (invariant 3)
+def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hysteresis() -> None:
+    """Budget: pause_above (0.8) of the rings (1 × 1000 bytes). One partition with a backlog
+    has it all; it pauses at 800 bytes and resumes below 400 (resume_below / pause_above)."""
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
-    flow = sup.flows[TP0]
-    old_epoch = flow.epoch
-    _in_flight(sup, TP0, 7, 0, 9)
-    flow.epoch = sup.assignment.slots.fence(flow.slot)  # what release() does first
-    sup._on_result(pool.handles[0], Result(DONE, 7, flow.slot, old_epoch, processed=10))
-    assert flow.tracker.committable == 10, "the batch in progress at the fence is committed"
-    flow.tracker.register(8, 10, 14)
-    sup._on_result(pool.handles[0], Result(DONE, 8, flow.slot, old_epoch, processed=5))
-    assert flow.tracker.committable == 10, "a batch that is not in flight completes nothing"
+    pool.handles[0].ring.accept = False  # nothing leaves for the ring: it all waits in the lane
+    for i in range(8):
+        enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9)
+    sup.flow.reconcile()
+    assert TP0 in consumer.paused and sup.partitions[TP0].pause_reasons() == [PauseReason.FLOW]
+    pool.handles[0].ring.accept = True
+    sup.scheduler.dispatch()  # two batches leave for the ring: still counted (in a ring, not done)
+    sup.flow.reconcile()
+    assert TP0 in consumer.paused, "800 bytes out or waiting: still paused"
+    for b in pool.handles[0].ring.take():
+        frame = decode_frame(b)
+        assert frame is not None
+        report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
+    sup.results.collect()
+    sup.scheduler.dispatch()
+    sup.flow.reconcile()
+    assert TP0 in consumer.paused, "600 bytes: between the watermarks, stays paused"
+    for _ in range(2):
+        for b in pool.handles[0].ring.take():
+            frame = decode_frame(b)
+            assert frame is not None
+            report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
+        sup.results.collect()
+        sup.scheduler.dispatch()
+    sup.flow.reconcile()
+    assert TP0 not in consumer.paused, "200 bytes: below resume_below, fetching again"
+
+
+def test_a_partition_far_behind_does_not_take_the_others_share() -> None:
+    """Shares, not one pool: with two partitions that have a backlog, each has half the
+    budget; the one far behind pauses and the other keeps fetching."""
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0, TP1])
+    pool.handles[0].ring.accept = False
+    for i in range(5):
+        enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9)
+    enqueue(sup, TP1, 9, 0, 9)
+    sup.flow.reconcile()
+    assert TP0 in consumer.paused and TP1 not in consumer.paused
+
+
+def test_a_fetch_asks_for_no_more_than_the_budget_can_take() -> None:
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0, TP1])
+    assert sup.flow.records_wanted() == 1000, "nothing learnt yet: a batch per partition"
+    sup.intake.bytes_per_record = 2.0  # room: 0.8 * 1000 bytes = 400 records of 2 bytes
+    assert sup.flow.records_wanted() == 400
+    pool.handles[0].ring.accept = False
+    for i in range(8):
+        enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9)
+    assert sup.flow.records_wanted() == 100, "no room: still a minimal fetch, never zero"
+
+
+# ---------------------------------------------------------------------- pause state (invariant 4)
+def test_an_operator_paused_partition_is_paused_at_assignment_before_it_fetches() -> None:
+    sup, consumer, _clock, _ = make()
+    assign(sup, consumer, [TP0])
+    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    sup.rebalance.on_revoke([TP0])
+
+    class Pauses:
+        def pause_for(self, tp: Any) -> Any:
+            return type("P", (), {"describe": lambda self: "paused by ops"})()
+
+    sup.operator.pauses = Pauses()  # type: ignore[assignment]
+    assign(sup, consumer, [TP0, TP1])
+    assert consumer.paused == {TP0, TP1}, "librdkafka started them fetching; the runtime paused them at once"
+    assert all(PauseReason.OPERATOR in p.pause.holds for p in sup.partitions.values())
+
+
+def test_incremental_assignment_keeps_existing_pauses_and_reconcile_repairs_forgotten_ones() -> None:
+    sup, consumer, clock, _pool = make()
+    assign(sup, consumer, [TP0])
+    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    consumer.paused.clear()  # the client forgot the pause across the rebalance
+    assign(sup, consumer, [TP1])
+    assert TP1 not in consumer.paused
+    clock.now += 1.5
+    sup.flow.reconcile()
+    assert consumer.paused == {TP0}, "the periodic reconcile re-applies forgotten pauses"
 
 
 def test_a_lost_resume_is_repaired_within_a_second() -> None:
-    sup, consumer, clock, pool = make(fill=0.95)
+    sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
-    pool.handles[0].ring.fill_value = 0.0
+    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "x")
+    sup.flow.reconcile()
+    assert sup.flow.release(sup.partitions[TP0], PauseReason.OPERATOR)
     consumer.ignore_next_resume = True
-    sup.flow_control.reconcile()
+    sup.flow.reconcile()
     assert TP0 in consumer.paused, "the fake client lost the resume"
     clock.now += 1.0
-    sup.flow_control.reconcile()
+    sup.flow.reconcile()
     assert TP0 not in consumer.paused, "a runnable partition is fetching again within 1 s"
 
 
 def test_an_idle_partition_at_its_end_is_not_poked() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
-    sup.flows[TP0].eof_at = 10
+    sup.assignment.touched.clear()
+    fetch(sup, consumer, Fetched(eof={TP0: 10}))
     consumer.calls.clear()
     clock.now += 5
-    sup.flow_control.reconcile()
+    sup.flow.reconcile()
     assert ("resume", [TP0]) not in consumer.calls
 
 
-def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> None:
-    sup, consumer, _clock, _ = make()
+def test_holds_are_never_resumed_by_flow_control_and_timed_ones_expire() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    sup.flow.hold(sup.partitions[TP1], PauseReason.BACKOFF, "downstream", until=clock.now + 3)
+    for _ in range(5):
+        clock.now += 1.0
+        sup.flow.reconcile()
+        assert TP0 in consumer.paused, "an operator pause outlives any reconcile"
+    assert TP1 not in consumer.paused, "the back-off ended after 3 s and the partition resumed"
+
+
+# ---------------------------------------------------------------------- revocation (invariants 1, 5)
+def test_the_batch_a_revocation_waits_for_is_committed_with_it() -> None:
+    """The fence bumps the epoch before waiting for the batch in progress; that batch's DONE
+    comes back with the old epoch and must still count, or the revocation commits nothing of
+    what it waited for."""
+    sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
-    tracker = sup.flows[TP0].tracker
-    tracker.register(1, 0, 9)
-    tracker.complete(1)
-    sup.commits.commit(list(sup.flows.values()), asynchronous=True)
+    p = sup.partitions[TP0]
+    b = out(sup, TP0, 7, 0, 9)
+    h = pool.handles[0]
+    h.alive = True
+    h.board.begin(7, p.fence.slot)  # the worker is running it
+    done(pool, 0, b)  # ... and finishes it while the revocation waits
+    sup.rebalance.on_revoke([TP0])
+    assert consumer.commits[-1] == {TP0: 10}, "the batch in progress at the fence is committed"
+    assert TP0 not in sup.partitions and not sup.scheduler.has_out(TP0)
+    assert sup.rebalance.revocations[-1]["partitions"] == ["t[0]"]
+
+
+def test_a_late_result_of_a_released_partition_completes_nothing() -> None:
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0])
+    b = out(sup, TP0, 7, 0, 9)
+    sup.rebalance.on_revoke([TP0])
+    assign(sup, consumer, [TP0])
+    done(pool, 0, b)
+    sup.results.collect()
+    assert sup.partitions[TP0].tracker.committable is None, "a batch that is not out completes nothing"
+
+
+def test_a_revocation_kills_a_worker_that_will_not_let_go_in_time() -> None:
+    sup, consumer, clock, pool = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    out(sup, TP0, 7, 0, 9)
+    h = pool.handles[0]
+    h.alive = True
+    h.board.begin(7, p.fence.slot)  # running, and never reporting
+    clock.step = 0.5  # time passes while the revocation waits
+    sup.rebalance.on_revoke([TP0])
+    clock.step = 0.0
+    assert pool.killed == [0], "killed after revoke_timeout_s"
+    assert "revoke_timeout" in (sup.workforce.lives[0].kill or "")
+    assert consumer.commits == [], "nothing of the unfinished batch is committed"
+
+
+def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> None:
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0])
+    done(pool, 0, out(sup, TP0, 1, 0, 9))
+    sup.results.collect()
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=True)
     assert consumer.commits == [{TP0: 10}]
     consumer.refused = {TP0: 10}  # e.g. REBALANCE_IN_PROGRESS, reported by on_commit
-    sup.commits.commit(list(sup.flows.values()), asynchronous=True)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=True)
     assert consumer.commits[-1] == {TP0: 10}, "the refused offset is committed again"
-    sup.commits.commit(list(sup.flows.values()), asynchronous=True)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=True)
     assert len(consumer.commits) == 2, "and only until it is accepted"
 
 
+# ---------------------------------------------------------------------- intake and rebalances
 def test_rows_and_eof_in_the_same_consume_mean_caught_up() -> None:
     """One consume() may return a partition's last records and its EOF event together."""
     sup, consumer, _, _ = make()
     assign(sup, consumer, [TP0])
     sup.assignment.touched.clear()
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 0, 1)}, eof={TP0: 2}, count=2)
-    sup.fetch()
-    assert sup.flows[TP0].eof_at == 2
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 2)}, eof={TP0: 2}, count=1)
-    sup.fetch()
-    assert sup.flows[TP0].eof_at is None, "an EOF older than the newest record does not count"
+    fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 0, 1)}, eof={TP0: 2}, count=2))
+    assert sup.partitions[TP0].intake.eof_at == 2
+    fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 2)}, eof={TP0: 2}, count=1))
+    assert sup.partitions[TP0].intake.eof_at is None, "an EOF older than the newest record does not count"
 
 
 def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_at_its_commit() -> None:
@@ -158,133 +276,152 @@ def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_a
     sup.assignment.touched.clear()
 
     def consume_with_rebalance(n: int, t: float) -> Fetched:
-        sup.assignment.on_revoke([TP0])
-        consumer.assign([TP0])
-        sup.assignment.on_assign([TP0])
+        sup.rebalance.on_revoke([TP0])
+        assign(sup, consumer, [TP0])
         stale, fresh = msgs(TP0, 500, 501), msgs(TP0, 200)
         return Fetched(runs={TP0: stale + fresh, TP1: msgs(TP1, 7)}, count=4)
 
     consumer.next_fetch = consume_with_rebalance
-    sup.flows[TP0].tracker.register(1, 0, 9)
+    sup.partitions[TP0].tracker.register(1, 0, 9)
     sup.fetch()  # must not raise "goes backwards"
-    assert sup.flows[TP0].open_msgs == [], "nothing of the straddling call is kept"
+    assert sup.partitions[TP0].intake.open_msgs == [], "nothing of the straddling call is kept"
     assert consumer.started == [[TP0]], "the partition restarts at its committed offset"
 
 
 def test_a_committed_offset_the_broker_does_not_give_holds_the_partition_and_is_tried_again() -> None:
-    """Issue: committed() timing out during the straddle repair raised out of the loop."""
     sup, consumer, _clock, _ = make()
     assign(sup, consumer, [TP0])
     consumer.seek_fails = {TP0}
-    consumer.next_fetch = lambda n, t: Fetched()
-    sup.fetch()  # the assignment touched TP0: its start offset is looked up, and fails
-    flow = sup.flows[TP0]
-    assert "seeking" in flow.holds and flow.wants_pause()
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 0, 1)}, count=2)
-    sup.fetch()
-    assert flow.open_msgs == [], "records from an unknown position are not processed"
+    fetch(sup, consumer, Fetched())  # the assignment touched TP0: its start offset is looked up, and fails
+    p = sup.partitions[TP0]
+    assert PauseReason.SEEKING in p.pause.holds and TP0 in consumer.paused
+    fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 0, 1)}, count=2))
+    assert p.intake.open_msgs == [], "records from an unknown position are not processed"
     consumer.seek_fails.clear()
-    consumer.next_fetch = lambda n, t: Fetched()
-    sup.fetch()
-    assert "seeking" not in flow.holds, "tried again, and released once it worked"
+    fetch(sup, consumer, Fetched())
+    assert PauseReason.SEEKING not in p.pause.holds, "tried again, and released once it worked"
 
 
-def test_holds_are_never_resumed_by_flow_control_and_timed_ones_expire() -> None:
-    sup, consumer, clock, _ = make()
-    assign(sup, consumer, [TP0, TP1])
-    sup.flows[TP0].hold(OPERATOR, "maintenance", clock.now)
-    sup.flows[TP1].hold(BACKOFF, "downstream", clock.now, until=clock.now + 3)
-    for _ in range(5):
-        clock.now += 1.0
-        sup.flow_control.reconcile()
-        assert TP0 in consumer.paused, "an operator pause outlives any reconcile"
-    assert TP1 not in consumer.paused, "the back-off ended after 3 s and the partition resumed"
+def test_lag_before_the_first_batch_is_done_counts_from_where_reading_started() -> None:
+    sup, consumer, _clock, _ = make()
+    assign(sup, consumer, [TP0])
+    sup.assignment.touched.clear()
+    consumer.high[TP0] = 1000
+    fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 900, 901)}, count=2))
+    (part,) = sup.reporter.snapshot(0.0, True, None).partitions
+    assert part.lag == 100
 
 
+# ---------------------------------------------------------------------- the failure model's holds
 def test_a_deferred_batch_is_read_again_from_its_first_record_once_its_batches_are_back() -> None:
-    """Issue 9.3: an output outage is not the records' fault: no crash count, no dead
-    letter, nothing committed past the batch; the partition waits, then reads it again."""
+    """An output outage is not the records' fault: no crash count, no dead letter, nothing
+    committed past the batch; the partition waits, then reads it again."""
     sup, consumer, clock, pool = make()
     assign(sup, consumer, [TP0])
-    flow = sup.flows[TP0]
-    _in_flight(sup, TP0, 1, 0, 9)
-    b2 = _in_flight(sup, TP0, 2, 10, 19)
-    _in_flight(sup, TP0, 3, 20, 29)
-    h = pool.handles[0]
-    sup._on_result(h, Result(DONE, 1, flow.slot, flow.epoch, processed=10))
-    sup._on_result(h, Result(DEFERRED, 2, flow.slot, b2.epoch, detail="broker away", cause="delivery"))
-    assert DELIVERY in flow.holds and flow.rewinding and TP0 in consumer.paused
+    p = sup.partitions[TP0]
+    b1, b2, b3 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(3))
+    sup.scheduler.dispatch()
+    assert sup.scheduler.count(0) == 2, "one running, one queued: the third waits in its lane"
+    done(pool, 0, b1)
+    report(pool, 0, Result(DEFERRED, 2, b2.slot, b2.epoch, detail="broker away", cause="delivery"))
+    sup.results.collect()
+    assert PauseReason.DELIVERY in p.pause.holds and p.fence.rewinding and TP0 in consumer.paused
+    assert sup.scheduler.pending(TP0) == 0, "the batch waiting in its lane was dropped"
+    assert b3.batch_id not in {decode_frame(f).batch_id for f in pool.handles[0].ring.frames}  # type: ignore[union-attr]
     sup.assignment.advance_rewinds()
-    assert consumer.seeks == [], "batch 3 is still out in the ring: no seek yet"
-    sup._on_result(h, Result(FENCED, 3, flow.slot, b2.epoch))  # the worker skipped it
-    sup.assignment.advance_rewinds()
-    assert consumer.seeks == [(TP0, 10)], "read again from the deferred batch's first record"
-    assert flow.tracker.committable == 10 and not flow.rewinding
+    assert consumer.seeks == [(TP0, 10)], "nothing is out any more: read again from the deferred batch"
+    assert p.tracker.committable == 10 and not p.fence.rewinding
     clock.now += 0.5
-    sup.flow_control.reconcile()
+    sup.flow.reconcile()
     assert TP0 in consumer.paused, "still backing off"
     clock.now += 1.0
-    sup.flow_control.reconcile()
+    sup.flow.reconcile()
     assert TP0 not in consumer.paused, "back-off over: fetching again"
-    sup.commits.commit(list(sup.flows.values()), asynchronous=False)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
     assert consumer.commits[-1] == {TP0: 10}, "nothing past the deferred batch is committed"
+
+
+def test_a_rewind_waits_for_every_batch_out_in_a_ring() -> None:
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
+    sup.scheduler.dispatch()
+    report(pool, 0, Result(DEFERRED, 1, b1.slot, b1.epoch, detail="x", cause="backoff", delay_ms=100))
+    sup.results.collect()
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks == [], "batch 2 is still out in the ring: no seek yet"
+    report(pool, 0, Result(FENCED, 2, b2.slot, b2.epoch))  # the worker skipped it
+    sup.results.collect()
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks == [(TP0, 0)] and not p.fence.rewinding
 
 
 def test_a_backoff_for_every_partition_holds_them_all() -> None:
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0, TP1])
-    b = _in_flight(sup, TP0, 1, 0, 9)
-    sup._on_result(pool.handles[0], Result(DEFERRED, 1, b.slot, b.epoch, detail="x", cause="backoff",
-                                           delay_ms=2000, scope="all"))
-    assert all(BACKOFF in f.holds for f in sup.flows.values())
+    b = out(sup, TP0, 1, 0, 9)
+    report(pool, 0, Result(DEFERRED, 1, b.slot, b.epoch, detail="x", cause="backoff", delay_ms=2000,
+                           scope="all"))
+    sup.results.collect()
+    assert all(PauseReason.BACKOFF in p.pause.holds for p in sup.partitions.values())
     assert consumer.paused == {TP0, TP1}
 
 
-def test_a_blocked_partition_drops_its_queued_frames_so_they_do_not_pause_its_worker() -> None:
-    """Issue 9.6: a blocked partition's pending frames kept counting towards its worker's
-    fill, so healthy partitions of that worker could stay paused forever."""
-    import collections
-
-    sup, consumer, _clock, pool = make(fill=0.5)
+def test_a_blocked_partition_drops_its_waiting_batches_so_they_do_not_hold_back_others() -> None:
+    """A blocked partition's waiting batches kept counting towards the backlog, so healthy
+    partitions could stay paused forever."""
+    sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0, TP1])
-    flow = sup.flows[TP0]
-    b = _in_flight(sup, TP0, 1, 0, 9)
-    flow.lanes.setdefault(0, collections.deque()).append(Batch(2, TP0, flow.slot, flow.epoch, 10, 19, 10,
-                                                               b"f" * 400, 0))
-    sup._on_result(pool.handles[0], Result(R_BLOCKED, 1, b.slot, b.epoch, detail="offset 3: boom"))
-    assert flow.blocked == "offset 3: boom" and not flow.pending()
-    sup.flow_control.reconcile()
-    assert TP1 not in consumer.paused, "the healthy partition of the same worker keeps going"
+    b = out(sup, TP0, 1, 0, 9)
+    pool.handles[0].ring.accept = False
+    for i in range(6):
+        enqueue(sup, TP0, i + 2, 10 + i * 10, 19 + i * 10)
+    report(pool, 0, Result(BLOCKED, 1, b.slot, b.epoch, detail="offset 3: boom"))
+    sup.results.collect()
+    p = sup.partitions[TP0]
+    assert p.blocked == "offset 3: boom" and sup.scheduler.pending(TP0) == 0
+    sup.flow.reconcile()
+    assert TP1 not in consumer.paused, "the healthy partition keeps going"
     assert TP0 in consumer.paused
 
 
 def test_a_slot_freed_by_a_blocked_partition_does_not_block_the_next_one() -> None:
-    """Issue 9.5: blocked state outlived its partition and the next partition on the slot
-    was reported blocked although nothing failed."""
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
-    b = _in_flight(sup, TP0, 1, 0, 9)
-    slot = sup.flows[TP0].slot
-    sup._on_result(pool.handles[0], Result(R_BLOCKED, 1, slot, b.epoch, detail="offset 0: boom"))
-    sup.assignment.on_revoke([TP0])
+    b = out(sup, TP0, 1, 0, 9)
+    slot = sup.partitions[TP0].fence.slot
+    report(pool, 0, Result(BLOCKED, 1, slot, b.epoch, detail="offset 0: boom"))
+    sup.results.collect()
+    sup.rebalance.on_revoke([TP0])
     assign(sup, consumer, [TP1])
-    new = sup.flows[TP1]
-    assert new.slot == slot, "the slot is reused (newest first)"
-    assert new.blocked is None and BLOCKED not in new.holds and new.epoch != b.epoch
+    new = sup.partitions[TP1]
+    assert new.fence.slot == slot, "the slot is reused (newest first)"
+    assert new.blocked is None and not new.pause.holds and new.fence.epoch != b.epoch
 
 
-def test_lag_before_the_first_batch_is_done_counts_from_where_reading_started() -> None:
-    """Issue 9.14: lag was the whole log (high watermark - 0) until a batch completed."""
-    sup, consumer, _clock, _ = make()
+def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() -> None:
+    """A worker dies with two batches of a partition in its ring: both run again, in order,
+    on the other worker; the one it was running counts a crash."""
+    sup, consumer, _clock, pool = make(workers=2)
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
-    consumer.high[TP0] = 1000
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 900, 901)}, count=2)
-    sup.fetch()
-    (part,) = sup.status().partitions
-    assert part.lag == 100
+    b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
+    sup.scheduler.dispatch()
+    (worker,) = [w for w in (0, 1) if sup.scheduler.count(w)]
+    assert sup.scheduler.count(worker) == 2, "a partition's batches are on one worker at a time"
+    pool.handles[worker].ring.take()
+    from runtime.supervisor.workforce import Death
+
+    sup.results.redeliver(Death(worker, b1.batch_id, "killed by SIGKILL"))
+    assert b1.crashes == 1 and b2.crashes == 0
+    sup.workforce.lives[worker].kill = "dead"  # not accepting until it is restarted
+    sup.scheduler.dispatch()
+    other = 1 - worker
+    frames = [decode_frame(f) for f in pool.handles[other].ring.frames]
+    assert [f.batch_id for f in frames if f is not None] == [1, 2], "in their original order"
 
 
+# ---------------------------------------------------------------------- key ordering
 def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span() -> None:
     sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
     assign(sup, consumer, [TP0])
@@ -292,54 +429,111 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
     run = []
     for o in range(40):
         run += msgs(TP0, o, key=f"k{o % 8}".encode())
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: run}, count=40)
-    sup.fetch()
-    sup.intake.cut_batches()
-    sup.intake.dispatch()
-    frames = [len(h.ring.frames) for h in pool.handles]
-    assert all(frames), f"both workers got frames of the one partition: {frames}"
-    flow = sup.flows[TP0]
-    assert flow.tracker.unfinished == sum(frames)
-    # Completing one lane's batches is not enough to commit: the other lane holds offsets below.
-    h0 = pool.handles[0]
-    for bid in [b for b in list(sup.in_flight._by_worker[0])]:
-        sup._on_result(h0, Result(DONE, bid, flow.slot, flow.epoch, processed=1))
-    assert flow.tracker.committable is None
-    for bid in [b for b in list(sup.in_flight._by_worker[1])]:
-        sup._on_result(pool.handles[1], Result(DONE, bid, flow.slot, flow.epoch, processed=1))
-    assert flow.tracker.committable == 40
+    fetch(sup, consumer, Fetched(runs={TP0: run}, count=40))
+    sup.scheduler.enqueue(sup.intake.cut(True))
+    sup.scheduler.dispatch()
+    frames = [[decode_frame(f) for f in h.ring.frames] for h in pool.handles]
+    assert all(frames), f"both workers got batches of the one partition: {[len(f) for f in frames]}"
+    p = sup.partitions[TP0]
+    # Completing one worker's batches is not enough to commit: the other holds offsets below.
+    for raw in pool.handles[0].ring.take():
+        f = decode_frame(raw)
+        assert f is not None
+        report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
+    sup.results.collect()
+    assert p.tracker.committable is None
+    while any(h.ring.frames for h in pool.handles) or sup.scheduler.pending(TP0):
+        for i, h in enumerate(pool.handles):
+            for raw in h.ring.take():
+                f = decode_frame(raw)
+                assert f is not None
+                report(pool, i, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
+        sup.results.collect()
+        sup.scheduler.dispatch()
+    assert p.tracker.committable == 40
 
 
 def test_key_ordering_pauses_a_partition_that_runs_too_far_ahead_of_its_commit() -> None:
     sup, consumer, _clock, _pool = make(workers=2, ordering="key", max_uncommitted_records=10)
     assign(sup, consumer, [TP0])
-    flow = sup.flows[TP0]
-    flow.tracker.register_span(0, 11, [(1, 0, 11)], 12)
-    sup.flow_control.reconcile()
-    assert flow.ahead and TP0 in consumer.paused, "12 records past the commit, bound 10: paused"
-    flow.tracker.complete(1)
-    sup.flow_control.reconcile()
-    assert not flow.ahead and TP0 not in consumer.paused
+    p = sup.partitions[TP0]
+    p.tracker.register_span(0, 11, [(1, 0, 11)], 12)
+    sup.flow.reconcile()
+    assert p.pause.ahead and TP0 in consumer.paused, "12 records past the commit, bound 10: paused"
+    p.tracker.complete(1)
+    sup.flow.reconcile()
+    assert not p.pause.ahead and TP0 not in consumer.paused
 
 
 def test_a_hot_key_that_serialises_a_partition_is_reported() -> None:
     """Key ordering spreads a partition only as far as its keys allow: one key with most of
-    the records stays on one worker, and status says so instead of hiding it."""
+    the records stays in one lane, and status says so instead of hiding it."""
     sup, consumer, _clock, _pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
     assign(sup, consumer, [TP0])
     sup.assignment.touched.clear()
     run = []
     for o in range(300):
         run += msgs(TP0, o, key=b"hot" if o % 10 else f"k{o}".encode())
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: run}, count=300)
-    sup.fetch()
-    sup.intake.cut_batches()
-    (part,) = sup.status().partitions
+    fetch(sup, consumer, Fetched(runs={TP0: run}, count=300))
+    sup.scheduler.enqueue(sup.intake.cut(True))
+    (part,) = sup.reporter.snapshot(0.0, True, None).partitions
     assert part.hot_key is not None and "b'hot'" in part.hot_key and "90%" in part.hot_key
     spread = []
     for o in range(300, 600):
         spread += msgs(TP0, o, key=f"k{o}".encode())
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: spread}, count=300)
-    sup.fetch()
-    sup.intake.cut_batches()
-    assert sup.status().partitions[0].hot_key is None, "keys spread again: no report"
+    fetch(sup, consumer, Fetched(runs={TP0: spread}, count=300))
+    sup.scheduler.enqueue(sup.intake.cut(True))
+    assert sup.reporter.snapshot(0.0, True, None).partitions[0].hot_key is None, "keys spread again"
+
+
+# ---------------------------------------------------------------------- batch-level scheduling (issue 16)
+def test_three_partitions_keep_two_workers_busy_by_moving_between_batches() -> None:
+    """A partition bound to a worker for life leaves one worker with two of three partitions;
+    moving partitions between batches keeps both busy and each partition on one at a time."""
+    sup, consumer, _clock, pool = make(workers=2)
+    assign(sup, consumer, [TP0, TP1, TP2])
+    bid = 0
+    for tp in (TP0, TP1, TP2):
+        for i in range(20):
+            bid += 1
+            enqueue(sup, tp, bid, i * 10, i * 10 + 9)
+    busy = [0, 0]
+    where: dict[Any, set[int]] = {TP0: set(), TP1: set(), TP2: set()}
+    for _ in range(60):
+        sup.scheduler.dispatch()
+        for w, h in enumerate(pool.handles):
+            running = h.ring.frames[:1]  # the worker finishes the first batch of its ring
+            if not running:
+                continue
+            busy[w] += 1
+            h.ring.frames = h.ring.frames[1:]
+            f = decode_frame(running[0])
+            assert f is not None
+            where[(f.topic, f.partition)].add(w)
+            report(pool, w, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
+        sup.results.collect()
+        for tp in where:
+            on = {w for w in (0, 1) if any((lambda x: x is not None and (x.topic, x.partition) == tp)(
+                decode_frame(fr)) for fr in pool.handles[w].ring.frames)}
+            assert len(on) <= 1, f"{tp} is in two rings at once"
+    assert sum(busy) == 60, "every batch ran"
+    assert min(busy) >= 25, f"both workers kept busy: {busy}"
+    assert any(len(ws) == 2 for ws in where.values()), "a partition moved between workers"
+    for tp in (TP0, TP1, TP2):
+        assert sup.partitions[tp].tracker.committable == 200
+
+
+def test_a_partial_batch_is_cut_early_for_an_idle_worker_only_when_the_client_had_nothing_more() -> None:
+    """Adaptive batching: small batches only when they cost nothing. Behind a backlog (a
+    fetch that came back full), what arrived waits to fill a batch even though a worker has
+    room; once the client's queue is drained, a worker with room gets it at once."""
+    sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=1000)
+    assign(sup, consumer, [TP0])
+    sup.assignment.touched.clear()
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, *range(n))}, count=n)
+    sup.intake.fetch(10, 0)  # the client had as much as was asked for: behind
+    sup.intake.take(Fetched(runs={TP0: msgs(TP0, *range(10))}, count=10))
+    assert sup.intake.cut(worker_has_room=True) == [], "10 of 100: waits for more"
+    consumer.next_fetch = lambda n, t: Fetched()
+    sup.intake.fetch(10, 0)  # nothing more queued
+    assert [b.count for b in sup.intake.cut(worker_has_room=True)] == [10], "cut at once"

@@ -48,3 +48,26 @@ def test_enrich_valid_and_invalid() -> None:
     assert body["total"] == 20.0 and body["total_eur"] == 18.4 and body["currency"] == "USD"
     assert isinstance(out[1], Reject) and "qty 0" in out[1].reason
     assert isinstance(out[2], Reject)
+
+
+def test_a_workers_descendants_are_found_without_scanning_every_process() -> None:
+    """pool.descendant_pids reads the kernel's per-thread children lists: the same processes
+    psutil finds by reading all of /proc, grandchildren included."""
+    import subprocess
+
+    import psutil
+
+    from runtime.supervisor.pool import descendant_pids
+
+    tree = subprocess.Popen(["bash", "-c", "sleep 30 & bash -c 'sleep 30 & wait' & wait"])
+    try:
+        deadline = __import__("time").monotonic() + 5
+        while len(psutil.Process(tree.pid).children(recursive=True)) < 3:
+            assert __import__("time").monotonic() < deadline, "the tree did not start"
+        expected = sorted(c.pid for c in psutil.Process(tree.pid).children(recursive=True))
+        assert sorted(descendant_pids(tree.pid)) == expected
+    finally:
+        for c in psutil.Process(tree.pid).children(recursive=True):
+            c.kill()
+        tree.kill()
+        tree.wait()

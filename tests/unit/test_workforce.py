@@ -1,4 +1,4 @@
-"""runtime.workforce.Workforce, the worker lifecycle policy, driven by a fake pool and one
+"""runtime.supervisor.workforce.Workforce, the worker lifecycle policy, driven by a fake pool and one
 fake clock (the supervisor's and the boards'). A worker's end is judged by what it reported
 and what it was doing, never by its exit status."""
 
@@ -11,25 +11,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fakes import ProcPool as FakePool
+from fakes import TickClock as Clock
 
-import runtime.board as board_mod
-from runtime.board import BOARD_BYTES, PHASE_CALL, PHASE_DELIVER, Board
+import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import PluginError, WorkerCrashLoop
-from runtime.flow import Batch, InFlight
-from runtime.frames import STOP_FRAME
-from runtime.workforce import Death, State, Workforce
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def ns(self) -> int:
-        return int(self.now * 1e9)
+from runtime.supervisor.workforce import Death, State, Workforce
+from runtime.transport.board import PHASE_CALL, PHASE_DELIVER
+from runtime.transport.frames import STOP_FRAME
 
 
 @pytest.fixture
@@ -38,95 +28,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     # The boards read time themselves: give them the same fake clock.
     monkeypatch.setattr(board_mod, "time", SimpleNamespace(monotonic_ns=c.ns))
     yield c
-
-
-@dataclass
-class FakeProcess:
-    pid: int
-    exitcode: int | None = None
-
-
-class FakeRing:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-        self.room = True
-
-    def try_write(self, frame: bytes) -> bool:
-        if self.room:
-            self.frames.append(frame)
-        return self.room
-
-
-@dataclass(eq=False)
-class FakeHandle:
-    index: int
-    board: Board
-    ring: FakeRing = field(default_factory=FakeRing)
-    bell: Any = None
-    started_at: float = 0.0
-    process: FakeProcess | None = None
-    incarnation: int = 0
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.exitcode is None
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-
-class FakePool:
-    def __init__(self, processes: int, clock: Clock) -> None:
-        self.clock = clock
-        self.handles = [FakeHandle(i, Board(memoryview(bytearray(BOARD_BYTES)))) for i in range(processes)]
-        self.spawned: list[int] = []
-        self.kills: list[tuple[int, int]] = []
-        self.forgotten: list[int] = []
-        self.watched = 0
-        self.reaped = 0
-        self._pid = 5000
-
-    # --- what Workforce calls
-    def spawn_worker(self, h: FakeHandle) -> None:
-        h.incarnation += 1
-        h.board.reset()
-        self._pid += 1
-        h.process = FakeProcess(self._pid)
-        h.started_at = self.clock()
-        self.spawned.append(h.index)
-
-    def dead(self) -> list[FakeHandle]:
-        return [h for h in self.handles if h.process is not None and h.process.exitcode is not None]
-
-    def forget(self, h: FakeHandle) -> int | None:
-        assert h.process is not None
-        code = h.process.exitcode
-        h.process = None
-        self.forgotten.append(h.index)
-        return code
-
-    def kill(self, h: FakeHandle, sig: int = signal.SIGKILL) -> None:
-        if h.alive:
-            self.kills.append((h.index, sig))
-
-    def watch_descendants(self) -> None:
-        self.watched += 1
-
-    def reap_orphans(self) -> None:
-        self.reaped += 1
-
-    def stop_all(self, timeout_s: float, drain: Any) -> None:
-        for h in self.handles:
-            if h.alive:
-                assert h.process is not None
-                h.process.exitcode = -signal.SIGTERM
-
-    # --- test helpers
-    def exit(self, i: int, code: int) -> None:
-        p = self.handles[i].process
-        assert p is not None and p.exitcode is None, "not running"
-        p.exitcode = code
 
 
 def settings(**workers: Any) -> Settings:
@@ -141,7 +42,7 @@ class Rig:
     wf: Workforce
     pool: FakePool
     clock: Clock
-    in_flight: InFlight
+    out: dict[int, set[int]]  # worker -> batch ids in its ring (the scheduler's count)
     drained: list[int] = field(default_factory=list)
 
     def manage(self) -> list[Death]:
@@ -164,14 +65,10 @@ class Rig:
 def rig(clock: Clock, **workers: Any) -> Rig:
     s = settings(**workers)
     pool = FakePool(s.workers.processes, clock)
-    in_flight = InFlight(s.workers.processes)
-    wf = Workforce(s, pool, in_flight, clock)  # type: ignore[arg-type]
+    out: dict[int, set[int]] = {i: set() for i in range(s.workers.processes)}
+    wf = Workforce(s, pool, clock, batches_out=lambda i: len(out[i]))  # type: ignore[arg-type]
     wf.start_all()
-    return Rig(wf, pool, clock, in_flight)
-
-
-def a_batch(batch_id: int) -> Batch:
-    return Batch(batch_id, ("t", 0), 0, 1, 0, 0, 1, b"frame", 0)
+    return Rig(wf, pool, clock, out)
 
 
 # ---------------------------------------------------------------------- start failures
@@ -295,11 +192,57 @@ def test_a_ready_worker_that_exits_has_crashed_and_only_a_death_in_the_plugin_bl
     assert r.life().last_exit == deaths[0].why
 
 
+def test_a_worker_killed_by_sigkill_that_we_did_not_send_has_crashed_perhaps_out_of_memory(
+        clock: Clock) -> None:
+    r = rig(clock)
+    r.ready()
+    r.pool.exit(0, -signal.SIGKILL)
+    deaths = r.at(1.0)
+    assert deaths[0].why == "killed by SIGKILL (perhaps out of memory)"
+    assert r.life().exits == {"crashed": 1}
+
+
+def test_a_worker_the_supervisor_killed_for_its_deadline_is_counted_killed_and_says_why(
+        clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=60.0)
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(42, 0)
+    for t in (3.0, 6.0, 9.0):
+        board.beat()
+        r.at(t)
+    assert r.pool.kills[-1] == (0, signal.SIGKILL), "SIGTERM ignored: SIGKILL after the grace"
+    r.pool.exit(0, -signal.SIGKILL)
+    with caplog.at_level("DEBUG", logger="ringmaster.workforce"):
+        deaths = r.at(9.5)
+    why = deaths[0].why
+    assert why.startswith("killed by the supervisor (SIGKILL): batch exceeded its deadline"), why
+    assert "out of memory" not in why and "workers.batch_timeout_s" in why
+    assert r.life().exits == {"killed": 1}, "our own kill is not a crash"
+    assert r.life().last_exit == why
+    (line,) = [rec for rec in caplog.records if rec.getMessage().startswith("worker killed")]
+    assert line.levelname == "WARNING" and line.__dict__["worker"] == 0 and line.__dict__["incarnation"] == 1
+
+
+def test_a_worker_killed_at_once_for_a_revocation_is_counted_killed_with_the_reason(clock: Clock) -> None:
+    r = rig(clock)
+    r.ready()
+    h = r.pool.handles[0]
+    r.wf.kill_now(h, "still busy on a revoked partition after 10 s (supervisor.revoke_timeout_s)")  # type: ignore[arg-type]
+    assert r.pool.kills == [(0, signal.SIGKILL)]
+    r.pool.exit(0, -signal.SIGKILL)
+    deaths = r.at(0.5)
+    assert deaths[0].why == ("killed by the supervisor (SIGKILL): still busy on a revoked partition after "
+                             "10 s (supervisor.revoke_timeout_s)")
+    assert r.life().exits == {"killed": 1}
+    assert r.life().state is State.RESTARTING
+
+
 def test_a_retiring_worker_that_exits_0_in_the_middle_of_a_batch_has_crashed(clock: Clock) -> None:
     r = rig(clock, max_batches=1)
     r.ready()
     h = r.pool.handles[0]
-    r.in_flight.add(0, a_batch(5))
+    r.out[0].add(5)
     r.at(1.0)
     assert r.life().state is State.RETIRING, "the STOP frame is queued behind batch 5"
     h.board.begin(5, 0)  # the worker runs batch 5 in the plugin ...
@@ -465,7 +408,7 @@ def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_wo
         h.board.begin(bid, 0)
         h.board.end(10)
     assert r.wf.accepting(0), "2 of 3 given"
-    r.in_flight.add(0, a_batch(3))
+    r.out[0].add(3)
     assert not r.wf.accepting(0), "2 done + 1 queued: the budget is spent"
     r.at(1.0)
     assert h.ring.frames == [STOP_FRAME], "the STOP frame goes right behind the last batch"
@@ -474,7 +417,7 @@ def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_wo
     assert h.ring.frames == [STOP_FRAME], "one STOP frame"
     h.board.begin(3, 0)
     h.board.end(10)
-    r.in_flight.pop(0, 3)
+    r.out[0].discard(3)
     r.pool.exit(0, 0)
     deaths = r.at(3.0)
     assert deaths == [Death(0, None, "exited with status 0")]

@@ -1,0 +1,17 @@
+"""The Kafka adapter: the only package that imports ``confluent_kafka`` (the Spark backend
+aside: runtime/spark/offsets.py and source.py read partitions and offsets for Spark's
+planner with their own short-lived clients).
+
+    consumer.py      the supervisor's group consumer (rebalance callbacks, pause, commit, seek)
+    producer.py      producing with acknowledgements; delivery errors: a record's fault vs an outage
+    topic_reader.py  assign-only reading: a whole topic (the control topic, ``ringmaster tail``), the
+                     bounds of a topic's partitions and single records (``ringmaster redrive``)
+    admin.py         client property checks before anything connects; cluster metadata; topics:
+                     exist? create
+    client_log.py    librdkafka's own log lines and error_cb reports into the structured log
+    watermarks.py    the ends of paused partitions (ListOffsets, off the loop): lag keeps growing
+    messages.py      a consumed message's topic, partition, offset and headers, as types say them
+
+It translates the client and nothing more: batching and packing are the transport's.
+May import: runtime.transport (to bind the message type), runtime.config, runtime.errors.
+"""

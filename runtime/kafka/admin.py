@@ -1,0 +1,129 @@
+"""Client checks, cluster metadata and topic administration. Runs in: the CLI (checking
+properties before anything connects; the operator commands), the daemon (waiting for the
+cluster at start), the demo, tests and benchmarks (creating topics), the control topic."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaError as _CKError
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from runtime.errors import ConfigError, KafkaError, KafkaUnreachable
+from runtime.kafka.client_log import UNREACHABLE, with_logger
+
+
+def check_client_properties(consumer_props: Mapping[str, Any], producer_props: Mapping[str, Any]) -> None:
+    """Let librdkafka judge every property (a typo, a bad value) before anything connects: a
+    client made without bootstrap.servers never touches the network. Raises ConfigError
+    naming the section."""
+    for section, client_type, props in (("kafka.consumer", Consumer, consumer_props),
+                                        ("kafka.producer", Producer, producer_props)):
+        # log_level 3: errors only (no notice that there is no bootstrap.servers: on purpose).
+        # The logger keeps librdkafka's configuration warnings off the terminal: the real
+        # clients made later log them (CONFWARN), once, through the structured log.
+        offline = with_logger({k: v for k, v in props.items() if k != "bootstrap.servers"} | {"log_level": 3})
+        try:
+            client = client_type(offline)
+        except KafkaException as exc:
+            err = exc.args[0]
+            raise ConfigError(f"{section}: {err.str() if isinstance(err, _CKError) else err}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{section}: {exc}") from None
+        if isinstance(client, Consumer):
+            client.close()
+        else:
+            client.flush(0)
+
+
+def create_topic(props: Mapping[str, Any], topic: str, partitions: int = 1, replication_factor: int = -1,
+                 config: Mapping[str, str] | None = None, timeout_s: float = 30.0,
+                 what: str = "topic") -> bool:
+    """Create a topic unless it exists; True if this call created it. ``props``: connection
+    and security properties (admin_properties). Raises KafkaUnreachable when the cluster
+    does not answer within timeout_s, KafkaError naming ``what`` when it refuses."""
+    admin = AdminClient(with_logger(admin_properties(props)))
+    new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                   config=dict(config or {}))
+    try:
+        futures = admin.create_topics([new], operation_timeout=min(timeout_s, 15), request_timeout=timeout_s)
+        for fut in futures.values():
+            try:
+                fut.result(timeout_s)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() == _CKError.TOPIC_ALREADY_EXISTS:
+                    return False
+                if err.code() in UNREACHABLE:
+                    raise _unreachable(props, f"cannot create the {what} {topic!r}", timeout_s, err) from None
+                raise KafkaError(f"cannot create the {what} {topic!r}: {err.str()}") from None
+            except concurrent.futures.TimeoutError:
+                raise _unreachable(props, f"cannot create the {what} {topic!r}", timeout_s) from None
+        return True
+    except KafkaException as exc:  # the request could not even be made
+        raise KafkaError(f"cannot create the {what} {topic!r}: {exc.args[0]}") from None
+    finally:
+        admin.poll(0)  # the client's log lines (CLIENT_LOG), served here
+
+
+def _unreachable(props: Mapping[str, Any], doing: str, timeout_s: float,
+                 err: _CKError | None = None) -> KafkaUnreachable:
+    why = f": {err.str()}" if err is not None else ""
+    return KafkaUnreachable(f"{doing}: the Kafka cluster at {props.get('bootstrap.servers', '?')} "
+                            f"(kafka.bootstrap_servers) did not answer within {timeout_s:g} s{why}")
+
+
+class ClusterProbe:
+    """Asks the cluster for its topics (a metadata request): the one question every start and
+    every operator command needs answered first. One client, reused across attempts, so
+    librdkafka's reconnect back-off applies between them."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        self.props = dict(props)
+        self.bootstrap = str(props.get("bootstrap.servers", "?"))
+        self._admin = AdminClient(with_logger(admin_properties(props)))
+
+    def topics(self, timeout_s: float) -> dict[str, int]:
+        """Topic -> partition count. KafkaUnreachable when nothing answers within timeout_s;
+        KafkaError when the cluster answers with an error (authentication, authorisation)."""
+        try:
+            meta = self._admin.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if isinstance(err, _CKError) and err.code() in UNREACHABLE:
+                raise KafkaUnreachable(f"no metadata from {self.bootstrap} within {timeout_s:g} s: "
+                                       f"{err.str()}") from None
+            raise KafkaError(f"cannot read the cluster's metadata from {self.bootstrap}: {err}") from None
+        finally:
+            self._admin.poll(0)
+        return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+
+def topic_exists(props: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> bool:
+    """Whether the cluster has the topic, from a look-up of every topic (a look-up naming
+    the topic creates it on some brokers). ``props``: admin_properties."""
+    try:
+        return topic in AdminClient(admin_properties(props)).list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise KafkaError(f"cannot list the topics: {exc.args[0]}") from None
+
+
+def admin_properties(props: Mapping[str, Any]) -> dict[str, Any]:
+    """Connection and security properties apply to an admin client; consumer- or producer-only
+    ones don't (librdkafka warns about each). An admin client's own notices (such as events
+    left unserved when a short-lived one is destroyed) are not worth a line: warnings and up."""
+    return {"log_level": 4} | {k: v for k, v in props.items()
+                               if k == "bootstrap.servers" or k.startswith(
+                                   ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.",
+                                    "api.version", "metadata.", "log_level"))}
+
+
+def ensure_topics(bootstrap: str, topics: Iterable[str], partitions: int = 1,
+                  extra: Mapping[str, Any] | None = None, timeout_s: float = 30.0) -> None:
+    """Create topics that do not exist (used by the demo, tests and bench)."""
+    for topic in topics:
+        create_topic({"bootstrap.servers": bootstrap, **(extra or {})}, topic, partitions, 1,
+                     timeout_s=timeout_s)

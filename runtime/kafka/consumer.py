@@ -1,0 +1,537 @@
+"""The group consumer: the supervisor's one member of the consumer group.
+
+Runs in: supervisor. Rebalance callbacks run inside ``consume()`` on the supervisor's one
+thread. ``runtime/kafka/`` is the only package that imports ``confluent_kafka`` (the Spark
+backend aside: it reads offsets and partitions for Spark's planner, runtime/spark/offsets.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    Consumer,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka import KafkaError as _CKError
+
+from runtime.errors import KafkaError
+from runtime.kafka.client_log import log_client_error, same_line, with_logger
+from runtime.kafka.messages import offset_of, tp_of
+from runtime.kafka.watermarks import LatestOffsets
+from runtime.tp import TP
+from runtime.transport import packing
+from runtime.transport.packing import Run
+
+log = logging.getLogger(__name__)
+# The transport packs this client's messages into frames; it learns their type here.
+packing.bind(Message)
+
+
+def _topic_partition_of(m: Message) -> tuple[str | None, int | None]:
+    return m.topic(), m.partition()
+
+
+def librdkafka_summary(stats: dict[str, Any]) -> dict[str, float]:
+    """The few numbers of librdkafka's statistics JSON worth a metric: its queues and the
+    brokers' round trips (https://github.com/confluentinc/librdkafka/blob/master/STATISTICS.md)."""
+    out: dict[str, float] = {
+        "replyq": float(stats.get("replyq", 0)),
+        "msg_cnt": float(stats.get("msg_cnt", 0)),
+        "rx_messages_total": float(stats.get("rxmsgs", 0)),
+        "rx_bytes_total": float(stats.get("rxmsg_bytes", 0)),
+    }
+    fetchq = 0
+    for topic in stats.get("topics", {}).values():
+        for part in topic.get("partitions", {}).values():
+            fetchq += int(part.get("fetchq_cnt", 0) or 0)
+    out["fetch_queue_messages"] = float(fetchq)
+    cgrp = stats.get("cgrp") or {}
+    if "rebalance_cnt" in cgrp:  # the group's rebalances this client took part in (assign or revoke)
+        out["rebalances_total"] = float(cgrp["rebalance_cnt"])
+    rtts = [b.get("rtt", {}).get("avg", 0) for b in stats.get("brokers", {}).values()
+            if b.get("state") == "UP" and b.get("rtt", {}).get("cnt", 0)]
+    if rtts:
+        out["broker_rtt_avg_seconds"] = max(rtts) / 1e6
+    return out
+
+
+class ConsumerState(enum.Enum):
+    CREATED = "created"
+    CONSUMING = "consuming"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class Fetched:
+    """What one consume() call returned, grouped by partition, in offset order."""
+
+    runs: dict[TP, Run] = field(default_factory=dict)
+    eof: dict[TP, int] = field(default_factory=dict)
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What one commit call came to. Asynchronous: only whether it was sent (the broker's
+    answer comes later, through on_commit: refused offsets are taken with
+    take_refused_commits). Synchronous: the broker's answer, per partition."""
+
+    sent: bool
+    refused: dict[TP, str] = field(default_factory=dict)  # synchronous: partition -> why
+
+    @property
+    def ok(self) -> bool:
+        return self.sent and not self.refused
+
+
+# Errors that librdkafka reports but recovers from by itself.
+_TRANSIENT = {
+    _CKError._TRANSPORT, _CKError._ALL_BROKERS_DOWN, _CKError._TIMED_OUT,
+    _CKError._MSG_TIMED_OUT, _CKError._RESOLVE, _CKError.NOT_COORDINATOR,
+    _CKError.COORDINATOR_NOT_AVAILABLE, _CKError.REBALANCE_IN_PROGRESS,
+    _CKError.UNKNOWN_TOPIC_OR_PART, _CKError.LEADER_NOT_AVAILABLE,
+    _CKError.NOT_LEADER_FOR_PARTITION, _CKError._NO_OFFSET,
+}
+
+
+class GroupConsumer:
+    """A group member. Callbacks receive lists of (topic, partition) tuples."""
+
+    def __init__(self, props: Mapping[str, Any], latest: LatestOffsets | None = None) -> None:
+        props = with_logger(props)
+        self._bootstrap = str(props.get("bootstrap.servers", ""))
+        # The partitions this member has paused in the client, and their ends asked for by
+        # ListOffsets (a paused partition's cached high watermark stands still: watermarks.py).
+        self._paused: set[TP] = set()
+        self._stopping = False  # stop(): no new requests but the commit and the leave
+        self._latest = latest if latest is not None else LatestOffsets(props)
+        props["error_cb"] = self._on_error
+        props["on_commit"] = self._on_commit
+        if props.get("statistics.interval.ms"):
+            props["stats_cb"] = self._on_stats
+        self.stats_summary: dict[str, float] = {}  # the last statistics.interval.ms report, summed up
+        self.fatal: str | None = None
+        self._refused: dict[TP, int] = {}
+        self.acknowledged: dict[TP, int] = {}  # the last offset the broker acknowledged, per partition
+        self._c = Consumer(props)
+        self.state = ConsumerState.CREATED
+        self.abandoned = False  # close() or a commit gave up waiting for librdkafka (see close())
+        # A synchronous commit that never returned holds the client: every call on it would
+        # wait behind that one (measured: consume, pause, get_watermark_offsets all block).
+        self.wedged: str | None = None
+        self._in_callback = False  # inside a rebalance callback, i.e. inside consume()
+        self._run_key: Callable[[Message], Any] = _topic_partition_of
+        self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
+        self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
+
+    def _check(self) -> None:
+        if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
+            raise KafkaError("the consumer is closed")
+        if self.wedged:
+            raise KafkaError(self.wedged)
+
+    def _on_error(self, err: _CKError) -> None:
+        if err.fatal():
+            self.fatal = str(err)
+        log_client_error("kafka consumer", err, self._bootstrap)
+
+    def _on_stats(self, text: str) -> None:
+        """Runs in: consume(), every statistics.interval.ms."""
+        try:
+            self.stats_summary = librdkafka_summary(json.loads(text))
+        except (ValueError, TypeError, AttributeError):
+            log.debug("unreadable librdkafka statistics")
+
+    def _on_commit(self, err: _CKError | None, parts: list[TopicPartition]) -> None:
+        """Runs in: consume()/commit(). Remember refused offsets so they are sent again:
+        an asynchronous commit that fails (broker away, REBALANCE_IN_PROGRESS, ...) must
+        not be forgotten, or the group lags behind what was done until the next record."""
+        for p in parts:
+            if err is not None or p.error is not None:
+                self._refused[(p.topic, p.partition)] = p.offset
+            elif p.offset >= 0:
+                self.acknowledged[(p.topic, p.partition)] = p.offset
+        if err is not None and err.code() != _CKError._NO_OFFSET:
+            log.warning("commit refused; will retry", extra={
+                "error": str(err), "partitions": len(parts), "throttle": f"commit refused {err.code()}"})
+
+    def take_refused_commits(self) -> dict[TP, int]:
+        refused, self._refused = self._refused, {}
+        return refused
+
+    def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
+                  on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
+        self._check()
+
+        def assign_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            with self._callback():
+                assign(consumer, parts)
+
+        def assign(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            tps = [(p.topic, p.partition) for p in parts]
+            self._paused.difference_update(tps)  # librdkafka starts a new assignment fetching
+            # INVARIANT: assign before the runtime re-applies its pause state; a pause on a
+            # partition that is not yet assigned is silently ignored by librdkafka.
+            if self.cooperative:
+                consumer.incremental_assign(parts)
+            else:
+                consumer.assign(parts)
+            # While closing, librdkafka turns a late assignment into an unassignment: the
+            # runtime has already let go of everything and must not take on new partitions.
+            if self.state is ConsumerState.CONSUMING:
+                on_assign(tps)
+
+        def revoke_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            tps = [(p.topic, p.partition) for p in parts]
+            self._let_go(tps)
+            if self.state is ConsumerState.CONSUMING:
+                with self._callback():
+                    on_revoke(tps)
+
+        def lost_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
+            tps = [(p.topic, p.partition) for p in parts]
+            self._let_go(tps)
+            if self.state is ConsumerState.CONSUMING:
+                with self._callback():
+                    on_lost(tps)
+
+        # One topic: a run of one partition number is a run of one partition, and the
+        # grouping key can be the C method itself (no Python call per record).
+        single = len(topics) == 1 and not topics[0].startswith("^")
+        self._run_key = Message.partition if single else _topic_partition_of
+        self._c.subscribe(topics, on_assign=assign_cb, on_revoke=revoke_cb, on_lost=lost_cb)
+        self.state = ConsumerState.CONSUMING
+        self._warn_of_missing_topics(topics)
+
+    def _warn_of_missing_topics(self, topics: list[str]) -> None:
+        """A subscribed topic that does not exist is read from only once it does, and
+        librdkafka looks for it again only every topic.metadata.refresh.interval.ms (5 min by
+        default): say so at start, for a typo as much as for a topic not created yet. One
+        look-up of every topic (naming the topic would create it on some brokers), bounded."""
+        names = [t for t in topics if not t.startswith("^")]
+        if not names:
+            return
+        try:
+            known = self._c.list_topics(timeout=5.0).topics
+        except KafkaException as exc:
+            log.debug("cannot list the topics at start", extra={"error": str(exc.args[0])})
+            return
+        for topic in names:
+            if topic not in known:
+                log.warning("input topic does not exist (yet): nothing is read from it until it does, and "
+                            "the client looks for it again only every topic.metadata.refresh.interval.ms",
+                            extra={"topic": topic})
+
+    def assign(self, tps: Iterable[TP], topics: int = 1) -> None:
+        """Read ``tps`` from the group's committed offsets (the reset position where there is
+        none) without joining the group: nothing is assigned to anyone else, nothing is
+        revoked. For a look at a group's backlog that must not disturb its members (``ringmaster
+        redrive --dry-run``): commit nothing from here. ``topics``: how many topics ``tps``
+        span (one: runs are grouped by partition number alone, as subscribe() does)."""
+        self._check()
+        self._run_key = Message.partition if topics == 1 else _topic_partition_of
+        self._c.assign([TopicPartition(t, p, OFFSET_STORED) for t, p in tps])
+        self.state = ConsumerState.CONSUMING
+
+    @contextlib.contextmanager
+    def _callback(self) -> Iterator[None]:
+        self._in_callback = True
+        try:
+            yield
+        finally:
+            self._in_callback = False
+
+    def consume(self, max_records: int, timeout_s: float) -> Fetched:
+        """Runs in: supervisor (hot path: per-record work here is the supervisor's cost).
+
+        librdkafka hands out runs of one partition, so the messages are grouped by
+        partition in C (groupby) and kept as they are: no per-record Python work happens
+        here; pack_run turns them into frames later.
+
+        Waits up to timeout_s for the first record only. librdkafka's batch consume returns
+        when it has max_records or when the timeout expires, so one call asking for
+        thousands waited out the whole timeout whenever fewer were queued: up to 20 ms on
+        every record at moderate load. Take what is queued; if nothing is, wait for one
+        record and take what arrived with it (a fetch response lands all at once)."""
+        self._check()
+        out = Fetched()
+        by_tp = out.runs
+        count = 0
+        try:
+            messages = self._c.consume(max_records, 0)
+            if not messages and timeout_s > 0:
+                messages = self._c.consume(1, timeout_s)
+                if messages and max_records > 1:
+                    messages += self._c.consume(max_records - 1, 0)
+        except KafkaException as exc:
+            self._raise_or_log(exc, "consume")
+            messages = []
+        for _, run_iter in groupby(messages, self._run_key):
+            run = list(run_iter)
+            # Errors (mostly end-of-partition events) come at the edges of a run.
+            if run[0].error() is not None or run[-1].error() is not None:
+                good = []
+                for m in run:
+                    err = m.error()
+                    if err is None:
+                        good.append(m)
+                    else:
+                        self._handle_message_error(m, err, out)
+                run = good
+                if not run:
+                    continue
+            count += len(run)
+            tp = tp_of(run[0])
+            if tp in by_tp:
+                by_tp[tp].extend(run)
+            else:
+                by_tp[tp] = run
+        out.count = count
+        if self.fatal:
+            raise KafkaError(f"fatal Kafka client error: {self.fatal}")
+        return out
+
+    def _handle_message_error(self, m: Message, err: _CKError, out: Fetched) -> None:
+        if err.code() == _CKError._PARTITION_EOF:
+            out.eof[tp_of(m)] = offset_of(m)
+        elif err.fatal():
+            raise KafkaError(f"fatal Kafka client error: {err}")
+        elif err.code() in _TRANSIENT:
+            log.warning("transient consume error", extra={
+                "error": str(err), "throttle": f"consume {err.code()} {same_line(err.str())}"})
+        else:
+            log.error("consume error", extra={"error": str(err)})
+
+    def _raise_or_log(self, exc: KafkaException, what: str) -> None:
+        """Every librdkafka error that reaches the loop is handled here: a fatal one becomes
+        a KafkaError (exit 5, one line), anything else is logged and the loop goes on."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], _CKError) else None
+        if err is not None and err.fatal():
+            raise KafkaError(f"fatal Kafka client error during {what}: {err}") from None
+        log.warning("kafka client call failed; carrying on", extra={
+            "call": what, "error": str(exc), "throttle": f"call failed {what} {same_line(str(exc))}"})
+
+    def pause(self, tps: Iterable[TP]) -> None:
+        tps = list(tps)
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts and not self.wedged:
+            try:
+                self._c.pause(parts)
+                self._paused.update(tps)
+            except KafkaException as exc:  # e.g. a partition no longer assigned: nothing to pause
+                self._raise_or_log(exc, "pause")
+
+    def resume(self, tps: Iterable[TP]) -> None:
+        tps = list(tps)
+        parts = [TopicPartition(t, p) for t, p in tps]
+        if parts and not self.wedged:
+            self._paused.difference_update(tps)
+            try:
+                self._c.resume(parts)
+            except KafkaException as exc:
+                self._raise_or_log(exc, "resume")
+
+    def _let_go(self, tps: list[TP]) -> None:
+        self._paused.difference_update(tps)
+        self._latest.forget(tps)
+
+    def commit(self, offsets: Mapping[TP, int], asynchronous: bool,
+               timeout_s: float = 30.0) -> CommitResult:
+        """Commit next-offsets. Never raises for commit errors (logged): an uncommitted offset
+        is only a duplicate later, never a loss; but a synchronous commit says, per
+        partition, whether the broker acknowledged it (``--until-caught-up`` exits 0 only
+        then).
+
+        A synchronous commit at a stop waits at most ``timeout_s``: librdkafka's has no
+        timeout, and a broker that takes OffsetCommit requests without answering them kept it
+        waiting for ever (librdkafka times a request out after socket.timeout.ms and sends it
+        again), holding SIGTERM with it. It runs on a helper thread; one that does not return
+        in time is abandoned (its partitions count as refused), the client is ``wedged`` (every
+        call on it would wait behind the commit) and the process must end with os._exit, as
+        after an abandoned close(). Inside a rebalance callback it cannot: the client is
+        busy in consume() there, and a commit from another thread waits for that to return
+        (measured), so a revocation's commit is the plain synchronous call, bounded only by
+        librdkafka's request timeout (socket.timeout.ms) and retries."""
+        if not offsets:
+            return CommitResult(False)
+        if self.state is not ConsumerState.CONSUMING or self.wedged:
+            why = f"not sent: {self.wedged or 'the consumer is ' + self.state.value}"
+            return CommitResult(False, {tp: why for tp in offsets})
+        parts = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        if asynchronous:
+            try:
+                self._c.commit(offsets=parts, asynchronous=True)
+            except KafkaException as exc:
+                error = str(exc.args[0])
+                log.warning("commit failed", extra={"error": error, "partitions": len(parts),
+                                                    "throttle": f"commit failed {same_line(error)}"})
+                return CommitResult(False)
+            return CommitResult(True)
+        answer: list[Any] = []
+        if self._in_callback:
+            try:
+                answer.append(self._c.commit(offsets=parts, asynchronous=False))
+            except KafkaException as exc:
+                answer.append(exc)
+            return self._answered(answer[0], offsets)
+
+        def commit_sync() -> None:
+            try:
+                answer.append(self._c.commit(offsets=parts, asynchronous=False))
+            except KafkaException as exc:
+                answer.append(exc)
+
+        helper = threading.Thread(target=commit_sync, name="kafka-commit", daemon=True)
+        helper.start()
+        helper.join(timeout_s)
+        if not answer:
+            self.abandoned = True
+            self.wedged = (f"a commit got no answer from the broker within {timeout_s:g} s and holds the "
+                           "Kafka client; stopping (a new start makes a new client)")
+            log.error("the broker did not answer a commit in time; going on without it",
+                      extra={"timeout_s": timeout_s, "partitions": len(parts)})
+            why = f"no answer from the broker within {timeout_s:g} s"
+            return CommitResult(True, {tp: why for tp in offsets})
+        return self._answered(answer[0], offsets)
+
+    def _answered(self, answer: Any, offsets: Mapping[TP, int]) -> CommitResult:
+        """A synchronous commit's answer: a KafkaException, or the partitions with their errors."""
+        if isinstance(answer, KafkaException):
+            error = str(answer.args[0])
+            log.warning("commit failed", extra={"error": error, "partitions": len(offsets)})
+            return CommitResult(False, {tp: error for tp in offsets})
+        refused = {}
+        for p in answer or []:
+            tp = (p.topic, p.partition)
+            if p.error:
+                refused[tp] = str(p.error)
+            else:
+                self.acknowledged[tp] = p.offset
+        if refused:
+            log.warning("commit failed for some partitions",
+                        extra={"error": next(iter(refused.values())), "partitions": len(refused)})
+        return CommitResult(True, refused)
+
+    def committed(self, tps: Iterable[TP], timeout_s: float = 5.0) -> dict[TP, int | None]:
+        """The group's committed offsets; raises KafkaError when the broker does not answer
+        within timeout_s (bounded: this runs on the supervisor's loop)."""
+        if self.wedged:
+            raise KafkaError(self.wedged)
+        try:
+            parts = self._c.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaError(f"reading committed offsets failed: {exc.args[0]}") from None
+        return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID or p.offset < 0 else p.offset)
+                for p in parts}
+
+    def seek_to_start(self, tps: Iterable[TP]) -> list[TP]:
+        """Restart fetching of just-assigned partitions at their committed offset (or the
+        reset position). A seek also discards whatever librdkafka had queued for them.
+        Returns the partitions that could not be sought now (the broker did not answer in
+        time): the caller keeps them paused and tries again."""
+        tps = list(tps)
+        if not tps:
+            return []
+        try:
+            start = self.committed(tps)
+        except KafkaError as exc:
+            log.warning("cannot read committed offsets yet; will retry", extra={"error": str(exc)})
+            return tps
+        reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+        failed = []
+        for tp, offset in start.items():
+            if not self.seek(tp, reset if offset is None else offset):
+                failed.append(tp)
+        return failed
+
+    def seek(self, tp: TP, offset: int) -> bool:
+        """Fetch tp from offset next; what librdkafka had queued for it is discarded (its op
+        version moves on). False (logged) if librdkafka refused."""
+        if self.wedged:
+            return False
+        try:
+            self._c.seek(TopicPartition(tp[0], tp[1], offset))
+            return True
+        except KafkaException as exc:
+            log.warning("seek failed", extra={"tp": f"{tp[0]}[{tp[1]}]", "offset": offset,
+                                              "error": str(exc.args[0])})
+            return False
+
+    def high_watermark(self, tp: TP) -> int | None:
+        """The high watermark cached from fetch responses; for a paused partition (not
+        fetched, so its cached value stands still) the broker's latest offset if that is
+        higher, asked for every few seconds off the loop (watermarks.py). Never blocks."""
+        if self.wedged:
+            return None
+        try:
+            _, cached = self._c.get_watermark_offsets(TopicPartition(*tp), cached=True)
+        except KafkaException:
+            cached = -1
+        high = cached if cached >= 0 else None
+        if tp in self._paused and self.state is ConsumerState.CONSUMING and not self._stopping:
+            self._latest.refresh(self._paused)
+            listed = self._latest.high(tp)
+            if listed is not None and (high is None or listed > high):
+                return listed
+        return high
+
+    def stop(self) -> None:
+        """The member is stopping: ask the broker for nothing more (the ends of paused
+        partitions) than the final commit and leaving the group need. A request started now
+        would keep the process from exiting until it timed out."""
+        self._stopping = True
+        self._latest.abandon()
+
+    def close(self, timeout_s: float = 30.0) -> bool:
+        """Leave the group within timeout_s; False if librdkafka did not finish by then.
+
+        The runtime releases (fences, commits) its partitions before it closes, so the
+        rebalance callbacks that close() runs are not passed on. librdkafka's close has no
+        timeout and can hang when an assignment arrives while it closes (librdkafka#4527,
+        seen again with 2.16 on a rebalancing group): it runs on a helper thread so that a
+        daemon told to stop does stop. If abandoned, the broker drops the member after
+        session.timeout.ms; nothing is lost, the offsets were committed before. The caller
+        must then end the process with os._exit (the client is still in use)."""
+        if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
+            return not self.abandoned
+        self.state = ConsumerState.CLOSING
+        if self.wedged:
+            return False  # close() would wait behind the commit too; the member times out
+        failure: list[BaseException] = []
+
+        def leave() -> None:
+            try:
+                self._c.close()
+            except BaseException as exc:  # reported by the caller's thread
+                failure.append(exc)
+
+        closer = threading.Thread(target=leave, name="kafka-close", daemon=True)
+        closer.start()
+        closer.join(timeout_s)
+        if closer.is_alive():
+            self.abandoned = True
+            log.error("leaving the consumer group did not finish in time; exiting without it "
+                      "(the broker drops this member after session.timeout.ms)",
+                      extra={"timeout_s": timeout_s})
+            return False
+        self.state = ConsumerState.CLOSED
+        if failure:
+            raise KafkaError(f"closing the consumer failed: {failure[0]}") from failure[0]
+        return True
+

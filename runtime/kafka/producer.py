@@ -1,0 +1,225 @@
+"""Producing with acknowledgements, and the delivery errors that tell a record's fault from
+an outage. Runs in: workers (outputs, dead letters) and the supervisor (its own dead letters,
+asynchronously)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypedDict
+
+from confluent_kafka import KafkaError as _CKError
+from confluent_kafka import KafkaException, Message, Producer
+
+from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected
+from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
+
+log = logging.getLogger(__name__)
+
+
+# error (broker away, leader moving, topic missing, not authorised, timed out) is an outage:
+# the batch waits and is tried again, and no record is blamed for it.
+RECORD_ERRORS = frozenset({
+    _CKError.MSG_SIZE_TOO_LARGE, _CKError.RECORD_LIST_TOO_LARGE, _CKError.INVALID_RECORD,
+    _CKError.INVALID_TIMESTAMP,
+    # A record sent to a partition the topic does not have (a redrive to the partition a record
+    # came from, after the topic was created again with fewer): only an explicit partition can.
+    _CKError._UNKNOWN_PARTITION,
+})
+
+
+# Errors that mean the producer's own idempotence state is lost or fenced: it will fail every
+# message from now on, so its owner replaces it (seen on the embedded broker after messages
+# timed out during an outage: every retry came back PRODUCER_FENCED).
+PRODUCER_STATE_ERRORS = frozenset({
+    _CKError.PRODUCER_FENCED, _CKError.INVALID_PRODUCER_EPOCH, _CKError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    _CKError.UNKNOWN_PRODUCER_ID, _CKError.INVALID_PRODUCER_ID_MAPPING, _CKError._FENCED,
+    _CKError._FATAL, _CKError._INCONSISTENT, _CKError._GAPLESS_GUARANTEE,
+})
+
+
+def is_record_error(err: _CKError) -> bool:
+    return err.code() in RECORD_ERRORS
+
+
+OnDelivery = Callable[[_CKError | None, Any], None]
+
+
+class _Placement(TypedDict, total=False):
+    """Where Producer.produce puts a message: nothing for the partitioner's choice."""
+
+    partition: int
+
+
+class OutputProducer:
+    """Produce and wait, within a bound, for the broker's acknowledgements. Runs in: a worker
+    (outputs, dead letters) or the supervisor (dead letters of records that crash workers,
+    asynchronously through ``on_delivery`` and ``poll``: it must never block the loop).
+
+    ``deliver()`` raises :class:`OutputRejected` when the broker or the client refuses a
+    message for what it is (record-specific) and :class:`DeliveryFailed` for anything else
+    (an outage), never both: an outage wins, the whole batch is tried again later. A fatal
+    error (the idempotent producer lost its state, e.g. after a broker restart) makes
+    ``broken`` true: the owner drops this producer and creates a new one."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        props = with_logger(props)
+        self._bootstrap = str(props.get("bootstrap.servers", ""))
+        props["error_cb"] = self._on_error
+        try:
+            self._p = Producer(props)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot create a producer: {exc.args[0]}; check [kafka.producer]") from None
+        self._failures: list[tuple[str, _CKError]] = []
+        self.fatal: str | None = None
+
+    @property
+    def broken(self) -> bool:
+        return self.fatal is not None
+
+    def _on_error(self, err: _CKError) -> None:
+        if err.fatal():
+            self.fatal = str(err)
+        log_client_error("kafka producer", err, self._bootstrap)
+
+    def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
+        if err is not None:
+            self._failures.append((str(msg.topic()), err))
+            self.note(err)
+
+    def note(self, err: _CKError) -> None:
+        """Remember a delivery error that breaks the producer itself (see PRODUCER_STATE_ERRORS)."""
+        if err.code() in PRODUCER_STATE_ERRORS or err.fatal():
+            self.fatal = self.fatal or str(err)
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                headers: list[tuple[str, bytes | None]] | None = None,
+                on_delivery: OnDelivery | None = None, queue_wait_s: float = 30.0,
+                partition: int | None = None) -> None:
+        """Queue one message (to ``partition``, or where the partitioner puts its key). Raises
+        OutputRejected if the client refuses it for what it is (larger than message.max.bytes,
+        a partition the topic does not have), DeliveryFailed if the local queue stays full for
+        queue_wait_s (an outage that kept earlier messages from leaving)."""
+        deadline = time.monotonic() + queue_wait_s
+        # No partition argument at all unless asked: the partitioner places it.
+        where: _Placement = {} if partition is None else {"partition": partition}
+        while True:
+            try:
+                # The stub's list[tuple[str, str | bytes | None]] is invariant, so it refuses our
+                # narrower list[tuple[str, bytes | None]], which the client takes as it is.
+                self._p.produce(topic, value, key, headers=headers,  # type: ignore[arg-type]
+                                on_delivery=on_delivery or self._on_delivery, **where)
+                return
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    raise DeliveryFailed(f"the producer's local queue stayed full for {queue_wait_s:g} s "
+                                         "(the broker is not taking messages)") from None
+                self._p.poll(0.05)  # local queue full: let deliveries drain, then retry
+            except KafkaException as exc:
+                err = exc.args[0]
+                if is_record_error(err):
+                    raise OutputRejected(_refusal(topic, err, value, key)) from None
+                raise DeliveryFailed(f"producing to {topic!r} failed: {err}") from None
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        self._p.poll(timeout_s)
+
+    def deliver(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
+        """Wait until every queued message is acknowledged, at most timeout_s (calling beat()
+        between short waits). Raise as described in the class docstring."""
+        deadline = time.monotonic() + timeout_s
+        remaining = len(self._p)
+        while remaining and not self.fatal:
+            remaining = self._p.flush(max(0.0, min(0.5, deadline - time.monotonic())))
+            beat()
+            if time.monotonic() >= deadline:
+                break
+        failures, self._failures = self._failures, []
+        if remaining or self.fatal:
+            self.discard_queued()
+        outage = [f"{t}: {e}" for t, e in failures if not is_record_error(e)]
+        if self.fatal:
+            outage.insert(0, f"fatal producer error: {self.fatal}")
+        if remaining:
+            outage.append(f"{remaining} message(s) not acknowledged within {timeout_s:g} s")
+        if outage:
+            raise DeliveryFailed(f"delivery failed: {outage[0]}"
+                                 + (f" (+{len(outage) - 1} more)" if len(outage) > 1 else ""))
+        if failures:
+            topic, err = failures[0]
+            raise OutputRejected(_refusal(topic, err) + (f" (+{len(failures) - 1} more)"
+                                                         if len(failures) > 1 else ""))
+
+    def discard_queued(self) -> None:
+        """Drop messages not yet sent: the batch they belong to is tried again later, and they
+        must not pile up in the producer's queue across retries of a long outage. Messages
+        already in flight may still arrive (a duplicate, never a loss)."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._p.purge(in_queue=True, in_flight=False, blocking=False)
+        self._p.poll(0)
+        self._failures.clear()
+
+    def flush(self, timeout_s: float) -> int:
+        """Best effort at exit: what was still queued after timeout_s."""
+        return int(self._p.flush(timeout_s))
+
+
+def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes | None = None) -> str:
+    size = "" if value is None and key is None else \
+        f" (key {len(key or b'')} + value {len(value or b'')} bytes)"
+    hint = "; raise kafka.producer message.max.bytes (and the topic's max.message.bytes) or " \
+           "make the output smaller" if err.code() in (_CKError.MSG_SIZE_TOO_LARGE,
+                                                       _CKError.RECORD_LIST_TOO_LARGE) else ""
+    return f"the output to {topic!r} was refused: {err.str()}{size}{hint}"
+
+
+
+def write_acknowledged(props: Mapping[str, Any], topic: str,
+                       records: Iterable[tuple[bytes | None, bytes | None]], timeout_s: float = 30.0) -> int:
+    """Write (key, value) records with acks=all and wait until the broker has every one;
+    KafkaUnreachable when the cluster does not take them in time, KafkaError for any other
+    refusal. Returns how many were written. For operator commands and ``ringmaster produce``,
+    not a hot path: ``records`` may be a stream (a full local queue is waited out, as its
+    deliveries drain, for at most timeout_s)."""
+    props = with_logger({**props, "acks": "all", "message.timeout.ms": int(timeout_s * 1000)})
+    bootstrap = props.get("bootstrap.servers", "")
+    try:
+        p = Producer(props)
+    except KafkaException as exc:
+        raise KafkaError(f"cannot create a producer: {exc.args[0]}") from None
+    failures: list[_CKError] = []
+    count = 0
+
+    def done(err: Any, _msg: Any) -> None:
+        if err:
+            failures.append(err)
+
+    try:
+        for key, value in records:
+            full_since = None
+            while True:
+                try:
+                    p.produce(topic, value, key, on_delivery=done)
+                    break
+                except BufferError:  # the local queue is full: wait for deliveries, not forever
+                    full_since = full_since or time.monotonic()
+                    if time.monotonic() - full_since > timeout_s:
+                        failures.append(_CKError(_CKError._MSG_TIMED_OUT))
+                        break
+                    p.poll(0.05)
+            count += 1
+            if failures:
+                break
+            p.poll(0)
+    except KafkaException as exc:
+        raise KafkaError(f"writing to {topic!r} failed: {exc.args[0]}") from None
+    left = p.flush(timeout_s + 5)
+    if left or any(e.code() in (_CKError._MSG_TIMED_OUT, *UNREACHABLE) for e in failures):
+        raise KafkaUnreachable(f"writing to {topic!r} failed: the Kafka cluster at {bootstrap} did not "
+                               f"acknowledge it within {timeout_s:g} s"
+                               + (f" ({failures[0].str()})" if failures else ""))
+    if failures:
+        raise KafkaError(f"writing to {topic!r} failed: {failures[0].str()}")
+    return count

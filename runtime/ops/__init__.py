@@ -1,0 +1,21 @@
+"""Operations: what an operator sees and uses around a running daemon.
+
+    admin_server.py  /metrics, /healthz, /readyz, /status
+    metrics.py       Prometheus families over the status snapshot
+    status.py        the typed status snapshot and the status file; why a partition is paused,
+                     why a worker was replaced (the enums metrics label by)
+    views.py         ``ringmaster status`` / ``top``: reading and rendering a snapshot
+    progress.py      the live progress display and the end-of-run summary
+    control.py       operator pauses: the group's control topic, read and written
+    control_records.py  what a valid control record is, read strictly at the edge (pure)
+    cluster.py       waiting for the Kafka cluster at start (the daemon waits, commands give up)
+    control_socket.py  `ringmaster reload` / `scale`: the daemon's Unix socket, and its client
+    systemd.py       sd_notify
+    logs.py          structured stdlib logging; the throttle for lines that repeat in storms
+    devbroker.py     the embedded development broker (Tansu)
+    devtools.py      ``ringmaster produce`` / ``tail``: test records in, outputs out
+
+Runs in: the supervisor (status, metrics, admin server thread, control reader, waiting for
+the cluster), the CLI (views, control writer), workers (logs). May import: runtime.kafka, runtime.transport,
+runtime.config, runtime.errors; never the supervisor or the worker.
+"""

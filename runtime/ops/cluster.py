@@ -1,0 +1,74 @@
+"""Waiting for the Kafka cluster before anything else. Runs in: the supervisor process at
+start (before shared memory, workers or the consumer exist), the operator commands.
+
+An unreachable cluster is an outage, not a bug, and not the client's fatal error. What each
+caller does about it:
+
+* ``ringmaster run`` (a daemon) waits as long as it takes, asking the cluster for its
+  metadata about once a second, logging one line naming ``kafka.bootstrap_servers`` at
+  once and then every ``REPORT_EVERY_S``; under systemd it extends its start timeout and
+  says why in ``STATUS=``. SIGTERM/SIGINT while waiting stops it at once, with exit 0.
+* ``ringmaster run --until-caught-up`` and ``ringmaster pause``/``resume`` give up after
+  ``kafka.connect_timeout_s`` with one line naming the address and exit 8
+  (KafkaUnreachable).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from runtime.config import Settings, consumer_properties
+from runtime.errors import KafkaUnreachable
+from runtime.kafka.admin import ClusterProbe
+
+log = logging.getLogger("ringmaster.cluster")
+
+REPORT_EVERY_S = 30.0
+ATTEMPT_S = 1.0  # one metadata request's wait; also the pause between attempts
+
+
+def wait_for_cluster(settings: Settings, *, give_up_after_s: float | None,
+                     stop: Callable[[], bool] = lambda: False,
+                     notify: Callable[..., None] = lambda *lines: None,
+                     probe: ClusterProbe | None = None,
+                     clock: Callable[[], float] = time.monotonic,
+                     sleep: Callable[[float], None] = time.sleep) -> dict[str, int] | None:
+    """The cluster's topics (name -> partitions) once it answers. None when ``stop()``
+    became true first; KafkaUnreachable once ``give_up_after_s`` passed (None: never).
+    An answer that is an error (authentication, authorisation) is not an outage: its
+    KafkaError is raised at once."""
+    probe = probe or ClusterProbe(consumer_properties(settings))
+    started = clock()
+    next_report = started
+    while True:
+        waited = clock() - started
+        attempt = ATTEMPT_S if give_up_after_s is None else max(0.1, min(ATTEMPT_S, give_up_after_s - waited))
+        try:
+            topics = probe.topics(attempt)
+        except KafkaUnreachable as exc:
+            last = exc
+        else:
+            if clock() - started >= ATTEMPT_S:
+                log.info("the Kafka cluster answers", extra={"bootstrap": probe.bootstrap,
+                                                              "waited_s": round(clock() - started, 1)})
+            return topics
+        waited = clock() - started
+        if give_up_after_s is not None and waited >= give_up_after_s:
+            raise KafkaUnreachable(
+                f"cannot reach the Kafka cluster at {probe.bootstrap} (kafka.bootstrap_servers) within "
+                f"{give_up_after_s:g} s (kafka.connect_timeout_s): is it up, and is the address right?")
+        if give_up_after_s is None and clock() >= next_report:
+            log.warning("cannot reach the Kafka cluster; waiting for it (SIGTERM stops)", extra={
+                "bootstrap": probe.bootstrap, "waited_s": round(waited), "error": str(last)})
+            notify(f"STATUS=waiting for the Kafka cluster at {probe.bootstrap}",
+                   f"EXTEND_TIMEOUT_USEC={int(3 * REPORT_EVERY_S * 1e6)}")
+            next_report += REPORT_EVERY_S
+        pause_until = clock() + ATTEMPT_S
+        while clock() < pause_until:
+            if stop():
+                return None
+            sleep(0.1)
+        if stop():
+            return None

@@ -1,0 +1,62 @@
+"""Live progress and the end-of-run summary (rich). Runs in: supervisor, fed with status
+snapshots at ``supervisor.status_interval_s``; never decides anything."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from runtime.ops.status import StatusSnapshot
+
+
+class ProgressDisplay:
+    def __init__(self, total: int | None = None, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.total = total
+        self._live = Live(console=self.console, auto_refresh=False, transient=False)
+        self._started = False
+
+    def update(self, snap: StatusSnapshot) -> None:
+        if not self._started:
+            self._live.start()
+            self._started = True
+        self._live.update(self.render(snap), refresh=True)
+
+    def close(self) -> None:
+        if self._started:
+            self._live.stop()
+            self._started = False
+            if not self.console.is_terminal:
+                self.console.line()
+
+    def render(self, snap: StatusSnapshot) -> Group:
+        head = Table.grid(padding=(0, 2))
+        done = f"{snap.records:,}" + (f" / {self.total:,}" if self.total else "")
+        head.add_row("records done", done, "rate", f"{snap.rate:,.0f}/s", "lag", f"{snap.lag:,}")
+        head.add_row("outputs", f"{snap.outputs:,}", "dead letters", f"{snap.dead_letters:,}",
+                     "paused partitions", f"{snap.paused}/{len(snap.partitions)}")
+        workers = Table(title=None, show_edge=False, box=None)
+        for col in ("worker", "pid", "records", "ring", "in flight", "restarts", "rss MiB"):
+            workers.add_column(col, justify="right")
+        for w in snap.workers:
+            workers.add_row(str(w.index), str(w.pid or "-"), f"{w.records:,}", f"{w.ring_fill:.0%}",
+                            str(w.in_flight), str(w.restarts), f"{(w.rss or 0) / 2**20:.0f}")
+        return Group(head, workers)
+
+
+def summary_table(snap: StatusSnapshot) -> Table:
+    t = Table(title="ringmaster run summary", show_header=False)
+    t.add_row("records processed", f"{snap.records:,}")
+    t.add_row("elapsed", f"{snap.elapsed_s:.1f} s (of which joining the group {snap.join_s:.1f} s)")
+    t.add_row("throughput", f"{snap.records / max(snap.window_s, 1e-9):,.0f} records/s "
+                            f"(first record consumed → all committed, {snap.window_s:.2f} s)")
+    t.add_row("outputs written", f"{snap.outputs:,}")
+    t.add_row("dead letters", f"{snap.dead_letters:,}")
+    t.add_row("worker restarts", f"{snap.restarts}")
+    total = max(snap.records, 1)
+    for w in snap.workers:
+        t.add_row(f"worker {w.index} share", f"{w.records:,} ({w.records / total:.1%})")
+    for tp, off in snap.committed.items():
+        t.add_row(f"committed {tp}", f"{off:,}")
+    return t

@@ -1,0 +1,170 @@
+"""``ringmaster redrive`` from Settings: measure the dead-letter topic's ends, read the redrive
+group's cursor, and run the engine with the action the options ask for; release every client on
+every exit path. Runs in: the CLI."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.errors import ConfigError, KafkaError, PluginError
+from runtime.kafka.consumer import GroupConsumer
+from runtime.kafka.producer import OutputProducer
+from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
+from runtime.plugin import Context, Plugin, load_plugin
+from runtime.redrive.actions import Action, Count, ThroughPlugin, ToSource
+from runtime.redrive.engine import Redrive, Stopper
+from runtime.redrive.pacing import TokenBucket
+from runtime.redrive.report import Ending, Mode, Summary
+from runtime.redrive.selection import Selection, parse_bound
+from runtime.worker.execution import RetryPolicy
+
+log = logging.getLogger("ringmaster.redrive")
+
+# Waiting for the group to hand this run its partitions; past it, another redrive of the same
+# group holds them (the summary says so).
+ASSIGN_TIMEOUT_S = 60.0
+BOUNDS_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Options:
+    start: str | None = None  # --from
+    end: str | None = None  # --to
+    error_types: tuple[str, ...] = ()
+    rate: float | None = None  # records per second; None: no limit
+    max_redrives: int = 3
+    through_plugin: bool = False
+    dry_run: bool = False
+    group: str | None = None
+
+
+@dataclass
+class RedriveResult:
+    summary: Summary
+    consumer_abandoned: bool = False
+
+
+def redrive_group(settings: Settings, group: str | None) -> str:
+    """The redrive's own consumer group (its cursor through the dead-letter topic)."""
+    return group or f"{settings.kafka.group_id}.redrive"
+
+
+def selection_for(settings: Settings, options: Options, now_ms: int) -> Selection:
+    if options.max_redrives < 1:
+        raise ConfigError(f"--max-redrives must be at least 1, not {options.max_redrives}")
+    if options.rate is not None and not options.rate > 0:
+        raise ConfigError(f"--rate must be a number of records per second above 0, not {options.rate!r}")
+    return Selection(
+        topics=tuple(settings.kafka.topics),
+        start=None if options.start is None else parse_bound(options.start, "--from", now_ms),
+        end=None if options.end is None else parse_bound(options.end, "--to", now_ms),
+        error_types=frozenset(options.error_types), max_redrives=options.max_redrives,
+        through_plugin=options.through_plugin)
+
+
+def run_redrive(settings: Settings, options: Options, clock: Callable[[], float] = time.monotonic,
+                stopper: Stopper | None = None) -> RedriveResult:
+    """Everything ``ringmaster redrive`` does. Raises RingmasterError (config, plugin, Kafka)."""
+    topic = settings.dead_letter.topic
+    if topic is None:
+        raise ConfigError("redrive needs [dead_letter] topic: the topic to read dead letters from")
+    selection = selection_for(settings, options, int(time.time() * 1000))
+    group = redrive_group(settings, options.group)
+    mode = Mode.THROUGH_PLUGIN if options.through_plugin else Mode.TO_SOURCE
+    summary = Summary(topic, group, mode, options.dry_run)
+    result = RedriveResult(summary)
+    props = {**consumer_properties(settings), "group.id": group, "enable.partition.eof": True,
+             # A redrive group without a cursor starts at the first letter, whatever the
+             # daemon's own reset policy.
+             "auto.offset.reset": "earliest"}
+    try:
+        bounds = partition_bounds(topic, props, BOUNDS_TIMEOUT_S)
+    except KafkaError as exc:
+        raise KafkaError(f"cannot read the dead-letter topic ([dead_letter] topic): {exc}") from None
+    consumer = GroupConsumer(props)
+    fetcher: RecordFetcher | None = None
+    action: Action | None = None
+    plugin: Plugin | None = None
+    try:
+        cursor = consumer.committed([(topic, p) for p in bounds], timeout_s=BOUNDS_TIMEOUT_S)
+        to_do = set()
+        for p, (first, end) in bounds.items():
+            start = max(cursor.get((topic, p)) or first, first)
+            stop = selection.end_offset(p)
+            if start < (end if stop is None else min(end, stop)):
+                to_do.add(p)
+        log.info("redrive starting", extra={
+            "topic": topic, "group": group, "mode": mode.value, "dry_run": options.dry_run,
+            "letters_at_most": sum(max(0, end - max(cursor.get((topic, p)) or first, first))
+                                   for p, (first, end) in bounds.items())})
+        if not to_do:
+            summary.ending = Ending.NOTHING
+            return result
+        stopper = stopper or Stopper()
+        # The plugin's Backoff waits through the engine (which keeps the group served while
+        # it waits); the engine is made after its action, hence this late binding.
+        engine_wait: list[Callable[[float], bool]] = []
+        if options.dry_run:
+            action = Count()
+        elif options.through_plugin:
+            plugin = _start_plugin(settings)
+            dl = settings.dead_letter
+            action = ThroughPlugin(
+                plugin, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
+                lambda: OutputProducer(producer_properties(settings)), settings.output.topic, topic,
+                max_message_bytes(settings), settings.output.delivery_timeout_s,
+                settings.workers.batch_max_records, settings.output.retry_backoff_s,
+                wait=lambda s: engine_wait[0](s))
+        else:
+            action = ToSource(OutputProducer(producer_properties(settings)),
+                              settings.output.delivery_timeout_s)
+        fetcher = RecordFetcher(props)
+        engine = Redrive(
+            consumer, action, selection, summary, {p: end for p, (_, end) in bounds.items()}, clock, stopper,
+            bucket=None if options.rate is None or options.dry_run else TokenBucket(options.rate, clock),
+            refetch=fetcher,
+            commit_interval_s=settings.supervisor.commit_interval_ms / 1000,
+            delivery_timeout_s=settings.output.delivery_timeout_s, assign_timeout_s=ASSIGN_TIMEOUT_S,
+            max_records=settings.workers.batch_max_records, to_do=to_do)
+        engine_wait.append(engine.wait)
+        if options.dry_run:
+            # A look that must not disturb a redrive in progress: no group membership, no commits.
+            tps = [(topic, p) for p in sorted(bounds)]
+            consumer.assign(tps)
+            engine.on_assign(tps)
+        else:
+            consumer.subscribe([topic], engine.on_assign, engine.on_revoke, engine.on_lost)
+        engine.run()
+        if isinstance(action, ThroughPlugin):
+            summary.outputs, summary.discarded = action.outputs, action.discarded
+        return result
+    finally:
+        if fetcher is not None:
+            fetcher.close()
+        abandoned = not consumer.close(5.0)
+        if action is not None:
+            action.close()
+        if plugin is not None and plugin.teardown is not None:
+            try:
+                plugin.teardown()
+            except Exception:
+                log.exception("plugin teardown failed")
+        result.consumer_abandoned = abandoned
+
+
+def _start_plugin(settings: Settings) -> Plugin:
+    """Import the plugin and run its setup here, as a worker would (PluginError: exit 3)."""
+    name = settings.workers.plugin
+    plugin = load_plugin(name)
+    if plugin.setup is not None:
+        try:
+            plugin.setup(Context(f"redrive-{os.getpid()}", dict(settings.workers.settings),
+                                 settings.output.topic, logging.getLogger(f"ringmaster.plugin.{name}")))
+        except BaseException as exc:  # SystemExit too, as in a worker
+            raise PluginError(f"plugin {name!r} setup() failed: {type(exc).__name__}: {exc}") from exc
+    return plugin

@@ -1,0 +1,216 @@
+"""``--until-caught-up``: when a batch run stops, and whether it may exit 0.
+
+Runs in: supervisor. The loop asks ``should_stop()`` every tick, tells ``on_released()``
+what each release (revocation, loss, stop) left with the broker's answers, and asks
+``verdict()`` once, after the final synchronous commit.
+
+A run exits 0 only when every partition this member held ended one of two ways:
+
+* **done**: processed up to its *target* – the end of the partition as the first fetch
+  response after its assignment gave it (so a topic written to all the time still ends) –
+  and that commit acknowledged by the broker (the final synchronous commit's answer for
+  the partition, commits.py);
+* **handed over**: revoked by a rebalance, the revocation's commit acknowledged.
+
+Anything else is exit 9 (NotCaughtUp), with one line naming every partition left, how far
+it is committed, its end, and why: lost (on_lost: the session timed out, the broker was
+away) and not assigned back; a commit refused; not at its end when the run stopped (no
+progress for ``supervisor.caught_up_timeout_s``, or a signal came first). Partitions stopped
+at a failing record without a dead-letter topic, and nothing else, are exit 7
+(PartitionsBlocked), as before.
+
+A lost partition usually comes back: the member rejoins and is assigned it again. So the
+run does not stop while one is out, unless nothing moves for ``caught_up_timeout_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.config import Settings
+from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
+from runtime.supervisor.assignment import Assignment
+from runtime.supervisor.commits import SyncCommit
+from runtime.supervisor.intake import Intake
+from runtime.supervisor.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.seams import Consumer
+from runtime.supervisor.workforce import Workforce
+from runtime.tp import TP, tp_label
+
+log = logging.getLogger("ringmaster.supervisor")
+
+_CHECK_EVERY_S = 0.05  # the judgement walks every partition: not on every tick of a busy loop
+_SHOWN = 10  # partitions named in the line, at most
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What one partition's release left behind (the last release of it counts)."""
+
+    tp: TP
+    answer: SyncCommit | None  # the synchronous commit's answer; None: lost (nothing committed)
+    reached: bool  # handled up to its target when released
+    blocked: str | None  # stopped at a failing record (no dead-letter topic)
+    end: int | None  # its target, or the high watermark if it never had one
+    start: int | None  # the first offset it was read from, after its assignment
+
+
+class CaughtUp:
+    """The judge of a batch run; inert unless ``supervisor.stop_when_caught_up``."""
+
+    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions,
+                 intake: Intake, assignment: Assignment, workforce: Workforce[Any],
+                 rebalances: Callable[[], int], clock: Callable[[], float]) -> None:
+        sup = settings.supervisor
+        self.enabled = sup.stop_when_caught_up
+        self.idle_s = sup.caught_up_idle_s
+        self.timeout_s = sup.caught_up_timeout_s
+        self.consumer = consumer
+        self.partitions = partitions
+        self.intake = intake
+        self.rebalances = rebalances
+        self.assignment = assignment
+        self.workforce = workforce
+        self.clock = clock
+        self.targets: dict[TP, int] = {}  # held partitions: the end seen by the first fetch
+        self.released: dict[TP, Release] = {}
+        self.stalled_s: float | None = None  # set when the run stops for want of progress
+        self._next_check = 0.0
+        self._mark: tuple[int, ...] | None = None  # None: the loop has not gone round yet
+        self._progress_at = clock()
+
+    # ------------------------------------------------------------------ every tick
+    def should_stop(self) -> bool:
+        if not self.enabled:
+            return False
+        now = self.clock()
+        if now < self._next_check:
+            return False
+        self._next_check = now + _CHECK_EVERY_S
+        self._take_targets()
+        if self._stalled(now):
+            self.stalled_s = now - self._progress_at
+            log.error(f"--until-caught-up: no progress for {self.stalled_s:.0f} s "
+                      "(supervisor.caught_up_timeout_s); stopping")
+            return True
+        if not self.assignment.assigned_once:
+            return False
+        if self.idle_s and now - self.intake.last_records_at < self.idle_s:
+            return False
+        if not all(self._finished(p) for p in self.partitions.values()):
+            return False
+        if self._out():
+            return False  # lost or refused partitions: a rejoin usually brings them back; wait
+        log.info("caught up with the end of every assigned partition; stopping")
+        return True
+
+    def _take_targets(self) -> None:
+        """The end of each partition as the first fetch response after its assignment gave it
+        (a fetch returned records or an end-of-partition event): the high watermark cached
+        from that response."""
+        for p in self.partitions.values():
+            s = p.intake
+            if p.tp not in self.targets and (s.next_offset is not None or s.eof_at is not None):
+                high = self.consumer.high_watermark(p.tp)
+                seen = [o for o in (high, s.eof_at, s.next_offset) if o is not None]
+                self.targets[p.tp] = max(seen)
+
+    def _stalled(self, now: float) -> bool:
+        """Nothing moved for timeout_s: no record fetched or handled, no rebalance, no worker
+        in a batch, and no operator pause (a deliberate wait) on a held partition."""
+        if not self.timeout_s:
+            return False
+        mark = (self.intake.consumed, self.rebalances(), len(self.partitions),
+                sum(p.stats.records_done + p.stats.dead_letters for p in self.partitions.values()))
+        if self._mark is None:
+            self._mark, self._progress_at = mark, now  # the bound counts from the loop's start
+        if mark != self._mark or self.workforce.working() or any(
+                PauseReason.OPERATOR in p.pause.holds for p in self.partitions.values()):
+            self._mark, self._progress_at = mark, now
+            return False
+        return now - self._progress_at >= self.timeout_s
+
+    def _finished(self, p: Partition) -> bool:
+        return (p.blocked is not None and not p.fence.rewinding) or self._reached(p, self.targets.get(p.tp))
+
+    @staticmethod
+    def _reached(p: Partition, target: int | None) -> bool:
+        """Everything below the target handled: the committable offset (or, with nothing done
+        since the assignment and nothing fetched, where reading started) is at the target."""
+        done = p.tracker.committable
+        if done is None and p.intake.next_offset is None:
+            done = p.intake.first_offset  # only an end-of-partition event: nothing to do
+        return target is not None and done is not None and done >= target
+
+    def _out(self) -> list[Release]:
+        """Partitions let go of without an acknowledged commit, and not held again."""
+        return [r for tp, r in self.released.items() if tp not in self.partitions
+                and (r.answer is None or r.answer.refused is not None)]
+
+    # ------------------------------------------------------------------ releases
+    def on_released(self, parts: list[Partition], answers: dict[TP, SyncCommit]) -> None:
+        """Runs in: a rebalance callback or the stop, right after the release's commit (a lost
+        partition has no answer: nothing was committed on its way out)."""
+        for p in parts:
+            target = self.targets.pop(p.tp, None)
+            answer = answers.get(p.tp)
+            if answer is not None and answer.epoch != p.fence.epoch:
+                answer = None  # RACE: an answer from before this release's fence is not its own
+            self.released[p.tp] = Release(
+                p.tp, answer, self._reached(p, target), p.blocked,
+                target if target is not None else self.consumer.high_watermark(p.tp), p.intake.first_offset)
+
+    # ------------------------------------------------------------------ the exit status
+    def verdict(self, held: list[Partition], stopped_by: str | None) -> RingmasterError | None:
+        """After the final release (``held``: what was held when the stop began). None: exit 0."""
+        if not self.enabled:
+            return None
+        why = (f"no progress for {self.stalled_s:.0f} s (supervisor.caught_up_timeout_s)"
+               if self.stalled_s is not None else f"stopped by {stopped_by}" if stopped_by else "")
+        if not self.assignment.assigned_once:
+            err: RingmasterError = NotCaughtUp(
+                f"--until-caught-up did not catch up: no partition was ever assigned to this member "
+                f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")
+            log.error(str(err))
+            return err
+        final = {p.tp for p in held}
+        left, blocked = [], []
+        for tp, r in sorted(self.released.items()):
+            if r.answer is None:
+                left.append(self._describe(r, "lost (taken away: the session timed out or the brokers "
+                                              "were away) and not assigned back"))
+            elif r.answer.refused is not None:
+                left.append(self._describe(r, f"its commit was refused ({r.answer.refused})"))
+            elif tp in final and not r.reached:
+                if r.blocked is not None:
+                    blocked.append(r)
+                else:
+                    left.append(self._describe(r, "not at its end"))
+        if left:
+            shown = left[:_SHOWN] + ([f"and {len(left) - _SHOWN} more"] if len(left) > _SHOWN else [])
+            shown += [f"{tp_label(r.tp)} stopped at a failing record: {r.blocked}" for r in blocked[:_SHOWN]]
+            err = NotCaughtUp(f"--until-caught-up did not catch up{': ' + why if why else ''}; "
+                              f"{len(left) + len(blocked)} partition(s) left: " + "; ".join(shown)
+                              + ". Nothing past what is committed counts as done: run again to finish")
+        elif blocked:
+            err = PartitionsBlocked(
+                f"{len(blocked)} partition(s) stopped at a failing record and no [dead_letter] topic is "
+                f"configured: " + "; ".join(f"{tp_label(r.tp)} {r.blocked}" for r in blocked)
+                + ". Fix the plugin or configure [dead_letter] topic, then run again")
+        else:
+            return None
+        log.error(str(err))
+        return err
+
+    def _describe(self, r: Release, why: str) -> str:
+        acked = self.consumer.acknowledged.get(r.tp)
+        base = acked if acked is not None else r.start
+        committed = (f"committed up to offset {acked:,}" if acked is not None
+                     else "nothing committed by this run")
+        if r.end is None:
+            return f"{tp_label(r.tp)} {why}: {committed}, end unknown (nothing fetched)"
+        more = f" ({max(r.end - base, 0):,} records left)" if base is not None else ""
+        return f"{tp_label(r.tp)} {why}: {committed} of {r.end:,}{more}"

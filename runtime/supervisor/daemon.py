@@ -1,0 +1,207 @@
+"""``ringmaster run``'s daemon: own the resources (shared memory, workers, the consumer, the
+admin endpoint), run the supervisor, and release every resource on every exit path
+(invariant 7). Runs in: the supervisor process."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.errors import RingmasterError
+from runtime.kafka.consumer import GroupConsumer
+from runtime.kafka.producer import OutputProducer
+from runtime.ops.admin_server import AdminServer
+from runtime.ops.cluster import wait_for_cluster
+from runtime.ops.control import OperatorPauses
+from runtime.ops.control_socket import ControlServer, control_socket_path
+from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.status import StatusFile, StatusSnapshot
+from runtime.ops.systemd import Notifier
+from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_plugin
+from runtime.supervisor.signals import SignalQueue
+from runtime.transport.board import EpochTable
+from runtime.transport.shm import SegmentSet, check_space, reclaim_stale
+from runtime.worker.main import WorkerSpec
+
+log = logging.getLogger("ringmaster.supervisor")
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    final_status: StatusSnapshot | None
+    consumer_abandoned: bool
+    error: RingmasterError | None = None
+
+
+def worker_spec(settings: Settings,
+                segments: SegmentSet | None) -> Callable[[int, int, str, PluginCode], WorkerSpec]:
+    """What a worker is started with. ``segments`` None: a worker that never reads a ring
+    (``ringmaster check``'s probe)."""
+    dl = settings.dead_letter
+    epochs_path = "" if segments is None else str(segments.dir / f"{segments.prefix}epochs")
+
+    def spec(index: int, incarnation: int, segment_path: str, code: PluginCode) -> WorkerSpec:
+        return WorkerSpec(
+            index=index, incarnation=incarnation, segment_path=segment_path,
+            epochs_path=epochs_path,
+            plugin=code.plugin, settings=dict(code.settings),
+            output_topic=settings.output.topic, dead_letter_topic=dl.topic,
+            producer_props=producer_properties(settings), max_attempts=dl.max_attempts,
+            retry_backoff_s=dl.retry_backoff_s, retry_backoff_max_s=dl.retry_backoff_max_s,
+            parent_pid=os.getpid(), delivery_timeout_s=settings.output.delivery_timeout_s,
+            max_message_bytes=max_message_bytes(settings), log_level=settings.supervisor.log_level,
+            log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics))
+    return spec
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[Callable[[], bool]]:
+    """SIGTERM/SIGINT while waiting for the cluster (before the supervisor installs its own
+    handlers) ask the wait to end; the previous handlers come back afterwards, so a signal
+    during the creation of resources ends the process as it always did."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    seen: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: seen.append(signum))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield lambda: bool(seen)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_plugin_starts(settings: Settings) -> ProbeOutcome:
+    """``ringmaster check``: start the plugin in a throw-away worker, on the same start path
+    and with the same settings as the daemon's workers, bounded by workers.setup_timeout_s."""
+    w = settings.workers
+    spec = worker_spec(settings, None)(0, 1, "", PluginCode(1, w.plugin, dict(w.settings)))
+    # The probe creates the output producer like any worker (a property librdkafka refuses
+    # fails here too), but never sends: its connection attempts are not worth a log line.
+    spec = dataclasses.replace(spec, producer_props={**spec.producer_props, "log_level": 2})
+    return probe_plugin(spec, w.start_method, w.setup_timeout_s)
+
+
+def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] | None = None,
+               on_started: Callable[[Supervisor], None] | None = None,
+               reread: Callable[[], Settings] | None = None,
+               signals: SignalQueue | None = None) -> RunResult:
+    """Everything ``ringmaster run`` does: own the resources (shared memory, workers, the
+    consumer, the control socket), run the supervisor, and release every resource on every
+    exit path (invariant 7). Errors the user must act on come back in RunResult, not as
+    exceptions. ``reread``: the config file read again, for a reload (SIGHUP, ``ringmaster
+    reload``).
+
+    ``signals``: the queue ``ringmaster run`` installed at its start; else one is installed
+    here, before any resource exists, so no signal of signals.py ends the process with
+    shared memory left behind (the loop acts on what arrived once it runs)."""
+    signals = (signals or SignalQueue()).install()
+    sup = settings.supervisor
+    segments: SegmentSet | None = None
+    epochs: EpochTable | None = None
+    pool: WorkerPool | None = None
+    consumer: GroupConsumer | None = None
+    supervisor: Supervisor | None = None
+    admin: AdminServer | None = None
+    control: ControlServer | None = None
+    try:
+        status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
+        with _stop_requests() as stop_requested:
+            # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
+            # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
+            give_up = settings.kafka.connect_timeout_s if sup.stop_when_caught_up else None
+            if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop_requested,
+                                notify=Notifier().notify) is None:
+                log.info("stop requested while waiting for the Kafka cluster")
+                return RunResult(0, None, False)
+        socket_path = control_socket_path(settings)
+        if socket_path is not None:  # in use by another daemon: a config error, before anything else
+            control = ControlServer(socket_path)
+        reclaim_stale(sup.shm_dir)
+        w = settings.workers
+        check_space(sup.shm_dir, w.processes * (w.ring_bytes + 4096) + 8 * sup.max_partitions)
+        _warn_if_no_room_to_grow(settings)
+        segments = SegmentSet(sup.shm_dir)
+        epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
+        # One slot more than max_processes: a reload's first new worker runs beside the old ones.
+        pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
+                          worker_spec(settings, segments), max_slots=w.process_limit + 1)
+        consumer = GroupConsumer(consumer_properties(settings))
+        desk = None
+        if settings.dead_letter.topic is not None:
+            desk = DeadLetterDesk(settings.dead_letter.topic,
+                                  lambda: OutputProducer(producer_properties(settings)),
+                                  max_message_bytes(settings), time.monotonic,
+                                  settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
+        pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
+        holder: list[Supervisor] = []
+        metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
+                                 settings.admin.partition_metrics,
+                                 lambda: holder[0].loop_age() if holder else None,
+                                 group=settings.kafka.group_id)
+        supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status,
+                                dead_letters=desk, pauses=pauses, metrics=metrics, status_file=status_file,
+                                control=control, reread=reread, signals=signals)
+        holder.append(supervisor)
+        if settings.admin.listen:
+            sv = supervisor
+            admin = AdminServer(settings.admin.listen, settings.admin.allow_remote, metrics,
+                                lambda: sv.latest_status, sv.health, sv.ready,
+                                max_connections=settings.admin.max_connections,
+                                request_timeout_s=settings.admin.request_timeout_s).start()
+        if on_started is not None:
+            on_started(supervisor)
+        code = supervisor.run()
+        return RunResult(code, supervisor.final_status, consumer.abandoned)
+    except RingmasterError as exc:
+        final = supervisor.final_status if supervisor is not None else None
+        return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
+    finally:
+        if supervisor is not None:
+            supervisor.commands.close("the daemon is stopping")  # idempotent; closes the socket
+        elif control is not None:
+            control.close()
+        if admin is not None:
+            admin.close()
+        if supervisor is not None:
+            supervisor.operator.close()
+        if consumer is not None:
+            try:
+                consumer.close(5.0)
+            except Exception:  # already failing; the group will time us out
+                log.debug("consumer close failed", exc_info=True)
+        if supervisor is not None and supervisor.dead_letters is not None:
+            supervisor.dead_letters.close(2.0)
+        if pool is not None:
+            if any(h.process is not None for h in pool.handles):
+                pool.stop_all(2.0)
+            pool.kill_strays()
+            pool.close()
+        if epochs is not None:
+            epochs.release()
+        if segments is not None:
+            segments.unlink_all()
+
+
+def _warn_if_no_room_to_grow(settings: Settings) -> None:
+    """Rings beyond workers.processes are created when a resize or a reload needs them (a
+    reload runs one worker more than the pool while it replaces them); say at start if shm_dir
+    could not hold them all (the resize or reload would then fail with this message)."""
+    w, sup = settings.workers, settings.supervisor
+    need = (w.process_limit + 1) * (w.ring_bytes + 4096) + 8 * sup.max_partitions
+    try:
+        check_space(sup.shm_dir, need)
+    except RingmasterError as exc:
+        log.warning("workers.max_processes may not be reachable", extra={"error": str(exc)})

@@ -1,0 +1,296 @@
+"""The intake room: fetch, and cut what was fetched into batches. Runs in: supervisor.
+
+    consume() ─▶ runs per partition ─▶ open records ─cut─▶ batches (per key bucket in key
+                                                    ordering) ─▶ the scheduler's lanes
+                                                    (spans registered in the offset tracker)
+
+Owns each partition's ``intake`` part (partitions.py). Never blocks.
+
+How big a batch is: at most ``batch_max_records``; at most about a sixteenth of a ring for
+large records (bytes per record learnt from packed frames); and at most about
+``batch_target_ms`` of plugin work (µs per record learnt from the workers' results). The
+last bound is for latency: a record waits for the whole batch it is in, so 500 records of
+100 µs put 50 ms on every one of them (issue 16). A batch is cut when it is full, when its
+first record has waited ``batch_max_wait_ms``, or at once when a worker has room and nothing
+waits for it, provided the client had nothing more queued (small batches only when they cost
+nothing: when the supervisor is behind, cutting whatever arrived for every idle worker made
+thousands of tiny batches, and adding workers made trivial work slower — issue 16).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.config import Settings
+from runtime.errors import UnreadableRecord
+from runtime.kafka.consumer import Fetched
+from runtime.supervisor.partitions import Batch, Bucket, Partition, Partitions, PauseReason
+from runtime.supervisor.seams import Consumer
+from runtime.tp import TP
+from runtime.transport.packing import Run, fields_of, keys_of, offset_of, pack_run, salvage, split_by_key
+
+log = logging.getLogger("ringmaster.intake")
+
+_FRAMES_PER_RING = 16  # frames are sized to hold about 1/16 of a ring (see _size())
+_HOT_LANE_SHARE = 0.8  # key ordering: a lane taking this share of a big cut...
+_HOT_KEY_SHARE = 0.5  # ... because one key has this share of it, is reported
+_HOT_MIN_RECORDS = 200
+_COST_WEIGHT = 0.3  # moving averages of bytes and µs per record: recent batches count most
+
+
+@dataclass(frozen=True, slots=True)
+class TooLarge:
+    """A record that fits in no ring: dead-lettered by the supervisor (registered as its own
+    one-record batch, so nothing is committed past it until that is acknowledged)."""
+
+    tp: TP
+    batch_id: int
+    row: tuple[int, bytes | None, bytes | None, object]
+    frame_bytes: int
+    max_frame: int
+    error_type = "RecordTooLarge"
+
+    @property
+    def message(self) -> str:
+        return (f"record of {self.frame_bytes} bytes does not fit in a ring "
+                f"(frame limit {self.max_frame}); raise workers.ring_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A record with a field the Kafka client cannot read (a header name that is not UTF-8):
+    dead-lettered by the supervisor like TooLarge, with what could be read of it."""
+
+    tp: TP
+    batch_id: int
+    row: tuple[int, bytes | None, bytes | None, object]
+    message: str
+    error_type = "UnreadableRecord"
+
+
+SetAside = TooLarge | Unreadable  # records the supervisor dead-letters itself
+
+
+class BatchIds:
+    """One counter for every batch of the run, so an id never means two batches."""
+
+    def __init__(self) -> None:
+        self._next = 1
+
+    def __call__(self) -> int:
+        bid = self._next
+        self._next += 1
+        return bid
+
+
+class Intake:
+    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions, buckets: int,
+                 ring_capacity: int, max_frame: int, next_id: BatchIds, clock: Callable[[], float]) -> None:
+        self.w = settings.workers
+        self.consumer = consumer
+        self.partitions = partitions
+        self.buckets = buckets  # key ordering: lanes per partition (fixed for the run)
+        self.ring_capacity = ring_capacity
+        self.max_frame = max_frame
+        self.next_id = next_id
+        self.clock = clock
+        self.ordering = self.w.ordering
+        self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
+        self.consumed = 0
+        self.last_records_at = clock()
+        self.first_record_at: float | None = None
+        self.too_large: list[SetAside] = []  # taken by the supervisor every tick
+        self.drained = True  # the last consume() took everything the client had queued
+
+    # ------------------------------------------------------------------ fetch
+    def fetch(self, max_records: int, wait_s: float) -> Fetched:
+        fetched = self.consumer.consume(max_records, wait_s)
+        self.drained = fetched.count < max_records
+        return fetched
+
+    def take(self, fetched: Fetched) -> None:
+        """Apply what consume() returned (after the rebalance straddle was settled)."""
+        now = self.clock()
+        if fetched.count:
+            self.last_records_at = now
+            if self.first_record_at is None:
+                self.first_record_at = now
+            self.consumed += fetched.count
+        for tp, run in fetched.runs.items():
+            p = self.partitions.get(tp)
+            if p is None:
+                continue  # revoked meanwhile: not ours to process or commit
+            s = p.intake
+            if p.fence.rewinding or PauseReason.SEEKING in p.pause.holds:
+                # Fenced and about to be read again from its restart offset (these were
+                # fetched before that seek), or its start offset is not known yet: drop, and
+                # remember where the dropped records began, so that the seek goes back there.
+                first = offset_of(run[0])
+                if p.fence.rewinding and (s.dropped_from is None or first < s.dropped_from):
+                    s.dropped_from = first
+                continue
+            if s.open_msgs:
+                s.open_msgs.extend(run)
+            else:
+                s.open_msgs = run
+                s.open_since = now
+            if s.first_offset is None:
+                s.first_offset = offset_of(run[0])
+            s.consumed += len(run)
+            s.next_offset = offset_of(run[-1]) + 1
+            s.eof_at = None
+            s.last_activity = now
+        for tp, offset in fetched.eof.items():
+            p = self.partitions.get(tp)
+            # RACE: one consume() can return a partition's last records and its EOF event
+            # together (records applied above); an EOF counts only if nothing newer came after it.
+            if p is None or p.fence.rewinding:
+                continue
+            s = p.intake
+            if s.next_offset is None or offset >= s.next_offset:
+                s.eof_at = offset
+                s.last_activity = now
+                if s.first_offset is None:
+                    s.first_offset = offset
+
+    # ------------------------------------------------------------------ cutting
+    def cut(self, worker_has_room: bool) -> list[Batch]:
+        """Turn fetched records into batches: when a batch is full, old enough, or a worker
+        has room and nothing waits for it. Records that fit in no ring go to ``too_large``."""
+        now = self.clock()
+        max_wait = self.w.batch_max_wait_ms / 1000
+        out: list[Batch] = []
+        for p in self.partitions.values():
+            s = p.intake
+            if not s.open_msgs or p.held:
+                continue
+            if (len(s.open_msgs) >= s.batch_records or now - s.open_since >= max_wait
+                    or (worker_has_room and self.drained)):
+                out += self._cut(p, now)
+        return out
+
+    def _bucket_runs(self, p: Partition, msgs: Run) -> list[tuple[Bucket, Run]]:
+        if self.ordering != "key":
+            return [(None, msgs)]
+        # Records without a key stay together in a bucket of their own, in partition order.
+        by_bucket = split_by_key(msgs, self.buckets, null_lane=self.buckets)
+        self._watch_skew(p, msgs, by_bucket)
+        return sorted(by_bucket.items())
+
+    def _cut(self, p: Partition, now: float) -> list[Batch]:
+        s = p.intake
+        msgs, s.open_msgs = s.open_msgs, []
+        step = s.batch_records
+        parts: list[Batch | SetAside] = []
+        for bucket, run in self._bucket_runs(p, msgs):
+            for i in range(0, len(run), step):
+                self._pack(p, bucket, run, i, min(i + step, len(run)), now, parts)
+        self._register(p, msgs, parts, now)
+        s.batch_records = self._size(p)
+        self.too_large += [x for x in parts if not isinstance(x, Batch)]
+        return [x for x in parts if isinstance(x, Batch)]
+
+    def _size(self, p: Partition) -> int:
+        """Records per batch for this partition from now on (module docstring). Small frames
+        against the ring keep backpressure fine-grained: with half-ring frames, 10 KiB records
+        made 2 MiB frames and an 8 MiB ring refused the next one at 75 % full."""
+        s = p.intake
+        target_bytes = min(self.max_frame // 2, self.ring_capacity // _FRAMES_PER_RING)
+        size = min(self.w.batch_max_records, int(target_bytes / max(s.bytes_per_record, 1.0)))
+        if self.w.batch_target_ms and s.us_per_record > 0:
+            size = min(size, int(self.w.batch_target_ms * 1000 / s.us_per_record))
+        return max(1, size)
+
+    def _register(self, p: Partition, msgs: Run, parts: list[Batch | SetAside], now: float) -> None:
+        """INVARIANT (1): every record cut is registered before its batch can complete."""
+        spans = [(x.batch_id, x.first, x.last) if isinstance(x, Batch) else (x.batch_id, x.row[0], x.row[0])
+                 for x in parts]
+        if self.ordering == "key":
+            # Buckets interleave: one span for the whole cut, done when every bucket's part is.
+            p.tracker.register_span(offset_of(msgs[0]), offset_of(msgs[-1]), spans, len(msgs), now)
+        else:
+            for bid, first, last in spans:  # one lane, in offset order: a span per batch
+                p.tracker.register(bid, first, last, now)
+
+    def _pack(self, p: Partition, bucket: Bucket, msgs: Run, start: int, stop: int, now: float,
+              out: list[Batch | SetAside]) -> None:
+        """Pack msgs[start:stop] into one frame (split in two while it does not fit)."""
+        batch_id = self.next_id()
+        count = stop - start
+        try:
+            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop)
+        except UnreadableRecord as bad:
+            # Set aside for the supervisor to dead-letter; the records around it are packed
+            # again by the fast path (never one by one: a bad record costs one more pack).
+            i = bad.index
+            if not start <= i < stop:
+                raise  # a packer bug, not the record's fault: never guess which record it was
+            if start < i:
+                self._pack(p, bucket, msgs, start, i, now, out)
+            row, why = salvage(msgs[i], bad)
+            out.append(Unreadable(p.tp, batch_id, row, why))
+            if i + 1 < stop:
+                self._pack(p, bucket, msgs, i + 1, stop, now, out)
+            return
+        size = len(frame) / count
+        p.intake.bytes_per_record = _moving_average(p.intake.bytes_per_record, size)
+        self.bytes_per_record = _moving_average(self.bytes_per_record, size)
+        if len(frame) > self.max_frame:
+            if count > 1:
+                mid = start + count // 2
+                self._pack(p, bucket, msgs, start, mid, now, out)
+                self._pack(p, bucket, msgs, mid, stop, now, out)
+                return
+            out.append(TooLarge(p.tp, batch_id, fields_of(msgs[start]), len(frame), self.max_frame))
+            return
+        first, last = offset_of(msgs[start]), offset_of(msgs[stop - 1])
+        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket, now))
+
+    def _watch_skew(self, p: Partition, msgs: Run, by_bucket: dict[int, Run]) -> None:
+        """Key ordering spreads a partition over workers only as far as its keys allow: a hot
+        key serialises the partition on one worker at a time. Say so (status), don't hide it."""
+        s = p.intake
+        for bucket, run in by_bucket.items():
+            s.lane_records[bucket] = s.lane_records.get(bucket, 0) + len(run)
+        if len(msgs) < _HOT_MIN_RECORDS:
+            return
+        bucket, run = max(by_bucket.items(), key=lambda kv: len(kv[1]))
+        s.hot_key = None
+        if len(run) >= _HOT_LANE_SHARE * len(msgs):
+            key, n = Counter(keys_of(run)).most_common(1)[0]
+            if n >= _HOT_KEY_SHARE * len(msgs):
+                shown = "null" if key is None else repr(key[:40])
+                s.hot_key = f"key {shown} is {n / len(msgs):.0%} of recent records (lane {bucket})"
+
+    # ------------------------------------------------------------------ called by other rooms
+    def learn_cost(self, p: Partition, busy_ms: float, records: int) -> None:
+        """Results: how long the plugin took per record of this partition (batch sizing)."""
+        if records > 0 and busy_ms >= 0:
+            p.intake.us_per_record = _moving_average(p.intake.us_per_record, busy_ms * 1000 / records)
+            p.intake.batch_records = self._size(p)
+
+    def drop(self, p: Partition) -> None:
+        """Forget fetched records not cut yet (a fence made them stale), remembering where
+        they began: a rewind must go back at least that far."""
+        s = p.intake
+        if s.open_msgs:
+            first = offset_of(s.open_msgs[0])
+            s.dropped_from = first if s.dropped_from is None else min(first, s.dropped_from)
+        s.open_msgs = []
+
+    def rewound(self, p: Partition) -> None:
+        """The partition is read again from a new position: what was seen is forgotten."""
+        p.intake.next_offset = p.intake.eof_at = p.intake.dropped_from = None
+
+    def buffered_bytes(self, p: Partition) -> float:
+        """Records fetched and not cut yet, in frame bytes (estimated)."""
+        s = p.intake
+        return len(s.open_msgs) * (s.bytes_per_record or self.bytes_per_record)
+
+
+def _moving_average(average: float, sample: float) -> float:
+    """0 means nothing learnt yet."""
+    return (1 - _COST_WEIGHT) * average + _COST_WEIGHT * sample if average else sample

@@ -1,0 +1,323 @@
+"""The supervisor: one thread, one loop, every decision about fetching, dispatch, fencing,
+pausing and committing taken in one place, so the races between them cannot happen.
+
+    broker ─consume()─▶ intake: runs per partition ─cut─▶ scheduler: lanes ─▶ worker rings
+                        (flow control pauses what is over its share of the backlog)
+    worker result pipes ─▶ results: offset trackers ─▶ commits (async, periodic; sync on revoke/stop)
+    worker deaths ─▶ workforce: restart ─▶ results: crash isolation, batches back in their lanes
+
+The Supervisor coordinates; the rooms act, each the one writer of its state:
+
+    intake.py       fetch, cut batches                  (fetched records, batch sizing)
+    scheduler.py    which worker runs which batch       (lanes, batches in rings)
+    assignment.py   partitions, fencing, rewinds        (the partition table, epochs)
+    flowcontrol.py  holds, backpressure, pause/resume   (what the client is told)
+    results.py      results, deaths, dead-letter routing (counters)
+    workforce.py    worker start-up, deaths, restarts   (each worker's life)
+    rebalance.py    the rebalance story (assign, revoke, lose)
+    operator.py     operator pauses applied to partitions
+    rollout.py      reload and resize: workers replaced or added while records flow
+    commands.py     the control socket's requests and SIGHUP/SIGTTIN/SIGTTOU, one at a time
+    commits.py, deadletter_desk.py, caught_up.py, report.py
+
+Rebalance callbacks run inside ``consume()`` on this same thread. Signal handlers only
+enqueue; the loop handles them between steps.
+
+Runs in: the supervisor process.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import select
+import time
+from collections.abc import Callable
+from typing import Generic
+
+from runtime.config import Settings
+from runtime.errors import RingmasterError
+from runtime.ops.admin_server import Health
+from runtime.ops.control import OperatorPauses
+from runtime.ops.control_socket import ControlServer
+from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.status import StatusFile, StatusSnapshot, Stopped, final_snapshot
+from runtime.ops.systemd import Notifier
+from runtime.supervisor.assignment import Assignment, SlotTable
+from runtime.supervisor.caught_up import CaughtUp
+from runtime.supervisor.commands import Commands
+from runtime.supervisor.commits import Committer
+from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.flowcontrol import FlowControl
+from runtime.supervisor.intake import BatchIds, Intake
+from runtime.supervisor.operator import OperatorHolds
+from runtime.supervisor.partitions import Partition, Partitions
+from runtime.supervisor.pool import become_subreaper
+from runtime.supervisor.rebalance import Rebalance
+from runtime.supervisor.report import Reporter
+from runtime.supervisor.results import Results
+from runtime.supervisor.rollout import Rollout
+from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.seams import Consumer, H, LoopPool
+from runtime.supervisor.signals import SignalHandlers, SignalQueue
+from runtime.supervisor.workforce import Workforce
+from runtime.transport.board import EpochTable
+from runtime.transport.packing import PACK
+
+log = logging.getLogger("ringmaster.supervisor")
+
+_GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
+_IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
+
+
+class Supervisor(Generic[H]):
+    """The loop. Constructed with its collaborators (the consumer, the pool and its epoch
+    table, a clock): tests pass fakes; ``run_daemon`` passes the real ones (seams.py says
+    what each must have). Generic in the pool's handle type, which its rooms pass around."""
+
+    def __init__(self, settings: Settings, consumer: Consumer, pool: LoopPool[H], epochs: EpochTable, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_status: Callable[[StatusSnapshot], None] | None = None,
+                 dead_letters: DeadLetterDesk | None = None, pauses: OperatorPauses | None = None,
+                 metrics: RuntimeMetrics | None = None, notifier: Notifier | None = None,
+                 status_file: StatusFile | None = None, control: ControlServer | None = None,
+                 reread: Callable[[], Settings] | None = None, signals: SignalQueue | None = None) -> None:
+        self.s, w = settings, settings.workers
+        self.clock, self.consumer, self.pool, self.on_status = clock, consumer, pool, on_status
+        self.notifier = notifier or Notifier()
+        self.status_file = status_file or StatusFile(settings.supervisor.status_file)
+        self.partitions: Partitions = {}
+        ring = pool.handles[0].ring
+        ids = BatchIds()
+        self.workforce = Workforce(settings, pool, clock, batches_out=lambda i: self.scheduler.count(i))
+        self.scheduler = Scheduler(pool.handles, self.workforce.accepting, ordered=w.ordering != "unordered",
+                                   slots=pool.max_slots)
+        # Key lanes per partition: fixed for the run (a key keeps its lane across resizes).
+        self.intake = Intake(settings, consumer, self.partitions, w.process_limit, ring.capacity,
+                             ring.max_frame, ids, clock)
+        self.flow = FlowControl(settings, consumer, self.partitions, self.intake, self.scheduler,
+                                ring.capacity, clock)
+        self.assignment = Assignment(settings, consumer, self.partitions, SlotTable(epochs), self.intake,
+                                     self.scheduler, self.flow, clock)
+        self.results = Results(settings, self.partitions, pool.handles, self.scheduler, self.workforce,
+                               self.assignment, self.intake, dead_letters, ids, metrics, clock)
+        self.rollout = Rollout(settings, self.workforce, self.scheduler, self.flow, reread, clock)
+        self.commands = Commands(control, self.rollout)
+        sup = settings.supervisor
+        self.commits = Committer(consumer, self.partitions, sup.commit_interval_ms / 1000, clock,
+                                 sync_timeout_s=sup.revoke_timeout_s)
+        self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
+        self.caught_up = CaughtUp(settings, consumer, self.partitions, self.intake, self.assignment,
+                                  self.workforce, lambda: self.rebalance.rebalances, clock)
+        self.rebalance = Rebalance(settings, self.assignment, self.flow, self.operator, self.results,
+                                   self.commits, self.caught_up, self.scheduler, self.workforce, pool.handles,
+                                   dead_letters, clock, metrics.observe_revocation if metrics else None)
+        self.reporter = Reporter(settings, consumer, self.partitions, pool.handles, self.intake,
+                                 self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
+                                 self.operator, self.rollout, dead_letters, clock)
+        self.dead_letters = dead_letters
+        self.signals = SignalHandlers(signals or SignalQueue(), settings, lambda: self.latest_status,
+                                      self.commands.on_signal)
+        self.stopping = False
+        self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
+        self.stop_reason = "stopped"  # why, for the final status: a signal, caught up
+        self.final_status: StatusSnapshot | None = None
+        self.latest_status: StatusSnapshot | None = None
+        self._last_tick = clock()
+        self._last_status = self._last_watchdog = 0.0
+
+    # ------------------------------------------------------------------ the story
+    def run(self) -> int:
+        """Run until stopped by a signal or (optionally) caught up. Returns the exit code;
+        raises RingmasterError for a stop the user must act on."""
+        self.signals.queue.install()
+        try:
+            self.start()
+            while not self.stopping:
+                self._last_tick = self.clock()
+                self.handle_signals()
+                self.operator.apply()
+                self.fetch()
+                self.scheduler.enqueue(self.intake.cut(self.scheduler.can_take_more()))
+                self.results.dead_letter_set_aside(self.intake.too_large)
+                self.intake.too_large.clear()
+                self.scheduler.dispatch()
+                self.results.collect()
+                self.manage_workers()
+                self.commands.step()
+                self.results.deliver_dead_letters()
+                self.assignment.advance_rewinds()
+                self.flow.reconcile()
+                self.commits.commit_if_due()
+                self.report_if_due()
+                self.stop_if_caught_up()
+        except RingmasterError as exc:
+            # A stop the user must act on (the plugin cannot start, a fatal Kafka error): it
+            # still ends like any stop – batches in progress finish, what is done is committed,
+            # the final status says why – and only then is it raised for the exit code.
+            self.exit_error = exc
+            log.critical(f"stopping: {exc}")
+        try:
+            self.shutdown()
+        except RingmasterError as exc:
+            log.error("stopping did not finish cleanly", extra={"error": str(exc)})
+            self.exit_error = self.exit_error or exc
+        if self.exit_error is not None:
+            raise self.exit_error
+        return 0
+
+    def start(self) -> None:
+        become_subreaper()
+        self.workforce.start_all()
+        self.operator.load()
+        self.consumer.subscribe(self.s.kafka.topics, self.rebalance.on_assign, self.rebalance.on_revoke,
+                                self.rebalance.on_lost)
+        # Every fetched record is a Message the cyclic GC tracks. With the default
+        # threshold (700 net allocations) a collection runs inside nearly every consume()
+        # and walks thousands of live Messages: 1,139 collections and 100-130 ns per
+        # record on trivial work. Messages die once packed, so net allocations stay far
+        # below _GC_THRESHOLD and young collections all but stop; garbage cycles (rare
+        # here) are still collected once that many objects pile up. Freezing what
+        # start-up built (modules, config, clients) keeps full collections short.
+        gc.freeze()
+        gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+        self.notifier.notify("READY=1", f"STATUS=consuming {', '.join(self.s.kafka.topics)}")
+        log.info("supervisor started", extra={
+            "group": self.s.kafka.group_id, "topics": ",".join(self.s.kafka.topics),
+            "workers": self.s.workers.processes, "plugin": self.s.workers.plugin, "pid": os.getpid(),
+            "ordering": self.s.workers.ordering, "start_method": self.s.workers.start_method,
+            "frame_packer": "C" if PACK.in_c else f"Python ({PACK.why_python})"})
+
+    def handle_signals(self) -> None:
+        if self.signals.dispatch():  # one handle_<signal> each (signals.py)
+            self.stop_reason = f"{self.signals.stop_requested} received"
+            self.stopping = True
+
+    # ------------------------------------------------------------------ steps
+    def fetch(self) -> None:
+        """Take what the client has queued. A tick waits for what unblocks it: for results
+        when batches wait for room in rings (a worker finishing is what lets them go), else
+        for records (the client returns as soon as one is there)."""
+        # What was fetched and not dispatched waits for room (cut() gives a worker with room
+        # whatever is open): only a worker's result can unblock it, so wait for those.
+        open_msgs = any(p.intake.open_msgs and not p.held for p in self.partitions.values())
+        waiting_for_room = open_msgs or self.scheduler.waiting_for_room()
+        wait_s = min(self.s.workers.batch_max_wait_ms / 1000, _IDLE_WAIT_S) if open_msgs else _IDLE_WAIT_S
+        wait_s = max(wait_s, 0.001)  # batch_max_wait_ms = 0 must not spin a core
+        fetching = not self.assignment.assigned_once or any(
+            not p.pause.paused for p in self.partitions.values())
+        if waiting_for_room or not fetching:
+            self._wait_for_workers(wait_s)
+        fetched = self.intake.fetch(self.flow.records_wanted(),
+                                    wait_s if fetching and not waiting_for_room else 0)
+        self.assignment.settle(fetched)
+        self.assignment.retry_seeks()
+        if self.workforce.fatal is not None:
+            raise self.workforce.fatal
+        first = self.intake.first_record_at
+        self.intake.take(fetched)
+        if first is None and self.intake.first_record_at is not None:
+            self.reporter.first_record_seen()
+
+    def _wait_for_workers(self, timeout_s: float) -> None:
+        """Sleep until a worker reports or dies (a sentinel is a file descriptor)."""
+        waitables = self.pool.result_fds() + self.pool.sentinels()
+        if waitables:
+            select.select(waitables, [], [], timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    def manage_workers(self) -> None:
+        for death in self.workforce.manage(drain=self.results.drain):
+            self.results.redeliver(death)
+        if self.workforce.fatal is not None:
+            raise self.workforce.fatal
+
+    def report_if_due(self, force: bool = False, held: list[Partition] | None = None,
+                      final: Stopped | None = None) -> None:
+        now = self.clock()
+        interval = self.notifier.watchdog_interval_s
+        if interval and now - self._last_watchdog >= interval:
+            self._last_watchdog = now
+            self.notifier.notify("WATCHDOG=1")
+        if not force and now - self._last_status < self.s.supervisor.status_interval_s:
+            return
+        self._last_status = now
+        stopped = Stopped(self.exit_error.exit_code, str(self.exit_error)) if self.exit_error else None
+        snapshot = self.reporter.snapshot(now - self._last_tick, self.ready(), stopped, held)
+        if final is not None:
+            snapshot = final_snapshot(snapshot, final)
+        self.latest_status = snapshot
+        self.status_file.write(snapshot)
+        if self.on_status is not None:
+            self.on_status(snapshot)
+
+    def stop_if_caught_up(self) -> None:
+        if self.caught_up.should_stop():  # the judge of the exit status speaks after the final commit
+            self.stop_reason = "caught up with the end of every assigned partition (--until-caught-up)"
+            self.stopping = True
+
+    # ------------------------------------------------------------------ health (any thread)
+    def health(self) -> Health:
+        """Liveness. Runs in: the admin server's thread: reads plain values only. Fails when
+        the loop has not gone round within its bound (a rebalance may hold it for up to
+        revoke_timeout_s: the bound is above that), when a worker is stuck and not yet
+        replaced, or when a fatal error is stopping the daemon. Lag, outages, pauses and
+        rebalances are not failures of liveness."""
+        reasons = []
+        age = self.loop_age()
+        bound = max(self.s.admin.loop_stuck_s, self.s.supervisor.revoke_timeout_s + 10)
+        if age > bound and not self.stopping:
+            reasons.append(f"the supervisor's loop has not gone round for {age:.0f} s (bound {bound:g} s)")
+        reasons += self.workforce.stuck()
+        if self.exit_error is not None:
+            reasons.append(f"stopping: {self.exit_error}")
+        return Health(not reasons, reasons)
+
+    def ready_now(self) -> bool:
+        return self.workforce.started_once and self.assignment.assigned_once
+
+    def ready(self) -> bool:
+        """Readiness: workers started and the group joined, and not stopping."""
+        return self.ready_now() and not self.stopping
+
+    def loop_age(self) -> float:
+        """Seconds since the loop last went round. Runs in: any thread."""
+        return max(0.0, self.clock() - self._last_tick)
+
+    # ------------------------------------------------------------------ stop
+    def shutdown(self) -> None:
+        """Stop fetching, finish only the batches in progress, fence the rest, commit, leave
+        the group, stop the workers. Like a revocation, the time this takes is bounded by
+        one batch (or revoke_timeout_s), not by how much work waits in the rings: batches
+        still in rings are not committed, so the partitions' next owner reads them again."""
+        deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
+        self.notifier.notify("STOPPING=1")
+        self.consumer.stop()
+        self.commands.close("the daemon is stopping")
+        self.flow.pause_all()
+        if self.dead_letters is not None:
+            # Dead letters on their way: a short wait lets their records be committed now.
+            until = min(deadline, self.clock() + 2.0)
+            while self.dead_letters.pending() and self.clock() < until:
+                self.results.deliver_dead_letters()
+                time.sleep(0.02)
+        held = list(self.partitions.values())
+        self.rebalance.release(list(self.partitions), commit=True)
+        self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested)
+        error = self.exit_error
+        final = Stopped(error.exit_code, str(error)) if error else Stopped(0, self.stop_reason)
+        self.report_if_due(force=True, held=held, final=final)
+        self.final_status = self.latest_status
+        # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
+        # end the process within shutdown_timeout_s whatever the group is doing.
+        self.consumer.close(max(1.0, deadline - self.clock()))
+        self.workforce.stop_all(max(1.0, deadline - self.clock()), drain=self._drain_all_quietly)
+        restarts = sum(life.restarts for life in self.workforce.lives)
+        log.info("supervisor stopped", extra={"records": self.results.totals.records, "restarts": restarts})
+
+    def _drain_all_quietly(self) -> None:
+        for h in self.pool.handles:
+            if h.results is not None:
+                h.results.read()

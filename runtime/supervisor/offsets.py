@@ -1,0 +1,155 @@
+"""Per-partition completion tracking → committable offset.
+
+The one rule, applied here and nowhere else: a committed offset is the next offset to
+read, and it may only move past a record when that record and every record before it in
+the partition are done (invariant 1).
+
+Records are registered in **spans**: one span per cut of the partition's fetched records,
+in offset order. A span is handed out as one or more **batches** (one per lane in ``key``
+ordering, where a cut is split by key hash over the workers; exactly one otherwise). A span
+is done when every batch of it is done; batches finish in any order (lanes, retries,
+restarts). The committable offset is the end of the prefix of done spans: the lowest
+offset not yet handled across all lanes.
+
+Runs in: supervisor. Not thread-safe (the supervisor is single-threaded).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Span:
+    first: int
+    last: int
+    records: int
+    open: int  # batches of this span not done yet
+    at: float  # clock time it was cut (the age of the oldest unhandled record)
+
+
+@dataclass(slots=True)
+class _Part:
+    span: _Span
+    first: int
+    last: int
+
+
+class OffsetTracker:
+    def __init__(self, start: int | None = None) -> None:
+        self._spans: deque[_Span] = deque()
+        self._parts: dict[int, _Part] = {}
+        self._committable: int | None = start
+        self._committed: int | None = start
+        self._base: int | None = start  # the first offset ever registered (or the start)
+        self._span_records = 0  # records of the spans not done yet, kept as they change
+
+    # -- registering (Intake: as batches are cut) -----------------------------------
+    def register(self, batch_id: int, first: int, last: int, at: float = 0.0) -> None:
+        """A span of one batch."""
+        self.register_span(first, last, [(batch_id, first, last)], last - first + 1, at)
+
+    def register_span(self, first: int, last: int, parts: Iterable[tuple[int, int, int]],
+                      records: int, at: float = 0.0) -> None:
+        """A span [first..last] of ``records`` records handed out as ``parts``
+        (batch_id, first offset, last offset); parts of different lanes may interleave."""
+        parts = list(parts)
+        if last < first or not parts:
+            raise ValueError("empty span")
+        if self._spans and first <= self._spans[-1].last:
+            raise ValueError(f"span [{first}..{last}] overlaps or goes backwards")
+        if self._committable is not None and first < self._committable:
+            raise ValueError(f"span [{first}..{last}] starts below the committable offset "
+                             f"{self._committable}")
+        ids = [bid for bid, _, _ in parts]
+        for bid, f, lst in parts:  # every check before any change: a refused call changes nothing
+            if bid in self._parts or ids.count(bid) > 1 or not first <= f <= lst <= last:
+                raise ValueError(f"batch {bid} [{f}..{lst}] is not a new part of [{first}..{last}]")
+        span = _Span(first, last, records, len(parts), at)
+        self._spans.append(span)
+        self._span_records += records
+        for bid, f, lst in parts:
+            self._parts[bid] = _Part(span, f, lst)
+        if self._base is None:
+            self._base = first
+
+    # -- completing (results, dead letters) -----------------------------------------
+    def complete(self, batch_id: int) -> bool:
+        """Mark a batch done; True when this moved the committable offset."""
+        part = self._parts.pop(batch_id, None)
+        if part is None:
+            return False  # a duplicate acknowledgement (redelivery) changes nothing
+        part.span.open -= 1
+        moved = False
+        while self._spans and self._spans[0].open == 0:
+            head = self._spans.popleft()
+            self._span_records -= head.records
+            self._committable = head.last + 1
+            moved = True
+        return moved
+
+    def split(self, batch_id: int, parts: list[tuple[int, int, int]]) -> None:
+        """Replace an unfinished batch by sub-batches (batch_id, first, last) of the same
+        records: used when a batch is bisected to isolate a poison record."""
+        old = self._parts.get(batch_id)
+        if old is None:
+            raise ValueError(f"batch {batch_id} is not pending")
+        if not parts or parts[0][1] < old.first or parts[-1][2] > old.last:
+            raise ValueError("sub-batches must lie inside the batch")
+        new_ids = [bid for bid, _, _ in parts]
+        if len(set(new_ids)) != len(new_ids) or any(b in self._parts for b in new_ids):
+            raise ValueError(f"sub-batches of {batch_id} need new ids, not {new_ids}")
+        del self._parts[batch_id]
+        old.span.open += len(parts) - 1
+        for bid, first, last in parts:
+            self._parts[bid] = _Part(old.span, first, last)
+
+    def oldest_at(self) -> float | None:
+        """When the oldest span not done yet was cut (None: everything registered is done)."""
+        return self._spans[0].at if self._spans else None
+
+    def is_pending(self, batch_id: int) -> bool:
+        return batch_id in self._parts
+
+    # -- reading ----------------------------------------------------------------------
+    @property
+    def committable(self) -> int | None:
+        """Offset to commit (next to read), or None when nothing is done yet."""
+        return self._committable
+
+    @property
+    def committed(self) -> int | None:
+        return self._committed
+
+    @property
+    def unfinished(self) -> int:
+        """Batches registered and not done."""
+        return len(self._parts)
+
+    @property
+    def uncommitted_records(self) -> int:
+        """Records registered past the committable offset (done or not): how far the
+        fastest lane may have run ahead of the slowest, the bound key/unordered modes cap."""
+        return self._span_records
+
+    def restart_offset(self) -> int | None:
+        """Where to read again from to redo everything not done: the committable offset, or
+        the first registered offset if nothing is done yet (None: nothing registered)."""
+        if self._committable is not None:
+            return self._committable
+        return self._spans[0].first if self._spans else self._base
+
+    def needs_commit(self) -> bool:
+        return self._committable is not None and self._committable != self._committed
+
+    def mark_committed(self, offset: int | None) -> None:
+        self._committed = offset
+
+    def discard_unfinished(self) -> None:
+        """Forget every span not done: the partition is read again from restart_offset()
+        (a rewind). Batches still out there complete nothing afterwards."""
+        self._spans.clear()
+        self._parts.clear()
+        self._span_records = 0

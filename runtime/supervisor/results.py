@@ -1,0 +1,210 @@
+"""The results room: what the workers report, what becomes of a dead worker's batches, and
+where a record that cannot be processed goes. Runs in: supervisor.
+
+    result pipes ─▶ DONE: the tracker completes the batch; counters, learnt costs
+                    DEFERRED (an outage, a plugin's Backoff): the partition is rewound
+                    BLOCKED (no dead-letter topic): the partition stops at the record
+    worker deaths ─▶ its batches go back to their lanes; the one it was running counts a
+                     crash (isolation.py: retried, bisected, dead-lettered)
+    dead-letter desk ─▶ an acknowledged dead letter completes its one-record batch
+
+Owns each partition's ``stats`` part, the run's totals and the per-worker counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from collections.abc import Callable, Sequence
+from typing import Any, Generic
+
+from runtime.backoff import backoff_s
+from runtime.config import Settings
+from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.status import Totals
+from runtime.plugin import backoff_wait
+from runtime.supervisor.assignment import Assignment
+from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.intake import BatchIds, Intake, SetAside
+from runtime.supervisor.isolation import isolate
+from runtime.supervisor.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.seams import H
+from runtime.supervisor.workforce import Death, Workforce
+from runtime.transport.frames import FRESH, Result, ResultKind, decode_result
+
+log = logging.getLogger("ringmaster.results")
+
+Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, headers) of one record
+
+
+class Results(Generic[H]):
+    def __init__(self, settings: Settings, partitions: Partitions, handles: Sequence[H],
+                 scheduler: Scheduler, workforce: Workforce[H], assignment: Assignment, intake: Intake,
+                 desk: DeadLetterDesk | None, next_id: BatchIds, metrics: RuntimeMetrics | None,
+                 clock: Callable[[], float]) -> None:
+        self.s = settings
+        self.partitions = partitions
+        self.handles = handles
+        self.scheduler = scheduler
+        self.workforce = workforce
+        self.assignment = assignment
+        self.intake = intake
+        self.desk = desk
+        self.next_id = next_id
+        self.metrics = metrics
+        self.clock = clock
+        self.totals = Totals()
+        self.per_worker_records = [0] * len(workforce.lives)  # per slot (the pool may add slots)
+        self.per_worker_busy_ms = [0.0] * len(workforce.lives)  # time batches took in each slot
+
+    # ------------------------------------------------------------------ reading
+    def collect(self, timeout_s: float = 0.0) -> None:
+        """Apply every result that has arrived; wait up to timeout_s for one if none has.
+        One select() says which pipes to read: a read per worker per tick (EAGAIN, mostly)
+        cost 9 % of the supervisor on trivial work."""
+        pipes = [(h.results.fd, h) for h in self.handles if h.results is not None]
+        real = [fd for fd, _ in pipes if fd >= 0]  # (test fakes have no descriptor)
+        ready = set(select.select(real, [], [], timeout_s)[0]) if real else set()
+        for fd, h in pipes:
+            if fd < 0 or fd in ready:
+                self.drain(h)
+
+    def drain(self, h: H) -> None:
+        if h.results is None:
+            return
+        for message in h.results.read():  # at end of file the worker died: the workforce reaps it
+            self._on_result(h, decode_result(message))
+
+    def _on_result(self, h: H, r: Result) -> None:
+        if r.kind is ResultKind.FATAL:
+            self.workforce.on_fatal_report(h, r.detail)
+            return
+        if r.kind is ResultKind.HELLO:
+            self.workforce.on_hello(h, r.detail)
+            return
+        if r.kind is ResultKind.EXHAUSTED:  # not done, not the records' fault: run again when it exits
+            self.workforce.on_exhausted(h, r.batch_id, r.detail, r.cause == FRESH)
+            return
+        batch = self.scheduler.returned(h.index, r.batch_id)
+        # INVARIANT (1, 5): a batch counts only while it is out for its partition. A batch
+        # that began before its partition was fenced and ran to the end while the revocation
+        # (or rewind) waited for it counts, whatever its epoch: that is the batch the
+        # revocation waits for, so that it commits it. Releasing a partition forgets its
+        # batches out, so a late result of one completes nothing.
+        p = self.partitions.get(batch.tp) if batch is not None else None
+        if r.kind is ResultKind.DONE:
+            self._done(h, r, p)
+        elif p is None:
+            return
+        elif r.kind is ResultKind.BLOCKED:
+            self.stop_at_failing_record(p, r.detail)
+        elif r.kind is ResultKind.DEFERRED:
+            self._defer(p, r)
+
+    def _done(self, h: H, r: Result, p: Partition | None) -> None:
+        self.workforce.on_batch_done(h)
+        self.scheduler.learn(h.index, r.busy_ms, r.processed)
+        t = self.totals
+        t.batches += 1
+        t.records += r.processed
+        t.outputs += r.outputs
+        t.dead_letters += r.dead_letters
+        t.discarded += r.discarded
+        self.per_worker_records[h.index] += r.processed
+        self.per_worker_busy_ms[h.index] += r.busy_ms
+        if self.metrics is not None:
+            self.metrics.observe_batch(r.busy_ms / 1000)
+        if p is None:
+            return
+        p.tracker.complete(r.batch_id)
+        self.intake.learn_cost(p, r.busy_ms, r.processed)
+        st = p.stats
+        st.records_done += r.processed
+        st.outputs += r.outputs
+        st.dead_letters += r.dead_letters
+        st.discarded += r.discarded
+        st.deferrals = 0
+        st.done_at = self.clock()
+
+    def _defer(self, p: Partition, r: Result) -> None:
+        """An outage or a plugin's Backoff: not the records' fault. The partition (or every
+        partition) waits, then reads the same batch again, in order; nothing is committed
+        past it and nothing is dead-lettered."""
+        self.totals.deferred += 1
+        reason = PauseReason.DELIVERY if r.cause == "delivery" else PauseReason.BACKOFF
+        if r.delay_ms >= 0:
+            delay = backoff_wait(r.delay_ms / 1000, p.stats.deferrals)
+        else:
+            out = self.s.output
+            delay = backoff_s(out.retry_backoff_s, p.stats.deferrals, out.retry_backoff_max_s)
+        p.stats.deferrals += 1
+        until = self.clock() + delay
+        detail = f"{r.detail} (retrying in {delay:.1f} s)"
+        targets = list(self.partitions.values()) if r.scope == "all" else [p]
+        log.warning("batch deferred; partition waits", extra={
+            "tp": p.label, "reason": reason.value, "detail": r.detail, "wait_s": round(delay, 2),
+            "scope": r.scope or "partition"})
+        for target in targets:
+            self.assignment.rewind(target, reason, detail, until)
+
+    # ------------------------------------------------------------------ deaths
+    def redeliver(self, death: Death) -> None:
+        """Put a dead worker's unacknowledged batches back in front of their lanes, in their
+        original order, so another worker (or the next incarnation) runs them again; the
+        batch it was running counts a crash and may be bisected or dead-lettered."""
+        requeue = []
+        for b in self.scheduler.take_all(death.index):
+            p = self.partitions.get(b.tp)
+            if p is None or p.fence.epoch != b.epoch:
+                continue  # fenced meanwhile: the worker would have skipped it
+            if b.batch_id != death.crashed_batch:
+                requeue.append(b)
+                continue
+            b.crashes += 1
+            iso = isolate(b, self.s.dead_letter.max_crashes, self.next_id)
+            if iso.split is not None:
+                p.tracker.split(b.batch_id, iso.split)
+                log.warning("bisecting a batch that keeps crashing workers", extra={
+                    "tp": p.label, "first": b.first, "last": b.last})
+            if iso.dead_letter is not None:
+                self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed",
+                                 f"worker {death.why} while processing this record ({b.crashes} times)",
+                                 attempts=b.crashes, plugin_version=death.version)
+            requeue.extend(iso.requeue)
+        self.scheduler.requeue(requeue)
+
+    # ------------------------------------------------------------------ dead letters
+    def dead_letter_set_aside(self, records: list[SetAside]) -> None:
+        """Records cut this tick that fit in no ring, or that the client cannot read. Before
+        dispatch: without a dead-letter topic the partition stops at such a record, and the
+        batches cut after it must not reach a ring (the rewind drops them)."""
+        for x in records:
+            p = self.partitions.get(x.tp)
+            if p is not None:
+                self.dead_letter(p, x.batch_id, x.row, x.error_type, x.message)
+
+    def dead_letter(self, p: Partition, batch_id: int, row: Row, error_type: str, message: str,
+                    attempts: int = 1, plugin_version: str | None = None) -> None:
+        if self.desk is None:
+            self.stop_at_failing_record(p, f"offset {row[0]}: {error_type}: {message}")
+            return
+        self.desk.submit(p.tp, batch_id, row, error_type, message, attempts, plugin_version)
+
+    def stop_at_failing_record(self, p: Partition, detail: str) -> None:
+        """No dead-letter topic: the partition holds at the record (nothing committed past it)
+        until an operator fixes the plugin or configures one."""
+        log.error("partition stopped at a failing record (no [dead_letter] topic); fix the "
+                  "plugin or configure one, then restart", extra={"tp": p.label, "reason": detail})
+        self.assignment.rewind(p, PauseReason.BLOCKED, detail, None)
+
+    def deliver_dead_letters(self) -> None:
+        if self.desk is None:
+            return
+        for tp, batch_id in self.desk.poll():
+            p = self.partitions.get(tp)
+            # INVARIANT (1): the record counts as handled only once its dead letter is acked.
+            if p is not None:
+                p.tracker.complete(batch_id)
+                p.stats.dead_letters += 1
+            self.totals.dead_letters += 1

@@ -1,0 +1,160 @@
+"""Small tables in shared memory that the supervisor reads without asking a worker.
+
+* :class:`Board` – one per worker: what it is doing now (batch, since when), its
+  heartbeat and counters. Written by the worker, read by the supervisor.
+* :class:`EpochTable` – one per run: the current epoch of each partition slot. Written by
+  the supervisor (fencing on revoke), read by workers before they start a batch.
+
+All fields are native 8-byte words, written with single aligned stores.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+BOARD_BYTES = 128
+(_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
+ _PHASE_NS) = range(9)
+# What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
+# deadline; waiting for the broker (DELIVER) or for a retry (WAIT) does not.
+PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
+
+
+class Board:
+    def __init__(self, region: memoryview) -> None:
+        self._w = region[:BOARD_BYTES].cast("q")
+
+    # worker side
+    def begin(self, batch_id: int, slot: int) -> None:
+        now = time.monotonic_ns()
+        self._w[_STARTED_NS] = now
+        self._w[_PHASE_NS] = now
+        self._w[_PHASE] = PHASE_CALL
+        self._w[_CURRENT_SLOT] = slot
+        self._w[_CURRENT_BATCH] = batch_id
+
+    def set_phase(self, phase: int) -> None:
+        # The time is stored before the phase: a reader that sees the new phase sees its time.
+        self._w[_PHASE_NS] = time.monotonic_ns()
+        self._w[_PHASE] = phase
+
+    def end(self, records: int) -> None:
+        self._w[_CURRENT_BATCH] = 0
+        self._w[_CURRENT_SLOT] = -1
+        self._w[_PHASE] = 0
+        self._w[_BATCHES] += 1
+        self._w[_RECORDS] += records
+
+    def beat(self) -> None:
+        self._w[_HEARTBEAT_NS] = time.monotonic_ns()
+
+    def set_ready(self) -> None:
+        self._w[_READY] = 1
+
+    # supervisor side
+    def reset(self) -> None:
+        for i in range(len(self._w)):
+            self._w[i] = 0
+        self._w[_CURRENT_SLOT] = -1
+        self._w[_HEARTBEAT_NS] = time.monotonic_ns()  # a new incarnation starts with a fresh beat
+
+    @property
+    def current(self) -> tuple[int, int]:
+        """(batch_id, slot) in progress; batch_id 0 when idle."""
+        return self._w[_CURRENT_BATCH], self._w[_CURRENT_SLOT]
+
+    @property
+    def busy_for_s(self) -> float:
+        """Since the batch in progress began (0 when idle)."""
+        if self._w[_CURRENT_BATCH] == 0:
+            return 0.0
+        return (time.monotonic_ns() - self._w[_STARTED_NS]) / 1e9
+
+    def in_phase_for_s(self, phase: int) -> float:
+        """How long the worker has been in ``phase`` of its current batch (0 if it is not)."""
+        if self._w[_CURRENT_BATCH] == 0 or self._w[_PHASE] != phase:
+            return 0.0
+        return max(0.0, (time.monotonic_ns() - self._w[_PHASE_NS]) / 1e9)
+
+    @property
+    def phase(self) -> int:
+        return self._w[_PHASE] if self._w[_CURRENT_BATCH] else 0
+
+    @property
+    def heartbeat_age_s(self) -> float:
+        return (time.monotonic_ns() - self._w[_HEARTBEAT_NS]) / 1e9
+
+    @property
+    def batches(self) -> int:
+        return self._w[_BATCHES]
+
+    @property
+    def records(self) -> int:
+        return self._w[_RECORDS]
+
+    @property
+    def ready(self) -> bool:
+        return self._w[_READY] == 1
+
+    def release(self) -> None:
+        self._w.release()
+
+
+class EpochTable:
+    def __init__(self, region: memoryview) -> None:
+        self._e = region.cast("q")
+        self.slots = len(self._e)
+
+    def get(self, slot: int) -> int:
+        return self._e[slot]
+
+    def set(self, slot: int, epoch: int) -> None:
+        self._e[slot] = epoch
+
+    def release(self) -> None:
+        self._e.release()
+
+
+class BoardLock:
+    """Mutual exclusion between a worker and the supervisor for "check the epoch, mark the
+    batch in progress" / "bump the epoch, read the batch in progress" (see runtime/worker/main.py).
+
+    An fcntl record lock on the first byte of the worker's segment file: the kernel
+    releases it when its holder dies, so a worker SIGKILLed inside the critical section
+    cannot wedge the supervisor, and no named object is left in /dev/shm. The syscalls
+    also order memory between the two processes. Record locks belong to a process and
+    file: the segment's other descriptors are closed right after mapping, never later.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._fd = os.open(Path(path), os.O_RDWR)
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, 0)
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+                return True
+            except (BlockingIOError, PermissionError):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.0005)
+
+    def release(self) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, 0)
+
+    def __enter__(self) -> BoardLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -1,0 +1,519 @@
+"""The loop inside a worker process.
+
+    ring ──peek──▶ fence check (under the worker lock) ──▶ decode ──▶ plugin.process
+         ◀─advance─┘                                                   │
+    result pipe ◀── DONE / FENCED / BLOCKED / DEFERRED ◀── deliver (outputs + dead letters acked) ◀┘
+                ◀── EXHAUSTED (out of descriptors or memory: not done; the worker exits)
+
+Runs in: a worker process started with spawn/forkserver (never forked from a process that
+holds a librdkafka client). It never talks to the consumer group; it only produces.
+
+What the supervisor learns from a worker is what the worker *reports*, never how it ended:
+FATAL is sent only before READY (the plugin could not start), and a worker that was ready
+and dies has crashed, whatever its exit status (a plugin may call ``os._exit(3)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import select
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from pathlib import Path
+from typing import Any
+
+from runtime.config import subscribed_by
+from runtime.errors import (
+    BatchDeferred,
+    DeliveryFailed,
+    KafkaError,
+    OutputRejected,
+    PluginError,
+    WorkerExhausted,
+)
+from runtime.kafka.producer import OutputProducer
+from runtime.ops.logs import bind_fields, configure_logging
+from runtime.plugin import VERSION_HEADER, Context, Output, Plugin, Record, load_plugin, plugin_version
+from runtime.transport import speedups
+from runtime.transport.board import BOARD_BYTES, PHASE_DELIVER, Board, BoardLock, EpochTable
+from runtime.transport.frames import (
+    BLOCKED,
+    DEFERRED,
+    DONE,
+    EXHAUSTED,
+    FATAL,
+    FENCED,
+    FRESH,
+    HELLO,
+    WORN,
+    BatchFrame,
+    Columns,
+    Result,
+    decode_frame,
+    encode_result,
+    peek_header,
+)
+from runtime.transport.ring import Doorbell, Ring, send_message
+from runtime.transport.shm import Segment
+from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
+from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
+from runtime.worker.routing import OutputRoute
+
+log = logging.getLogger("ringmaster.worker")
+
+_PR_SET_PDEATHSIG = 1
+_GUARD_INTERVAL_S = 0.5  # heartbeat period, and how soon a worker notices its supervisor died
+
+
+def _records_py(topic: str, partition: int, c: Columns) -> list[Record]:
+    _check_shape(c)  # as the C version does: one item per record in every column, or an error
+    ts_types = repeat(c.ts_types) if isinstance(c.ts_types, int) else c.ts_types
+    stamps = zip(ts_types, c.timestamps, strict=False)  # ts_types may be an endless repeat
+    return list(map(Record, repeat(topic), repeat(partition), c.offset_list(), c.keys, c.values,
+                    repeat(None) if c.headers is None else c.headers, stamps))
+
+
+def _check_shape(c: Columns) -> None:
+    if not isinstance(c.values, list):
+        raise ValueError("frame column values is not a list")
+    n = len(c.values)
+    columns = [("keys", c.keys), ("timestamps", c.timestamps)]
+    columns += [(name, col) for name, col in (("offsets", c.offsets), ("headers", c.headers))
+                if col is not None]
+    if not isinstance(c.ts_types, int):
+        columns.append(("timestamp types", c.ts_types))
+    for name, col in columns:
+        if not isinstance(col, list) or len(col) != n:
+            raise ValueError(f"frame column {name} does not hold one item per record")
+
+
+def _records_c(topic: str, partition: int, c: Columns) -> list[Record]:
+    assert speedups.native is not None
+    return speedups.native.build_records(  # type: ignore[no-any-return]
+        Record, topic, partition, c.first, c.offsets, c.keys, c.values, c.headers, c.ts_types,
+        c.timestamps)
+
+
+def _same_records(a: list[Record], b: list[Record]) -> bool:
+    def fields(r: Record) -> tuple[Any, ...]:
+        return r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp
+    return len(a) == len(b) and all(fields(x) == fields(y) for x, y in zip(a, b, strict=True))
+
+
+BUILD_RECORDS = speedups.HotPath("build_records", _records_c if speedups.native is not None else None,
+                              _records_py, _same_records)
+
+
+def records_of(frame: BatchFrame) -> list[Record]:
+    """Runs in: a worker (hot path). The Records of one batch frame: in C their slots are
+    filled directly (~0.1 µs per record); in Python Record() runs per record (~0.3 µs)."""
+    return BUILD_RECORDS.call(frame.topic, frame.partition, frame.columns)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    incarnation: int
+    segment_path: str
+    epochs_path: str
+    plugin: str
+    settings: dict[str, Any]
+    output_topic: str | None
+    dead_letter_topic: str | None
+    producer_props: dict[str, Any]
+    max_attempts: int
+    retry_backoff_s: float
+    retry_backoff_max_s: float
+    parent_pid: int
+    delivery_timeout_s: float = 30.0
+    max_message_bytes: int = 1_000_000
+    log_level: str = "INFO"
+    log_format: str = "text"
+    input_topics: tuple[str, ...] = ()  # kafka.topics: an Output(topic=...) into one of them loops
+
+    @property
+    def name(self) -> str:
+        return f"worker-{self.index}.{self.incarnation}"
+
+
+# A terminal's hangup, Ctrl-C and Ctrl-\ reach the whole process group, and so does an
+# operator's `kill -HUP -<pgid>`: a worker ignores them all (only the supervisor decides, and
+# stops workers with SIGTERM). Most would otherwise end the process at once (HUP, USR1, USR2,
+# QUIT with a core dump) or stop it (TTIN, TTOU), mid-batch.
+WORKER_IGNORES = frozenset({signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                            signal.SIGTTIN, signal.SIGTTOU, signal.SIGWINCH, signal.SIGPIPE})
+
+
+@contextlib.contextmanager
+def signals_held_for_spawn() -> Iterator[None]:
+    """Runs in: supervisor, around starting a worker process. Blocks WORKER_IGNORES in the
+    calling thread so the new process starts with them blocked (fork and exec keep the
+    mask): one that arrives before the worker ignores them stays pending and is discarded
+    when it does (ignore_operator_signals), instead of killing a worker still starting up.
+    The helpers multiprocess starts on the way (fork server, resource tracker) keep them
+    blocked for good. The supervisor gets what arrived meanwhile once the mask is restored."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_operator_signals() -> None:
+    """Runs in: a worker, first thing. Ignore, then unblock (see signals_held_for_spawn)."""
+    for sig in WORKER_IGNORES:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
+
+
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when our parent dies (no orphans, invariant 7). With
+    spawn the parent is the supervisor; with forkserver it is the fork server, which does
+    not die with the supervisor (its children keep its "alive" pipe open), so the guard
+    thread below watches the supervisor itself."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _start_guard(spec: WorkerSpec, board: Board, bell: Doorbell) -> None:
+    """A daemon thread that beats the board's heartbeat every half second and kills this
+    process as soon as the supervisor is gone, even while the plugin is busy in a long call.
+    The heartbeat says the process is scheduled and can take the GIL; it stops for a
+    SIGSTOPped process or a plugin that holds the GIL in C code."""
+    try:
+        pidfd: int | None = os.pidfd_open(spec.parent_pid)
+    except (OSError, AttributeError):
+        pidfd = None  # old kernel: the doorbell's end of file still tells, between batches
+    # RACE: the supervisor could have died, and its pid been reused, before pidfd_open. The
+    # doorbell's writing end is the supervisor's alone: not closed now means the pidfd is it.
+    if bell.check_closed():
+        os._exit(0)
+
+    def guard() -> None:
+        while True:
+            board.beat()
+            if pidfd is None:
+                time.sleep(_GUARD_INTERVAL_S)
+                continue
+            readable, _, _ = select.select([pidfd], [], [], _GUARD_INTERVAL_S)
+            if readable:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    board.beat()
+    threading.Thread(target=guard, name="ringmaster-guard", daemon=True).start()
+
+
+def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
+    """Entry point of a worker process."""
+    _die_with_parent()
+    bell = Doorbell(doorbell.fileno())
+    if bell.check_closed():
+        os._exit(0)  # RACE: the supervisor died before we started
+    stopping = [False]
+    ignore_operator_signals()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.__setitem__(0, True))  # the supervisor's stop
+    configure_logging(spec.log_level, spec.log_format, role="worker")
+    bind_fields(worker=spec.index, incarnation=spec.incarnation)
+
+    segment = Segment(Path(spec.segment_path), 0, create=False)
+    epochs_seg = Segment(Path(spec.epochs_path), 0, create=False)
+    board = Board(segment.buf[:BOARD_BYTES])
+    ring = Ring(segment.buf[BOARD_BYTES:])
+    epochs = EpochTable(epochs_seg.buf)
+    lock = BoardLock(spec.segment_path)
+    _start_guard(spec, board, bell)
+
+    results_fd = results.fileno()  # `results` (a Connection) keeps it open
+
+    def send(result: Result) -> None:
+        send_message(results_fd, encode_result(result))
+
+    plugin, producer = _start_plugin(spec, send)
+    version = plugin_version(spec.plugin)
+    send(Result(HELLO, 0, -1, 0, detail=version))  # before READY: the supervisor knows what runs
+    runner = BatchRunner(plugin, spec, board, producer, version)
+    # No gc.freeze() here, unlike the supervisor: with start-up's objects out of the count,
+    # CPython runs full collections more often over what a plugin builds up (measured with
+    # workers.fingerprint and its growing LSH index: +4.4 % worker CPU), and on trivial work
+    # a worker ran 2 collections a run, so there was nothing to win.
+    board.set_ready()
+    log.debug("worker ready")
+    # Partitions whose later frames must not run: a batch of theirs was deferred or blocked,
+    # so everything after it waits for the supervisor to fence them (new epoch) and re-read.
+    held: dict[int, int] = {}  # slot -> epoch
+    while True:
+        view = ring.peek()
+        if view is None:
+            if stopping[0] or bell.closed:
+                break
+            bell.wait(ring, timeout=0.5)
+            continue
+        batch_id, slot, epoch = peek_header(view)
+        if slot < 0:  # STOP frame: everything before it is done; exit cleanly
+            view.release()
+            ring.advance()
+            break
+        if stopping[0]:
+            # SIGTERM: the supervisor fenced our partitions before asking us to stop, and the
+            # next owner reads what is still queued again. Don't drain the ring (and don't
+            # write FENCED results nobody reads: a full pipe would block us until SIGKILL).
+            view.release()
+            break
+        # RACE: revocation bumps the epoch and then reads our current batch under this same
+        # lock. Either we see the new epoch here and skip the frame, or the supervisor
+        # sees the batch we begin here and waits for it: never both missed (invariant 5).
+        with lock:
+            live = epochs.get(slot) == epoch and held.get(slot) != epoch
+            if live:
+                board.begin(batch_id, slot)
+        if not live:
+            view.release()
+            ring.advance()
+            send(Result(FENCED, batch_id, slot, epoch))
+            continue
+        frame = decode_frame(view)
+        view.release()
+        ring.advance()
+        assert frame is not None
+        result = runner.run(frame)
+        if result.kind == EXHAUSTED:
+            # Not the records' fault: the batch is not done (no board.end: the supervisor sees
+            # it unfinished) and runs again on a fresh worker; this one leaves.
+            send(result)
+            break
+        if result.kind in (BLOCKED, DEFERRED):
+            held[slot] = epoch
+        send(result)
+        board.end(result.processed)
+    _stop_plugin(plugin, runner, spec)
+    ring.release()
+    board.release()
+    epochs.release()
+    os._exit(0)
+
+
+def probe_main(spec: WorkerSpec, results: Any) -> None:
+    """Entry point of ``ringmaster check``'s throw-away worker: the daemon's own start path
+    (``_start_plugin``: import, ``setup()``, the output producer), then ``teardown()``, then
+    exit. Reports FATAL exactly as a daemon's worker would when the plugin cannot start, and
+    DONE (with a teardown failure in ``detail``, if any) when it did.
+
+    Runs in: a worker process started by pool.probe_plugin, never by the daemon."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging(spec.log_level, spec.log_format, role="worker")
+    bind_fields(worker=spec.index, incarnation=spec.incarnation)
+    results_fd = results.fileno()
+
+    def send(result: Result) -> None:
+        send_message(results_fd, encode_result(result))
+
+    plugin, _producer = _start_plugin(spec, send)  # never polled: it sends nothing, reports nothing
+    detail = ""
+    if plugin.teardown is not None:
+        try:
+            plugin.teardown()
+        except BaseException as exc:  # reported, like the daemon's worker logs it
+            detail = f"teardown() failed: {type(exc).__name__}: {exc}"
+    send(Result(DONE, 0, -1, 0, detail=detail))
+    os._exit(0)
+
+
+def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
+    """Import the plugin, run its setup, create the producer. If that fails, say why (FATAL,
+    the only time a worker sends it) and exit: the supervisor decides whether the daemon can
+    go on."""
+    try:
+        plugin = load_plugin(spec.plugin)
+        context = Context(spec.name, spec.settings, spec.output_topic,
+                          logging.getLogger(f"ringmaster.plugin.{spec.plugin}"))
+        if plugin.setup is not None:
+            plugin.setup(context)
+        # Always there, so that Output(topic=...) is delivered even without [output] topic.
+        return plugin, OutputProducer(spec.producer_props)
+    except BaseException as exc:  # SystemExit too: sys.exit() in setup() is a setup failure
+        if isinstance(exc, PluginError):
+            detail = str(exc)
+        elif isinstance(exc, KafkaError):
+            detail = f"cannot create the output producer: {exc}"
+        elif isinstance(exc, SystemExit):
+            detail = f"plugin {spec.plugin!r} setup() called sys.exit({exc.code!r})"
+        else:
+            detail = f"plugin {spec.plugin!r} setup() failed: {type(exc).__name__}: {exc}"
+        send(Result(FATAL, 0, -1, 0, detail=detail))
+        os._exit(1)
+
+
+def _stop_plugin(plugin: Plugin, runner: BatchRunner, spec: WorkerSpec) -> None:
+    if plugin.teardown is not None:
+        try:
+            plugin.teardown()
+        except BaseException:
+            log.exception("plugin teardown failed")
+    runner.close()
+
+
+class BatchRunner:
+    """Runs one batch through the plugin (runtime.worker.execution: retries, then bisection) and
+    delivers what came out: outputs to their topic, failures to the dead-letter topic.
+
+    Delivery is part of the retry path: the outputs of each plugin call are produced and
+    acknowledged before the call counts. A refused output fails its records like an
+    exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch."""
+
+    def __init__(self, plugin: Plugin, spec: WorkerSpec, board: Board, producer: OutputProducer,
+                 version: str = "unknown") -> None:
+        self.plugin = plugin
+        self.spec = spec
+        self.board = board
+        self.version = version
+        self._version_header = (VERSION_HEADER, version.encode())
+        # Shared: the client copies headers when producing.
+        self._version_only: list[tuple[str, bytes | None]] = [self._version_header]
+        self.policy = RetryPolicy(spec.max_attempts, spec.retry_backoff_s, spec.retry_backoff_max_s)
+        self.producer = producer
+        self.route = OutputRoute(spec.output_topic, counted_in="status")
+        self._routed: set[str] = set()  # Output(topic=...) topics seen (checked once for a loop)
+
+    def run(self, frame: BatchFrame) -> Result:
+        head = (frame.batch_id, frame.slot, frame.epoch)
+        try:
+            return self._run(frame, head)
+        except (WorkerExhausted, MemoryError) as exc:
+            detail = exc.detail if isinstance(exc, WorkerExhausted) else "memory (MemoryError)"
+            fresh = self.board.batches == 0
+            log.error("worker ran out of a resource; the batch is not done and runs again on a new worker",
+                      extra={"worker": self.spec.name, "tp": f"{frame.topic}[{frame.partition}]",
+                             "resource": detail, "first_batch": fresh})
+            return Result(EXHAUSTED, *head, detail=detail, cause=FRESH if fresh else WORN)
+
+    def _run(self, frame: BatchFrame, head: tuple[int, int, int]) -> Result:
+        started = time.monotonic()
+        records = records_of(frame)
+        self.route.take_discarded()
+        try:
+            if self.spec.dead_letter_topic is None:
+                return self._run_until_first_failure(records, head, started)
+            outcome = run_batch(self.plugin, records, self.policy,
+                                deliver=self._deliver, phase=self.board.set_phase)
+            self._dead_letter(outcome.failures)
+        except BatchDeferred as d:
+            self._renew_producer_if_broken()
+            log.warning("batch deferred", extra={"cause": d.cause, "tp": f"{frame.topic}[{frame.partition}]",
+                                                 "reason": d.reason})
+            delay_ms = -1 if d.delay_s is None else int(d.delay_s * 1000)
+            return Result(DEFERRED, *head, detail=d.reason, cause=d.cause, delay_ms=delay_ms,
+                          scope=d.scope)
+        discarded = self.route.take_discarded()
+        return Result(DONE, *head, processed=len(records), outputs=outcome.output_count - discarded,
+                      dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
+                      discarded=discarded)
+
+    def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int],
+                                 started: float) -> Result:
+        """INVARIANT: never skip a record silently. Without a dead-letter topic the partition
+        stops at its first failing record: only outputs of records before it are produced,
+        the batch is not acknowledged, so nothing from it on is committed."""
+        outcome = run_batch(self.plugin, records, self.policy,
+                            stop_at_first_failure=True, phase=self.board.set_phase)
+        first = outcome.first_failure
+        before = outcome.outputs_before(None if first is None else first.record.offset)
+        try:
+            if before:
+                self.board.set_phase(PHASE_DELIVER)
+                self._deliver(before)
+        except OutputRejected as exc:
+            first = first or Failure(records[0], "OutputRejected", str(exc), "", 1)
+        if first is None:
+            discarded = self.route.take_discarded()
+            return Result(DONE, *head, processed=len(records), outputs=len(before) - discarded,
+                          discarded=discarded, busy_ms=(time.monotonic() - started) * 1000)
+        return Result(BLOCKED, *head, detail=f"offset {first.record.offset}: {first.error_type}: "
+                                             f"{first.message}")
+
+    # -- producing -------------------------------------------------------------------
+    def _deliver(self, outputs: list[Output]) -> None:
+        for out in outputs:
+            if out.topic is not None and out.topic not in self._routed:
+                self._check_route(out.topic)
+            topic = self.route.topic(out)
+            if topic is None:
+                continue
+            self.producer.produce(topic, out.value, out.key, self._with_version(out.headers),
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+
+    def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
+        """The plugin's version on every output, unless the plugin set that header itself."""
+        if not headers:
+            return self._version_only
+        if any(name == VERSION_HEADER for name, _ in headers):
+            return headers
+        return [*headers, self._version_header]
+
+    def _check_route(self, topic: str) -> None:
+        """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue
+        (a retry topic the same group reads, a state machine) – but it feeds the daemon its
+        own outputs, so the plugin must make it end: one warning per worker and topic. (The
+        configured output and dead-letter topics are refused instead, runtime/config.py.)"""
+        self._routed.add(topic)
+        entry = subscribed_by(list(self.spec.input_topics), topic)
+        if entry is not None:
+            log.warning("the plugin routes outputs into a topic this group reads: the daemon will consume "
+                        "them again (a loop, unless the plugin stops re-routing)",
+                        extra={"worker": self.spec.name, "topic": topic, "subscription": entry})
+
+    def _dead_letter(self, failures: list[Failure]) -> None:
+        if not failures:
+            return
+        topic = self.spec.dead_letter_topic
+        assert topic is not None
+        letters = [f.dead_letter(self.spec.name, self.spec.max_message_bytes, self.version) for f in failures]
+        self.board.set_phase(PHASE_DELIVER)
+        try:
+            self._write_letters(topic, letters)
+        except OutputRejected:
+            # The broker refused a dead letter for what it is (a topic limit below the
+            # client's, a null key on a compacted topic): write where the record is instead.
+            # Letters that were accepted are written twice: at-least-once.
+            refs = [reference_dead_letter(letter, f.record.topic, f.record.partition, f.record.offset)
+                    for f, letter in zip(failures, letters, strict=True)]
+            try:
+                self._write_letters(topic, refs)
+            except OutputRejected as exc:
+                raise DeliveryFailed(f"the dead-letter topic {topic!r} refuses even a reference "
+                                     f"record: {exc}") from None
+        for f in failures:
+            r = f.record
+            # A Reject is the plugin's deliberate verdict on a record, not an error of the
+            # runtime or the plugin: a warning, like any record the plugin turns down.
+            level = logging.WARNING if f.error_type == REJECTED else logging.ERROR
+            log.log(level, "record dead-lettered", extra={
+                "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
+                "error": f"{f.error_type}: {f.message}"})
+
+    def _write_letters(self, topic: str, letters: list[DeadLetter]) -> None:
+        for letter in letters:
+            self.producer.produce(topic, letter.value, letter.key, letter.headers,
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+
+    def _renew_producer_if_broken(self) -> None:
+        if self.producer.broken:
+            log.warning("output producer hit a fatal error; creating a new one",
+                        extra={"error": self.producer.fatal})
+            self.producer = OutputProducer(self.spec.producer_props)
+
+    def close(self) -> None:
+        if self.producer.flush(10):
+            log.warning("outputs still queued at exit")
+
+

@@ -1,0 +1,266 @@
+"""``--until-caught-up`` is honest (issue 17.3): the run exits 0 only when every partition it
+held was processed to the end seen at its start and committed with the broker's answer, or
+handed over by a clean revocation; a lost partition, a refused commit, a stall or a signal
+first is exit 9 with one line saying what is left. The real Supervisor over fakes."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
+
+from runtime.config import Settings
+from runtime.errors import NotCaughtUp, PartitionsBlocked
+from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.partitions import PauseReason
+from runtime.transport.board import PHASE_CALL, EpochTable
+
+TIMEOUT_S = 30.0
+_BATCH_IDS = itertools.count(1_000_000)
+
+
+def make(**supervisor: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+    clock = Clock()
+    pool = FakePool(1)
+    consumer = FakeConsumer()
+    settings = Settings.model_validate({
+        "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
+        "workers": {"plugin": "workers.enrich", "processes": 1},
+        "supervisor": {"stop_when_caught_up": True, "caught_up_timeout_s": TIMEOUT_S, **supervisor}})
+    sup = Supervisor(settings, consumer, pool, EpochTable(memoryview(bytearray(8 * 16))),  # type: ignore[arg-type]
+                     clock=clock)
+    sup.workforce.start_all()
+    return sup, consumer, clock, pool
+
+
+def fetched(sup: Supervisor, consumer: FakeConsumer, tp: Any, first: int, end: int,
+            high: int | None = None) -> None:
+    """As if one fetch returned records first..end-1 of tp, the broker's end being `high`."""
+    intake = sup.partitions[tp].intake
+    consumer.high[tp] = end if high is None else high
+    intake.first_offset = first if intake.first_offset is None else intake.first_offset
+    intake.next_offset = end
+
+
+def done(sup: Supervisor, tp: Any, first: int, end: int) -> None:
+    """Records first..end-1 of tp processed (their batch done)."""
+    tracker = sup.partitions[tp].tracker
+    bid = next(_BATCH_IDS)
+    tracker.register(bid, first, end - 1)
+    tracker.complete(bid)
+
+
+def tick(sup: Supervisor, clock: Clock, seconds: float = 0.1) -> bool:
+    clock.now += seconds
+    return sup.caught_up.should_stop()
+
+
+def stop(sup: Supervisor) -> Exception | None:
+    """What shutdown() decides: the final synchronous commit, then the verdict."""
+    sup.stopping = True
+    sup.shutdown()
+    return sup.exit_error
+
+
+def test_every_partition_done_and_the_final_commit_acknowledged_is_exit_0() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        fetched(sup, consumer, tp, 0, 10)
+    assert not tick(sup, clock), "nothing done yet"
+    done(sup, TP0, 0, 10)
+    assert not tick(sup, clock), "t[1] is not done"
+    done(sup, TP1, 0, 10)
+    assert tick(sup, clock)
+    assert stop(sup) is None
+    assert consumer.commits[-1] == {TP0: 10, TP1: 10}, "the final commit is synchronous, every partition"
+
+
+def test_the_final_commit_is_sent_again_even_when_an_asynchronous_one_already_went() -> None:
+    """Issue 17.3: exit 0 after the last asynchronous commit was refused. The refusal may
+    come after the stop; only the synchronous answer counts."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 10)
+    done(sup, TP0, 0, 10)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=True)  # sent; its answer never seen
+    assert tick(sup, clock)
+    consumer.refuse_sync = {TP0: "REQUEST_TIMED_OUT"}
+    err = stop(sup)
+    assert consumer.commits[-1] == {TP0: 10}, "committed again, synchronously"
+    assert isinstance(err, NotCaughtUp) and err.exit_code == 9
+    assert "t[0] its commit was refused (REQUEST_TIMED_OUT): nothing committed by this run of 10 " \
+           "(10 records left)" in str(err), str(err)
+    assert "\n" not in str(err)
+
+
+def test_a_lost_partition_is_waited_for_then_named_with_what_is_left() -> None:
+    """Issue 17.3: after a stall past the session timeout the partitions were lost, the loop
+    found no flows and declared success with 1,500 of 6,000 records committed."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP0, 0, 3000, high=6000)
+    done(sup, TP0, 0, 1500)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)  # acknowledged up to 1,500
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    sup.rebalance.on_lost([TP0])
+    assert TP0 not in sup.partitions
+    for _ in range(10):
+        assert not tick(sup, clock, 1.0), "a lost partition may come back: not caught up"
+    clock.now += TIMEOUT_S
+    assert tick(sup, clock), "but not for ever"
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp)
+    text = str(err)
+    assert text.startswith("--until-caught-up did not catch up: no progress for")
+    assert "1 partition(s) left: t[0] lost" in text
+    assert "committed up to offset 1,500 of 6,000 (4,500 records left)" in text, text
+
+
+def test_a_lost_partition_assigned_back_and_finished_is_caught_up() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 40)
+    sup.rebalance.on_lost([TP0])
+    assert not tick(sup, clock)
+    assign(sup, consumer, [TP0])  # the member rejoined: the group gives it back
+    fetched(sup, consumer, TP0, 0, 100)  # read again from the last commit
+    done(sup, TP0, 0, 100)
+    assert tick(sup, clock)
+    assert stop(sup) is None
+
+
+def test_a_clean_revocation_hands_the_partition_over() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 30)
+    sup.rebalance.on_revoke([TP0])  # another member joined; the commit is acknowledged
+    assert consumer.commits[-1] == {TP0: 30}
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    assert tick(sup, clock)
+    assert stop(sup) is None
+
+
+def test_a_revocation_whose_commit_is_refused_is_no_hand_over() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 30)
+    consumer.refuse_sync = {TP0: "REBALANCE_IN_PROGRESS"}
+    sup.rebalance.on_revoke([TP0])
+    consumer.refuse_sync = {}
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    assert not tick(sup, clock)
+    clock.now += TIMEOUT_S
+    assert tick(sup, clock)
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp) and "t[0] its commit was refused (REBALANCE_IN_PROGRESS)" in str(err)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGQUIT"])
+def test_a_stop_by_signal_before_the_end_is_exit_9(signal_name: str) -> None:
+    sup, consumer, _clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 60)
+    sup.signals.stop_requested = signal_name
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp)
+    assert f"did not catch up: stopped by {signal_name}; 1 partition(s) left: t[0] not at its end: " \
+           "committed up to offset 60 of 100 (40 records left)" in str(err), str(err)
+
+
+def test_without_until_caught_up_a_stop_is_exit_0() -> None:
+    sup, consumer, clock, _ = make(stop_when_caught_up=False)
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 100)
+    assert not tick(sup, clock, TIMEOUT_S * 2)
+    sup.signals.stop_requested = "SIGTERM"
+    assert stop(sup) is None
+
+
+def test_the_end_seen_at_the_start_is_where_a_busy_topic_ends() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100, high=100)
+    assert not tick(sup, clock)  # the target: 100
+    consumer.high[TP0] = 5000  # producers keep writing
+    sup.partitions[TP0].intake.next_offset = 300
+    done(sup, TP0, 0, 100)
+    assert tick(sup, clock), "everything up to the end seen at the start is done"
+    assert stop(sup) is None
+
+
+def test_a_partition_already_at_its_end_is_done_without_a_record() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    intake = sup.partitions[TP0].intake
+    intake.eof_at = intake.first_offset = 42  # committed 42 = the end: only an end-of-partition event
+    consumer.high[TP0] = 42
+    assert tick(sup, clock)
+    assert stop(sup) is None
+
+
+def test_partitions_blocked_at_a_failing_record_and_nothing_else_are_exit_7() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 10)
+    sup.flow.hold(sup.partitions[TP0], PauseReason.BLOCKED, "offset 10: ValueError: bad")
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    assert tick(sup, clock)
+    err = stop(sup)
+    assert isinstance(err, PartitionsBlocked) and err.exit_code == 7
+    assert "t[0] offset 10: ValueError: bad" in str(err)
+
+
+def test_no_progress_ends_the_run_but_a_busy_worker_and_an_operator_pause_are_no_stall() -> None:
+    sup, consumer, clock, pool = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100)
+    assert not tick(sup, clock)
+    h = pool.handles[0]
+    h.alive = True
+    h.board.begin(7, 0)  # a batch in the plugin, for longer than the bound
+    assert h.board.phase == PHASE_CALL
+    assert not tick(sup, clock, TIMEOUT_S + 1)
+    h.board.end(0)
+    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    assert not tick(sup, clock, TIMEOUT_S + 1), "an operator pause is a deliberate wait"
+    sup.flow.release(sup.partitions[TP0], PauseReason.OPERATOR)
+    assert not tick(sup, clock, TIMEOUT_S / 2)
+    assert tick(sup, clock, TIMEOUT_S / 2 + 1)
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp) and "t[0] not at its end: nothing committed by this run of 100 " \
+                                              "(100 records left)" in str(err), str(err)
+
+
+def test_a_member_never_assigned_anything_stops_after_the_bound() -> None:
+    sup, _consumer, clock, _ = make()
+    assert not tick(sup, clock, 1)  # the loop's first round: the bound counts from here
+    assert not tick(sup, clock, TIMEOUT_S - 1)
+    assert tick(sup, clock, 2)
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp) and "no partition was ever assigned to this member" in str(err)
+
+
+def test_a_member_given_no_partition_has_nothing_to_do() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [])
+    assert tick(sup, clock)
+    assert stop(sup) is None
+
+
+def test_the_bound_can_be_turned_off() -> None:
+    sup, consumer, clock, _ = make(caught_up_timeout_s=0)
+    assign(sup, consumer, [TP0])
+    assert not tick(sup, clock, 10 * 3600)
