@@ -725,9 +725,10 @@ def produce(config: str, topic: str | None, key_separator: str | None, partition
     acknowledged by the broker. Uses the config's connection settings."""
     from runtime.ops import devtools
 
-    settings = _load(config)
+    settings = _operator_settings(config)
     try:
         name = devtools.input_topic(settings, topic)
+        _reach_cluster(settings)  # an outage is one line and exit 8, not a stream of client errors
         lines = values if values else sys.stdin
         count, created = devtools.produce_lines(settings, name, lines, key_separator, partitions)
     except RingmasterError as exc:
@@ -752,10 +753,11 @@ def tail(config: str, topic: str | None, dead_letters: bool, max_records: int | 
     leave): by default what the plugin produced. Joins no group, commits nothing."""
     from runtime.ops import devtools
 
-    settings = _load(config)
+    settings = _operator_settings(config)
     seen = 0
     try:
         name = devtools.output_topic(settings, topic, dead_letters)
+        _reach_cluster(settings)
         for line in devtools.tail_lines(settings, name, keys, max_records, timeout_s):
             click.echo(line)
             seen += 1

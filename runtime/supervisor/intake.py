@@ -102,7 +102,7 @@ class Intake:
         self.consumed = 0
         self.last_records_at = clock()
         self.first_record_at: float | None = None
-        self.too_large: list[SetAside] = []  # taken by the supervisor every tick
+        self.too_large: list[SetAside] = []  # handed over by take_too_large() every tick
         self.drained = True  # the last consume() took everything the client had queued
 
     # ------------------------------------------------------------------ fetch
@@ -157,6 +157,11 @@ class Intake:
                     s.first_offset = offset
 
     # ------------------------------------------------------------------ cutting
+    def take_too_large(self) -> list[SetAside]:
+        """The records cut since the last call that fit in no ring (this room forgets them)."""
+        taken, self.too_large = self.too_large, []
+        return taken
+
     def cut(self, worker_has_room: bool) -> list[Batch]:
         """Turn fetched records into batches: when a batch is full, old enough, or a worker
         has room and nothing waits for it. Records that fit in no ring go to ``too_large``."""

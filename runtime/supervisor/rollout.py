@@ -236,7 +236,9 @@ class Rollout:
             self.scheduler.lower_floors(self.code.generation)
             self._finish(op, False, (
                 f"the new plugin code cannot start: {life.start_failure}; rolled back: the daemon keeps "
-                f"plugin {self.code.plugin!r} version {self.version}"))
+                f"plugin {self.code.plugin!r} version {self.version}; its workers hold the old code in "
+                f"memory, but a worker that restarts or is added imports the files on disk: revert or fix "
+                f"them, then reload"))
             return False
         if not self._passed(op.canary):
             return False

@@ -1,7 +1,8 @@
 """The operator commands never import the plugin: with a plugin that fails to import or hangs
-at import (a bad deploy), `status`, `top`, `pause` and `resume` finish promptly with their
-usual result (here without a broker: `pause`/`resume` give up on the cluster with exit 8,
-not 3, and do not hang). `run` and `check` still import it. The full story, against the real
+at import (a bad deploy), `status`, `top`, `pause`, `resume`, `produce`, `tail`, `reload` and
+`scale` finish promptly with their usual result (here without a broker: those that need the
+cluster give up on it with exit 8, one line, not 3, and do not hang; `reload`/`scale` find no
+daemon, exit 11). `run` and `check` still import it. The full story, against the real
 broker and members, is the control-plane matrix (tests/faults/operator_matrix.py)."""
 
 from __future__ import annotations
@@ -63,6 +64,18 @@ def test_pause_and_resume_never_import_the_plugin(tmp_path: Path, plugin: str, c
     code, out, seconds = cli(command, "-c", str(config(tmp_path, plugin)))
     assert code == 8, f"the cluster, not the plugin, is what stops it here:\n{out}"
     assert out.count("\n") == 1 and "127.0.0.1:1" in out, out
+    assert seconds < PROMPT_S
+
+
+@pytest.mark.parametrize("plugin", ["broken_import", "hangs_import"])
+@pytest.mark.parametrize(("command", "expected"), [
+    (("produce", "--topic", "events", "x"), 8), (("tail", "--topic", "out", "--max", "1"), 8),
+    (("reload",), 11), (("scale", "-n", "3"), 11)])
+def test_the_other_operator_commands_never_import_the_plugin(tmp_path: Path, plugin: str,
+                                                            command: tuple[str, ...], expected: int) -> None:
+    code, out, seconds = cli(command[0], "-c", str(config(tmp_path, plugin)), *command[1:])
+    assert code == expected, out
+    assert out.count("\n") == 1, f"one line, no client noise:\n{out}"
     assert seconds < PROMPT_S
 
 

@@ -83,3 +83,19 @@ def test_no_module_writes_a_part_another_room_owns() -> None:
 ])
 def test_the_check_sees_every_kind_of_write(code: str) -> None:
     assert writes(ast.parse(code), set(owned_fields())), f"not seen: {code}"
+
+
+def test_the_supervisor_class_stays_a_story_under_250_lines() -> None:
+    # The loop reads like a story only while the rooms keep their own work: a Supervisor
+    # that grows past this has taken a room's job back (docs/design.md, "Rooms").
+    tree = ast.parse((ROOT / "runtime/supervisor/loop.py").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Supervisor"]
+    assert cls.end_lineno is not None
+    assert cls.end_lineno - cls.lineno + 1 < 250
+
+
+def test_no_room_but_intake_empties_what_intake_set_aside() -> None:
+    # The supervisor used to clear intake.too_large itself; intake hands it over instead.
+    for path in (ROOT / "runtime").rglob("*.py"):
+        if path.name != "intake.py":
+            assert "too_large.clear" not in path.read_text(), path

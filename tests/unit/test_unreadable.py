@@ -124,8 +124,9 @@ def test_the_supervisor_dead_letters_it_and_processes_the_rest_of_the_batch() ->
     msgs = run_with_bad(at=2, n=6)
     sup.intake.take(Fetched(runs={TP0: msgs}, count=6))
     batches = sup.intake.cut(True)
-    parts = list(sup.intake.too_large)
-    sup.results.dead_letter_set_aside(sup.intake.too_large)
+    parts = sup.intake.take_too_large()
+    sup.results.dead_letter_set_aside(parts)
+    assert sup.intake.take_too_large() == [], "handed over once"
     assert [(b.first, b.last) for b in batches] == [(0, 1), (3, 5)], "the rest of the run is packed"
     assert len(parts) == 1 and isinstance(parts[0], Unreadable)
     ((tp, bid, row, error_type, message),) = submitted
@@ -144,7 +145,7 @@ def test_without_a_dead_letter_topic_the_partition_stops_at_it() -> None:
     flow = sup.partitions[TP0]
     sup.intake.take(Fetched(runs={TP0: run_with_bad(at=1, n=3)}, count=3))
     sup.intake.cut(True)
-    sup.results.dead_letter_set_aside(sup.intake.too_large)
+    sup.results.dead_letter_set_aside(sup.intake.take_too_large())
     assert flow.blocked is not None and "offset 1: UnreadableRecord" in flow.blocked
 
 
