@@ -118,8 +118,10 @@ def test_two_reloads_under_load_replace_every_worker_without_a_rebalance(
     """A reload with `ringmaster reload`, then another with SIGHUP, while a backlog is being
     processed; then more records, which only the newest version may touch. Under forkserver too:
     the fork server must not hold on to the old module."""
+    # 9,000 records of 2.5 ms on 2 workers are ~11 s of work: room for a reload that takes a few
+    # seconds on a busy machine to finish while a backlog is still there (the lag check below).
     rm, plugin_dir = start(broker, names, tmp_path, ordering=ordering, start_method=start_method,
-                           settings={"sleep_ms": 1.0})
+                           settings={"sleep_ms": 2.5})
     try:
         produce_rows(broker.bootstrap, names["in"], rows(0, 9000), PARTITIONS)
         before = rm.wait_status(lambda s: s["records"] >= 800 and s["librdkafka"], 90, "progress")
