@@ -33,7 +33,7 @@ from runtime.errors import KafkaError
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.messages import offset_of, tp_of
 from runtime.kafka.watermarks import LatestOffsets
-from runtime.tp import TP
+from runtime.tp import TP, tp_label
 from runtime.transport import packing
 from runtime.transport.packing import Run
 
@@ -469,7 +469,7 @@ class GroupConsumer:
             self._c.seek(TopicPartition(tp[0], tp[1], offset))
             return True
         except KafkaException as exc:
-            log.warning("seek failed", extra={"tp": f"{tp[0]}[{tp[1]}]", "offset": offset,
+            log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset,
                                               "error": str(exc.args[0])})
             return False
 

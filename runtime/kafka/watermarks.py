@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from runtime.kafka.admin import admin_properties
-from runtime.tp import TP
+from runtime.tp import TP, tp_label
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class LatestOffsets:
             try:
                 offset = fut.result(0).offset
             except Exception as exc:  # a partition gone, a broker away: the cached value stays
-                log.debug("latest offset unknown", extra={"tp": f"{tp.topic}[{tp.partition}]",
+                log.debug("latest offset unknown", extra={"tp": tp_label((tp.topic, tp.partition)),
                                                           "error": str(exc)})
                 continue
             if offset is not None and offset >= 0:

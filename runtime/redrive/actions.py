@@ -25,10 +25,10 @@ from runtime.kafka.producer import OutputProducer, is_record_error
 from runtime.kafka.topic_reader import Stored
 from runtime.plugin import Output, Plugin, Record, backoff_wait
 from runtime.redrive.letters import Letter, redriven_headers
-from runtime.tp import TP
+from runtime.tp import TP, tp_label
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import Failure, RetryPolicy, run_batch
-from runtime.worker.routing import OutputRoute
+from runtime.worker.routing import OutputRoute, with_version
 
 log = logging.getLogger("ringmaster.redrive")
 
@@ -184,8 +184,9 @@ class ThroughPlugin:
     def __init__(self, plugin: Plugin, policy: RetryPolicy, producer_factory: Callable[[], OutputProducer],
                  output_topic: str | None, dead_letter_topic: str, max_message_bytes: int,
                  delivery_timeout_s: float, batch_max_records: int, backoff_s: float,
-                 wait: Callable[[float], bool]) -> None:
+                 wait: Callable[[float], bool], version: str) -> None:
         self.plugin, self.policy = plugin, policy
+        self.version = version  # on every output and dead letter, as a worker's
         self._factory = producer_factory
         self._producer = producer_factory()
         self.output_topic, self.dead_letter_topic = output_topic, dead_letter_topic
@@ -246,7 +247,7 @@ class ThroughPlugin:
             topic = self._route.topic(out)
             if topic is None:
                 continue
-            self._producer.produce(topic, out.value, out.key, out.headers,
+            self._producer.produce(topic, out.value, out.key, with_version(out.headers, self.version),
                                    queue_wait_s=self.delivery_timeout_s)
             self.outputs += 1
         self._deliver_or_renew()
@@ -262,7 +263,7 @@ class ThroughPlugin:
     def _dead_letter(self, failures: list[Failure]) -> None:
         if not failures:
             return
-        letters = [f.dead_letter(self.who, self.max_message_bytes) for f in failures]
+        letters = [f.dead_letter(self.who, self.max_message_bytes, self.version) for f in failures]
         try:
             self._write_letters(letters)
         except OutputRejected:
@@ -276,7 +277,7 @@ class ThroughPlugin:
                                      f"reference record: {exc}") from None
         for f in failures:
             log.warning("redriven record failed again; dead-lettered with its count", extra={
-                "tp": f"{f.record.topic}[{f.record.partition}]", "offset": f.record.offset,
+                "tp": tp_label((f.record.topic, f.record.partition)), "offset": f.record.offset,
                 "error": f"{f.error_type}: {f.message}"})
 
     def _write_letters(self, letters: list[DeadLetter]) -> None:

@@ -15,7 +15,7 @@ from runtime.errors import ConfigError, KafkaError, PluginError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
-from runtime.plugin import Context, Plugin, load_plugin
+from runtime.plugin import Context, Plugin, load_plugin, plugin_version
 from runtime.redrive.actions import Action, Count, ThroughPlugin, ToSource
 from runtime.redrive.engine import Redrive, Stopper
 from runtime.redrive.pacing import TokenBucket
@@ -119,7 +119,7 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
                 lambda: OutputProducer(producer_properties(settings)), settings.output.topic, topic,
                 max_message_bytes(settings), settings.output.delivery_timeout_s,
                 settings.workers.batch_max_records, settings.output.retry_backoff_s,
-                wait=lambda s: engine_wait[0](s))
+                wait=lambda s: engine_wait[0](s), version=plugin_version(settings.workers.plugin))
         else:
             action = ToSource(OutputProducer(producer_properties(settings)),
                               settings.output.delivery_timeout_s)

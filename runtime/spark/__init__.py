@@ -8,5 +8,15 @@
           ─▶ micro-batch done ─▶ GroupCommitter (StreamingQueryListener) commits the batch's
              end offsets to the consumer group, so lag tools see the job.
 
-Imports pyspark: only loaded by ``ringmaster spark ...``.
+    job.py       ``ringmaster spark run`` / ``spark backfill``: the driver's side
+    source.py    the Kafka source and sink (Python Data Source API)
+    apply.py     the plugin over Arrow batches in Spark's Python workers
+    offsets.py   start/end offsets, their JSON forms, offset ranges
+    progress.py  the same status snapshot and metrics as the local daemon, where they apply
+    submit.py    the entry file for spark-submit
+
+Imports pyspark: only loaded by ``ringmaster spark ...``. May import: runtime.worker
+(execution, routing, dead-letter format: the same retries and dead letters as a worker),
+runtime.kafka, runtime.ops, runtime.plugin, runtime.config, runtime.errors. Never the
+supervisor (Spark is the scheduler here); runtime.cli only from submit.py, which hands over to it.
 """

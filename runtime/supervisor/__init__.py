@@ -5,8 +5,15 @@ on that same thread; the admin server reads published snapshots from its own thr
 
     loop.py            the Supervisor: the loop that tells the story, delegating to rooms
     daemon.py          ``run_daemon``: owns shared memory, workers, the consumer; releases them
-    intake.py          room: fetch, cut batches into frames per lane, dispatch into rings
-    assignment.py      room: rebalances, fencing (epochs), releases and rewinds
+    signals.py         what each signal means; handlers only enqueue, the loop acts
+    intake.py          room: fetch, cut each partition's run into batches (per lane)
+    scheduler.py       room: which worker runs each batch; the only writer of rings
+    results.py         room: what workers report, redelivery of a dead worker's batches, dead letters
+    rebalance.py       the rebalance story: assign, revoke (fence, collect, commit, forget), lose
+    assignment.py      room: the partitions held, fencing (epochs), rewinds
+    operator.py        operator pauses (the control topic) applied to this member's partitions
+    caught_up.py       ``--until-caught-up``: when a batch run stops and whether it may exit 0
+    report.py          the status snapshot, built from what each room holds
     workforce.py       room: worker start-up, deaths, restarts, deadlines, recycling
     rollout.py         room: reload (new plugin code, canary, one worker at a time) and resize
     commands.py        room: the control socket's requests and SIGHUP/SIGTTIN/SIGTTOU, one at a time

@@ -40,7 +40,8 @@ from runtime.errors import (
 )
 from runtime.kafka.producer import OutputProducer
 from runtime.ops.logs import bind_fields, configure_logging
-from runtime.plugin import VERSION_HEADER, Context, Output, Plugin, Record, load_plugin, plugin_version
+from runtime.plugin import Context, Output, Plugin, Record, load_plugin, plugin_version
+from runtime.tp import tp_label
 from runtime.transport import speedups
 from runtime.transport.board import BOARD_BYTES, PHASE_DELIVER, Board, BoardLock, EpochTable
 from runtime.transport.frames import (
@@ -64,7 +65,7 @@ from runtime.transport.ring import Doorbell, Ring, send_message
 from runtime.transport.shm import Segment
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
-from runtime.worker.routing import OutputRoute
+from runtime.worker.routing import OutputRoute, with_version
 
 log = logging.getLogger("ringmaster.worker")
 
@@ -375,9 +376,8 @@ class BatchRunner:
         self.spec = spec
         self.board = board
         self.version = version
-        self._version_header = (VERSION_HEADER, version.encode())
         # Shared: the client copies headers when producing.
-        self._version_only: list[tuple[str, bytes | None]] = [self._version_header]
+        self._version_only = with_version(None, version)
         self.policy = RetryPolicy(spec.max_attempts, spec.retry_backoff_s, spec.retry_backoff_max_s)
         self.producer = producer
         self.route = OutputRoute(spec.output_topic, counted_in="status")
@@ -391,7 +391,7 @@ class BatchRunner:
             detail = exc.detail if isinstance(exc, WorkerExhausted) else "memory (MemoryError)"
             fresh = self.board.batches == 0
             log.error("worker ran out of a resource; the batch is not done and runs again on a new worker",
-                      extra={"worker": self.spec.name, "tp": f"{frame.topic}[{frame.partition}]",
+                      extra={"worker": self.spec.name, "tp": tp_label((frame.topic, frame.partition)),
                              "resource": detail, "first_batch": fresh})
             return Result(EXHAUSTED, *head, detail=detail, cause=FRESH if fresh else WORN)
 
@@ -407,8 +407,8 @@ class BatchRunner:
             self._dead_letter(outcome.failures)
         except BatchDeferred as d:
             self._renew_producer_if_broken()
-            log.warning("batch deferred", extra={"cause": d.cause, "tp": f"{frame.topic}[{frame.partition}]",
-                                                 "reason": d.reason})
+            log.warning("batch deferred", extra={
+                "cause": d.cause, "tp": tp_label((frame.topic, frame.partition)), "reason": d.reason})
             delay_ms = -1 if d.delay_s is None else int(d.delay_s * 1000)
             return Result(DEFERRED, *head, detail=d.reason, cause=d.cause, delay_ms=delay_ms,
                           scope=d.scope)
@@ -452,12 +452,8 @@ class BatchRunner:
         self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
 
     def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
-        """The plugin's version on every output, unless the plugin set that header itself."""
-        if not headers:
-            return self._version_only
-        if any(name == VERSION_HEADER for name, _ in headers):
-            return headers
-        return [*headers, self._version_header]
+        # The common case, no headers, shares one list rather than building one per output.
+        return self._version_only if not headers else with_version(headers, self.version)
 
     def _check_route(self, topic: str) -> None:
         """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue
@@ -497,7 +493,7 @@ class BatchRunner:
             # runtime or the plugin: a warning, like any record the plugin turns down.
             level = logging.WARNING if f.error_type == REJECTED else logging.ERROR
             log.log(level, "record dead-lettered", extra={
-                "tp": f"{r.topic}[{r.partition}]", "offset": r.offset,
+                "tp": tp_label((r.topic, r.partition)), "offset": r.offset,
                 "error": f"{f.error_type}: {f.message}"})
 
     def _write_letters(self, topic: str, letters: list[DeadLetter]) -> None:

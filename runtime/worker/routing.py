@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from runtime.plugin import Output
+from runtime.plugin import VERSION_HEADER, Output
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +40,16 @@ class OutputRoute:
     def take_discarded(self) -> int:
         n, self.discarded = self.discarded, 0
         return n
+
+
+Headers = list[tuple[str, bytes | None]]
+
+
+def with_version(headers: Headers | None, version: str) -> Headers:
+    """An output's headers with the plugin's version (``ringmaster.plugin.version``), unless
+    the plugin set that header itself: every output says which code made it."""
+    if not headers:
+        return [(VERSION_HEADER, version.encode())]
+    if any(name == VERSION_HEADER for name, _ in headers):
+        return headers
+    return [*headers, (VERSION_HEADER, version.encode())]

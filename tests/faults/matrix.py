@@ -50,6 +50,9 @@ class Fault:
     check: str | None = None  # extra assertions: a function name in test_fault_matrix.py
     timeout_s: float = 120.0
     signals: tuple[str, ...] = ()  # drivers "signals" and "signal_stop": what to send (HUP, ...)
+    # A worker that dies mid-batch has its batch run again (at least once): only such rows may
+    # show an output twice; every other row is judged exactly once.
+    redelivers: bool = False
 
 
 def values(**at: str) -> dict[int, str]:

@@ -65,7 +65,10 @@ def test_fault(fault_id: str, observations: dict[str, Any]) -> None:
     assert dead == dict(f.dead), f"dead letters {dead}, expected {dict(f.dead)}:\n{tail}"
     if f.exit == 0:
         assert obs.committed == obs.counts, f"committed {obs.committed}, produced {obs.counts}:\n{tail}"
-        outputs = {b["id"] for b in obs.bodies()}
+        ids = Counter(b["id"] for b in obs.bodies())
+        twice = [i for i, n in ids.most_common(5) if n > 1]
+        assert f.redelivers or not twice, f"outputs written more than once: {twice}:\n{tail}"
+        outputs = set(ids)
         expected = {ident(v) for v in obs.values} - set(f.dead) - f.no_output
         assert outputs == expected, (f"outputs missing {sorted(expected - outputs)[:10]}, "
                                      f"unexpected {sorted(outputs - expected)[:10]}:\n{tail}")

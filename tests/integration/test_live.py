@@ -223,7 +223,7 @@ def test_a_reload_whose_new_code_cannot_start_is_rolled_back_and_the_old_code_go
     assert_order(tmp_path, "partition")
 
 
-@pytest.mark.parametrize("ordering", ["partition", "key"])
+@pytest.mark.parametrize("ordering", ["partition", "key", "unordered"])
 def test_resizing_up_and_down_under_load_loses_nothing_and_leaves_nothing(
         broker: Any, names: dict[str, str], tmp_path: Path, ordering: str) -> None:
     rm, _plugin_dir = start(broker, names, tmp_path, partitions=6, ordering=ordering, max_processes=4,

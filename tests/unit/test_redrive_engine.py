@@ -14,7 +14,7 @@ from confluent_kafka import Message
 from runtime.errors import DeliveryFailed
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.topic_reader import Stored
-from runtime.plugin import Backoff, Output, Plugin, Record, Reject
+from runtime.plugin import VERSION_HEADER, Backoff, Output, Plugin, Record, Reject
 from runtime.redrive.actions import Outcome, Result, ThroughPlugin, ToSource
 from runtime.redrive.engine import Redrive, Stopper
 from runtime.redrive.letters import Letter, read_letter
@@ -462,7 +462,8 @@ def through(plugin: Scripted, producer: FakeProducer, waits: list[float],
         waits.append(seconds)
         return len(waits) < stop_after
     return ThroughPlugin(Plugin("scripted", plugin.process, None, None), RetryPolicy(1, 0, 0),  # type: ignore[arg-type]
-                         lambda: producer, "out", DLQ, 1_000_000, 1.0, 100, 0.5, wait)  # type: ignore[arg-type,return-value]
+                         lambda: producer, "out", DLQ, 1_000_000, 1.0, 100, 0.5, wait,  # type: ignore[arg-type,return-value]
+                         version="2.0")
 
 
 def test_through_the_plugin_outputs_go_out_failures_go_back_with_the_count_and_backoff_waits() -> None:
@@ -479,8 +480,10 @@ def test_through_the_plugin_outputs_go_out_failures_go_back_with_the_count_and_b
     out = [s for s in producer.sent if s["topic"] == "out"]
     again = [s for s in producer.sent if s["topic"] == DLQ]
     assert [s["value"] for s in out] == [b"out:good"]
+    assert dict(out[0]["headers"])[VERSION_HEADER] == b"2.0", "an output says which code made it"
     assert len(again) == 1 and again[0]["value"] == b"bad"
     h = dict(again[0]["headers"])
+    assert h["ringmaster.plugin.version"] == b"2.0", "so does a dead letter"
     assert h[REDRIVE_COUNT] == b"1" and h["ringmaster.error.type"] == b"Rejected" and h["trace"] == b"t"
     assert h["ringmaster.source.offset"] == b"101", "the dead letter still says where the record came from"
 
