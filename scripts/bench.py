@@ -282,10 +282,12 @@ def rebalance_and_memory(bootstrap: str, partitions: int, iterations: int, work_
     st_a, st_b = tmp / "rebal-a.json", tmp / "rebal-b.json"
     group_cfg = ringmaster_config(bootstrap, topic, "cpu", heavy, 2,
                                   workers={"batch_max_records": batch_records, "ring_bytes": 4 * 2**20},
-                                  supervisor={"status_file": str(st_a), "status_interval_s": 0.25})
+                                  supervisor={"status_file": str(st_a), "status_interval_s": 0.25,
+                                              "control_socket": str(tmp / "rebal-a.sock")})
     cfg_a, cfg_b = tmp / "rebal-a.toml", tmp / "rebal-b.toml"
     cfg_a.write_text(group_cfg)
-    cfg_b.write_text(group_cfg.replace(str(st_a), str(st_b)))
+    # Two members of one group on one host: each needs a status file and a control socket.
+    cfg_b.write_text(group_cfg.replace("rebal-a", "rebal-b"))
     run = [PY, "-m", "runtime.cli", "run", "--no-progress", "-c"]
     a = subprocess.Popen([*run, str(cfg_a)], env=ENV, cwd=ROOT, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
@@ -542,7 +544,7 @@ def admin_thread_cost(seconds: float = 5.0) -> dict[str, float]:
     from runtime.ops.metrics import RuntimeMetrics
 
     current = [snapshot()]
-    server = AdminServer("127.0.0.1:0", False, RuntimeMetrics(lambda: current[0], loop_age=lambda: 0.1),
+    server = AdminServer("127.0.0.1:0", False, RuntimeMetrics(lambda: current[0], loop_age=lambda: 0.1, group="bench"),
                          lambda: current[0], lambda: Health(True, []), lambda: True).start()
     port = server.address.rsplit(":", 1)[1]
     client = ("import http.client, time\n"
