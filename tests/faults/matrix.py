@@ -140,9 +140,10 @@ FAULTS: list[Fault] = [
           dead={"r9": "RecordTooLarge"}, check="dead_letter_truncated"),
     Fault("output-larger-than-message-max", "records",
           "the plugin returns an output larger than `message.max.bytes`",
-          "the record is dead-lettered as `OutputRejected`; the others' outputs go out",
+          "the record is dead-lettered as `OutputRejected`; the others' outputs go out (those delivered "
+          "before the refusal once more: the batch is retried and bisected, at least once)",
           values={6: "bigout=150000:r6"}, sections={"kafka": {"producer": {"message.max.bytes": 100_000}}},
-          dead={"r6": "OutputRejected"}),
+          dead={"r6": "OutputRejected"}, redelivers=True),
     # ------------------------------------------------------------------ fields off the wire
     Fault("header-name-not-utf8", "fields off the wire",
           "a record's header name is not UTF-8 (Go and C producers can write one)",
@@ -365,11 +366,13 @@ FAULTS: list[Fault] = [
     Fault("forkserver-supervisor-killed", "deployment",
           'the supervisor is SIGKILLed with `start_method = "forkserver"`',
           "its workers (children of the fork server) die with it",
-          driver="supervisor_sigkill", workers={"start_method": "forkserver", "processes": 2}),
+          driver="supervisor_sigkill", workers={"start_method": "forkserver", "processes": 2},
+          redelivers=True),  # the next start reads again from the last commit
     Fault("spawn-supervisor-killed", "deployment",
           "the supervisor is SIGKILLed (spawn)",
           "its workers die with it; the next start reclaims its shared memory",
-          driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2}),
+          driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2},
+          redelivers=True),  # the next start reads again from the last commit
     Fault("status-dir-missing", "deployment",
           "the status file's directory does not exist, or disappears while running",
           "created at start; a failed write later is a warning, never a crash",
