@@ -4,47 +4,10 @@ record when the broker refuses one for what it is, retried with back-off during 
 
 from __future__ import annotations
 
-from typing import Any
-
 from confluent_kafka import KafkaError
+from fakes import FakeProducer
 
-from runtime.errors import DeliveryFailed
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
-
-
-class FakeProducer:
-    """Queues messages; the test decides each one's delivery report."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.pending: list[tuple[Any, dict[str, Any]]] = []
-        self.fatal: str | None = None
-        self.refuse_produce = False
-
-    @property
-    def broken(self) -> bool:
-        return self.fatal is not None
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any,
-                queue_wait_s: float) -> None:
-        if self.refuse_produce:
-            raise DeliveryFailed("local queue full")
-        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers)}
-        self.sent.append(msg)
-        self.pending.append((on_delivery, msg))
-
-    def poll(self, timeout: float = 0) -> None:
-        pass
-
-    def note(self, err: Any) -> None:
-        pass
-
-    def deliver_next(self, err: KafkaError | None = None) -> None:
-        cb, _msg = self.pending.pop(0)
-        cb(err, None)
-
-    def flush(self, timeout: float) -> int:
-        return 0
 
 
 class Clock:
