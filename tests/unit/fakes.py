@@ -116,6 +116,7 @@ class FakeHandle:
 class FakePool:
     def __init__(self, n: int = 1, fill: float = 0.0, max_slots: int = 0) -> None:
         self.handles = [FakeHandle(i, FakeRing(fill)) for i in range(n)]
+        self.epochs = EpochTable(memoryview(bytearray(8 * 16)))  # what the supervisor fences
         self.max_slots = max(max_slots, n + 1)
         self.killed: list[int] = []
         self.codes: dict[int, Any] = {}  # slot -> the code its last incarnation was started with
@@ -241,8 +242,7 @@ def make(workers: int = 1, desk: DeadLetterDesk | None = None, dead_letter: dict
     clock = Clock()
     pool = FakePool(workers)
     consumer = FakeConsumer()
-    epochs = EpochTable(memoryview(bytearray(8 * 16)))
-    sup = Supervisor(settings(dead_letter, processes=workers, **w), consumer, pool, epochs, clock=clock,
+    sup = Supervisor(settings(dead_letter, processes=workers, **w), consumer, pool, pool.epochs, clock=clock,
                      dead_letters=desk)
     sup.workforce.start_all()  # every worker starting: rings accept frames
     return sup, consumer, clock, pool
@@ -317,6 +317,65 @@ def feed(sup: Supervisor, consumer: FakeConsumer, tp: Any, messages: list[Messag
 def report(pool: FakePool, worker: int, result: Result) -> None:
     """Worker `worker` writes `result` on its result pipe."""
     pool.handles[worker].results.messages.append(encode_result(result))
+
+
+class RingWorker:
+    """A worker's side of its ring, run by the test in the supervisor's own thread: each
+    read of its result pipe (the supervisor's ``collect``) finishes the batch in progress
+    (DONE) and starts the next frame through the worker's real fence check, against the
+    epoch table the supervisor fences and the board it reads. Plug it in as the handle's
+    ``results``; ``step()`` runs it outside a read."""
+
+    fd = -1
+
+    def __init__(self, pool: FakePool, index: int, busy_for: int = 1) -> None:
+        from runtime.worker.fence import FenceCheck
+
+        self.h = pool.handles[index]
+        self.h.alive = True
+        self.h.results = self  # type: ignore[assignment]
+        self.fence = FenceCheck(pool.epochs, self.h.board, _NoLock())
+        self.busy_for = busy_for  # reads a batch takes before it is done
+        self.current: Any = None
+        self.left = 0
+        self.ran: list[int] = []  # batch ids begun, in order
+        self.fenced: list[int] = []  # batch ids skipped
+        self.messages: list[bytes] = []
+
+    def step(self) -> None:
+        from runtime.transport.frames import DONE, FENCED, decode_frame
+
+        if self.current is not None:
+            self.left -= 1
+            if self.left > 0:
+                return
+            f, self.current = self.current, None
+            self.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch,
+                                                      processed=len(f.columns))))
+            self.h.board.end(len(f.columns))
+        while self.h.ring.frames:
+            raw = self.h.ring.frames.pop(0)
+            f = decode_frame(raw)
+            assert f is not None
+            if self.fence.admit(f.batch_id, f.slot, f.epoch):
+                self.ran.append(f.batch_id)
+                self.current, self.left = f, self.busy_for
+                return
+            self.fenced.append(f.batch_id)
+            self.messages.append(encode_result(Result(FENCED, f.batch_id, f.slot, f.epoch)))
+
+    def read(self) -> list[bytes]:
+        self.step()
+        out, self.messages = self.messages, []
+        return out
+
+
+class _NoLock:
+    def __enter__(self) -> _NoLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 # ---------------------------------------------------------------------- process-level fakes
