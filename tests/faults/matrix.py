@@ -362,11 +362,13 @@ FAULTS: list[Fault] = [
     Fault("forkserver-supervisor-killed", "deployment",
           'the supervisor is SIGKILLed with `start_method = "forkserver"`',
           "its workers (children of the fork server) die with it",
-          driver="supervisor_sigkill", workers={"start_method": "forkserver", "processes": 2}),
+          driver="supervisor_sigkill", workers={"start_method": "forkserver", "processes": 2},
+          check="reclaimed_by_next_start"),
     Fault("spawn-supervisor-killed", "deployment",
           "the supervisor is SIGKILLed (spawn)",
           "its workers die with it; the next start reclaims its shared memory",
-          driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2}),
+          driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2},
+          check="reclaimed_by_next_start"),
     Fault("status-dir-missing", "deployment",
           "the status file's directory does not exist, or disappears while running",
           "created at start; a failed write later is a warning, never a crash",
@@ -374,7 +376,7 @@ FAULTS: list[Fault] = [
     Fault("batch-wait-zero", "deployment",
           "`batch_max_wait_ms = 0`",
           "no busy loop: the supervisor idles on its wake-ups",
-          driver="idle_cpu", workers={"batch_max_wait_ms": 0}),
+          driver="idle_cpu", workers={"batch_max_wait_ms": 0}, check="idles"),
 ]
 
 # The control plane and the operator's surface: signals, the admin endpoint, configurations
