@@ -46,13 +46,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_shm_dir() -> Iterator[None]:
-    """The session's own segment directory (tests/helpers.py) is empty at the end, and goes."""
+    """The session's own segment directory (tests/helpers.py) is empty at the end, and goes.
+    Made again at the start: a process may run more than one session (mutmut does)."""
+    SHM_DIR.mkdir(mode=0o700, exist_ok=True)
+    SOCK_DIR.mkdir(mode=0o700, exist_ok=True)
     yield
     left = sorted(str(p.relative_to(SHM_DIR)) for p in SHM_DIR.rglob("*"))
     shutil.rmtree(SHM_DIR, ignore_errors=True)
-    for p in SOCK_DIR.iterdir():  # left by daemons a test SIGKILLed
-        p.unlink()
-    SOCK_DIR.rmdir()
+    shutil.rmtree(SOCK_DIR, ignore_errors=True)  # with the sockets of daemons a test SIGKILLed
     assert not left, f"shared memory left behind by the session: {left}"
 
 

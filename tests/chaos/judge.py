@@ -7,8 +7,8 @@ memory.
 Duplicates: a record is done twice only if it was handled (its output or dead letter
 written) and not committed when a fault struck, or was in a batch whose outputs were being
 delivered. So each fault's share is measured, not assumed: the records handled above the
-offsets committed just before it, up to when it was over (plus the second a killed
-supervisor's workers take to notice), and one batch per worker for deliveries under way.
+offsets committed right after it (up to when it was over, plus, for a killed supervisor, the
+second its orphaned workers take to notice), and a batch per worker for deliveries under way.
 In ``key`` and ``unordered`` ordering the run-ahead bound caps the same thing per partition
 (max_uncommitted_records, plus a cut and a fetch); a run with more duplicates than that
 redelivered what it had no reason to."""
@@ -26,8 +26,9 @@ NOTICE_S = 1.0  # a killed supervisor's workers exit within the guard's half sec
 @dataclass(frozen=True)
 class Fault:
     kind: str  # one of REQUIRED
-    committed_before: Mapping[int, int]  # the group's offsets read just before it
+    committed: Mapping[int, int]  # the group's offsets read right after it (before any restart)
     over_at: float  # wall-clock time it was over (the kill sent, the member joined or left)
+    grace_s: float = 0.0  # how long after over_at its processes may still write (orphaned workers)
 
 
 @dataclass
@@ -50,15 +51,24 @@ def counts(run: Run) -> Counter[str]:
 
 
 def in_flight(fault: Fault, handled: Mapping[tuple[int, int], float]) -> int:
-    """Records handled, and not committed, when the fault struck."""
-    until = fault.over_at + NOTICE_S
-    return sum(1 for (p, o), t in handled.items()
-               if o >= max(fault.committed_before.get(p, 0), 0) and t <= until)
+    """Records handled, and not committed, by the time the fault was over (a worker's kill
+    concerns its batch only: the allowance covers it). Every partition is counted, also those
+    the fault did not touch: a bound that errs, errs large."""
+    if fault.kind == "worker_sigkill":
+        return 0
+    until = fault.over_at + fault.grace_s
+    return sum(1 for (p, o), t in handled.items() if o >= max(fault.committed.get(p, 0), 0) and t <= until)
+
+
+def allowance(fault: Fault, workers: int, batch_max_records: int) -> int:
+    """Batches whose outputs may have been under way: the killed worker's, the killed
+    supervisor's workers', one for a hand-over."""
+    return batch_max_records * (workers if fault.kind == "supervisor_sigkill" else 1)
 
 
 def allowed_duplicates(run: Run) -> int:
-    measured = sum(in_flight(f, run.handled) for f in run.faults)
-    bound = measured + len(run.faults) * run.workers * run.batch_max_records
+    bound = sum(in_flight(f, run.handled) + allowance(f, run.workers, run.batch_max_records)
+                for f in run.faults)
     if run.mode != "partition":
         handovers = 1 + sum(1 for f in run.faults if f.kind != "worker_sigkill")
         per_partition = run.max_uncommitted_records + 2 * run.batch_max_records

@@ -116,8 +116,10 @@ def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str) -> dict[str, An
     killed_segments = 0
     generation = 0
 
-    def injected(kind: str) -> None:
-        faults.append(judge.Fault(kind, samples[-1][1], time.time()))
+    def injected(kind: str, grace_s: float = 0.0) -> None:
+        over_at = time.time()
+        after = committed(broker.bootstrap, names["g"], names["in"], partitions)
+        faults.append(judge.Fault(kind, after, over_at, grace_s))
 
     def start(role: str) -> Ringmaster:
         nonlocal generation
@@ -167,7 +169,7 @@ def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str) -> dict[str, An
                 killed_segments += len(a.segments())  # counted first: another mode's start may reclaim them
                 a.kill()
                 killed.append(a)
-                injected("supervisor_sigkill")
+                injected("supervisor_sigkill", judge.NOTICE_S)
                 a = start("a")  # reclaims the killed one's segments (reclaim_stale)
             elif b is None:
                 b = start("b")

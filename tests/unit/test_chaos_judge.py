@@ -43,20 +43,34 @@ def test_a_run_that_injected_nothing_fails() -> None:
 
 def test_records_in_flight_are_those_handled_above_the_commit_by_the_time_the_fault_was_over() -> None:
     h = handled(1000)
-    # Committed 100 and 250; by T0 + 3 s (+ 1 s for the workers to notice) offsets up to 400 were handled.
-    f = Fault("supervisor_sigkill", {0: 100, 1: 250}, T0 + 3.0)
-    assert in_flight(f, h) == (401 - 100) + (401 - 250)
-    assert in_flight(Fault("supervisor_sigkill", {0: -1001, 1: 1000}, T0 + 3.0), h) == 401, \
+    # Committed 100 and 250 right after it; by T0 + 3 s offsets up to 300 were handled.
+    f = Fault("supervisor_join", {0: 100, 1: 250}, T0 + 3.0)
+    assert in_flight(f, h) == (301 - 100) + (301 - 250)
+    assert in_flight(Fault("supervisor_join", {0: -1001, 1: 1000}, T0 + 3.0), h) == 301, \
         "nothing committed yet: everything handled is in flight"
+
+
+def test_a_killed_supervisor_answers_for_its_workers_last_second_too() -> None:
+    h = handled(1000)
+    f = Fault("supervisor_sigkill", {0: 100, 1: 100}, T0 + 3.0, grace_s=1.0)
+    assert in_flight(f, h) == 2 * (401 - 100), "up to T0 + 4 s"
+
+
+def test_a_worker_kill_is_allowed_its_batch_only() -> None:
+    f = Fault("worker_sigkill", {0: 0, 1: 0}, T0 + 3.0)
+    assert in_flight(f, handled(1000)) == 0
 
 
 def test_partition_ordering_allows_what_was_in_flight_not_the_topic() -> None:
     h = handled(1000)
-    faults = [Fault("worker_sigkill", {0: 50, 1: 50}, T0), Fault("supervisor_sigkill", {0: 90, 1: 90}, T0),
-              Fault("supervisor_join", {0: 100, 1: 100}, T0), Fault("supervisor_leave", {0: 100, 1: 100}, T0)]
+    faults = [Fault("worker_sigkill", {0: 50, 1: 50}, T0),
+              Fault("supervisor_sigkill", {0: 90, 1: 90}, T0, grace_s=1.0),
+              Fault("supervisor_join", {0: 100, 1: 100}, T0 + 1.0),
+              Fault("supervisor_leave", {0: 100, 1: 100}, T0 + 1.0)]
     r = run(faults=faults, handled=h)
-    # In flight by T0 + 1 s: offsets 0..100 handled; one batch per worker per fault on top.
-    expected = (51 + 51) + (11 + 11) + (1 + 1) + (1 + 1) + 4 * 2 * 10
+    # worker kill: its batch; killed supervisor: 90 to 100 (T0 + 1 s) of each partition and a
+    # batch per worker; join and leave: offset 100 of each partition and a batch each.
+    expected = 10 + (2 * 11 + 2 * 10) + (2 + 10) + (2 + 10)
     assert allowed_duplicates(r) == expected < 2000
     assert problems(run(faults=faults, handled=h, duplicates=expected)) == []
     too_many = problems(run(faults=faults, handled=h, duplicates=expected + 1))
@@ -65,7 +79,7 @@ def test_partition_ordering_allows_what_was_in_flight_not_the_topic() -> None:
 
 def test_lanes_are_held_to_the_run_ahead_bound_as_well() -> None:
     h = handled(5000, every_s=0.0001)  # everything handled at once: all of it in flight
-    faults = [Fault(k, {0: 0, 1: 0}, T0) for k in REQUIRED]
+    faults = [Fault(k, {0: 0, 1: 0}, T0 + 1.0) for k in REQUIRED]
     r = run("key", faults=faults, handled=h)
     handovers = 1 + 3  # the start, a kill, a join, a leave
     assert allowed_duplicates(r) == handovers * 2 * (300 + 2 * 10)
