@@ -283,6 +283,7 @@ class Ringmaster:
                 child.kill()
             self.proc.kill()
             self.proc.wait(10)
+            self.reclaim()  # killed here, on a failure: not a leak of the daemon's own
         self._log.close()
 
     def segments(self) -> list[str]:

@@ -107,3 +107,13 @@ def test_a_rewind_fences_like_a_revocation_but_keeps_the_partition() -> None:
     assert worker.fenced and len(worker.ran) == 1
     assert consumer.seeks == [(TP0, 10)] and p.tracker.committable == 10
     assert TP0 in sup.partitions and PauseReason.OPERATOR in p.pause.holds
+
+
+def test_every_rebalance_callback_is_counted() -> None:
+    """Status shows the count; test_pause_survives_a_rebalance waits on it."""
+    sup, consumer, _clock, _pool = make()
+    start(sup, consumer, [TP0, TP1])
+    sup.rebalance.on_revoke([TP0])
+    sup.rebalance.on_lost([TP1])
+    assert sup.rebalance.rebalances == 3
+    assert [r["committed"] for r in sup.rebalance.revocations] == [True, False]
