@@ -266,7 +266,8 @@ class FakeProducer:
                 queue_wait_s: float) -> None:
         if self.refuse_produce:
             raise DeliveryFailed("local queue full")
-        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers)}
+        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers),
+               "queue_wait_s": queue_wait_s}
         self.sent.append(msg)
         self.pending.append((on_delivery, msg))
 

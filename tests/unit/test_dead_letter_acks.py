@@ -36,7 +36,7 @@ def worker_runs(sup: Supervisor, pool: FakePool, crash_on: int | None = None) ->
             assert f is not None
             if f.columns.first == crash_on:
                 sup.results.collect()  # what it reported before it died is read first (workforce.manage)
-                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL", version="1.4"))
                 crash_on = None
                 break
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
@@ -53,7 +53,10 @@ def test_a_crashing_record_is_committed_past_only_once_its_dead_letter_is_acknow
     assert p.tracker.committable == 1, "offsets 0 and 2 done, 1 isolated: the commit stops at 1"
     sup.results.deliver_dead_letters()
     (letter,) = producer.sent
-    assert letter["headers"]["ringmaster.error.type"] == b"WorkerCrashed"
+    h = letter["headers"]
+    assert h["ringmaster.error.type"] == b"WorkerCrashed" and h["ringmaster.source.offset"] == b"1"
+    assert h["ringmaster.attempts"] == b"1", "the crashes it took (max_crashes 1)"
+    assert h["ringmaster.plugin.version"] == b"1.4", "the version the worker that died ran"
     sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
     assert consumer.commits[-1] == {TP0: 1}, "sent, not acknowledged: nothing past the record"
     producer.deliver_next(None)  # the broker has it
@@ -72,7 +75,9 @@ def test_a_record_too_large_for_a_ring_waits_for_its_dead_letter_too() -> None:
     worker_runs(sup, pool)
     assert p.tracker.committable == 1
     sup.results.deliver_dead_letters()
-    assert producer.sent[0]["headers"]["ringmaster.error.type"] == b"RecordTooLarge"
+    h = producer.sent[0]["headers"]
+    assert h["ringmaster.error.type"] == b"RecordTooLarge" and h["ringmaster.attempts"] == b"1"
+    assert "ringmaster.plugin.version" not in h, "no plugin ran it"
     assert p.tracker.committable == 1
     producer.deliver_next(None)
     sup.results.deliver_dead_letters()
@@ -136,3 +141,18 @@ def test_a_rewound_partition_reads_the_dead_lettered_record_again_until_its_lett
     producer.deliver_next(None)
     sup.results.deliver_dead_letters()
     assert p.tracker.committable == 1, "a letter acknowledged after the rewind moves nothing"
+
+
+def test_every_acknowledged_dead_letter_is_counted() -> None:
+    sup, consumer, _clock, pool, producer = supervisor()
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, 0, 1, 2))
+    worker_runs(sup, pool, crash_on=0)
+    feed(sup, consumer, TP0, msgs(TP0, 3, 4))
+    worker_runs(sup, pool, crash_on=3)
+    sup.results.deliver_dead_letters()
+    producer.deliver_next(None)
+    producer.deliver_next(None)
+    sup.results.deliver_dead_letters()
+    assert sup.results.totals.dead_letters == 2 and sup.partitions[TP0].stats.dead_letters == 2
+    assert sup.partitions[TP0].tracker.committable == 5

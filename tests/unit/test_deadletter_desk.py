@@ -146,6 +146,7 @@ def test_the_loop_never_waits_on_the_producer() -> None:
     d.submit(("t", 0), 7, ROW, "WorkerCrashed", "x")
     d.poll()
     assert waited == [0]
+    assert p.sent[0]["queue_wait_s"] == 0.0, "nor for room in the producer's queue"
 
 
 def test_a_producer_that_broke_is_replaced_and_the_letters_in_flight_sent_again() -> None:
