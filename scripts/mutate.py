@@ -19,6 +19,7 @@ import argparse
 import ast
 import collections
 import datetime
+import fnmatch
 import os
 import re
 import subprocess
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "mutation.md"
 MUTMUT = [sys.executable, "-m", "mutmut"]
 START, END = "<!-- survivors:start -->", "<!-- survivors:end -->"
+REASONS_START, REASONS_END = "<!-- reasons:start -->", "<!-- reasons:end -->"
 TOTALS_START, TOTALS_END = "<!-- totals:start -->", "<!-- totals:end -->"
 UNEXPLAINED = "UNEXPLAINED"
 LOG_TEXT = "log text: what a log line says (its message or fields); no test reads its wording"
@@ -138,7 +140,8 @@ def guess_reason(m: Mutant) -> str:
 
 # ------------------------------------------------------------------------------ the docs
 def documented() -> dict[str, str]:
-    """Mutant name -> reason, from docs/mutation.md's survivors table."""
+    """Mutant name -> reason, from docs/mutation.md's survivors table (a reason given there by
+    hand for one mutant)."""
     if not DOC.exists():
         return {}
     text = DOC.read_text()
@@ -147,10 +150,34 @@ def documented() -> dict[str, str]:
     table = text.split(START, 1)[1].split(END, 1)[0]
     reasons = {}
     for row in table.splitlines():
-        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
         if len(cells) >= 5 and cells[0].startswith("`") and "__mutmut_" in cells[0]:
             reasons[cells[0].strip("`")] = cells[4]
     return reasons
+
+
+def reasons_by_pattern() -> list[tuple[str, str]]:
+    """(pattern, reason) from docs/mutation.md's reasons table: a reason for every survivor
+    of a function (a pattern of mutant names, fnmatch), kept where the code keeps it."""
+    if not DOC.exists() or REASONS_START not in DOC.read_text():
+        return []
+    table = DOC.read_text().split(REASONS_START, 1)[1].split(REASONS_END, 1)[0]
+    out = []
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|", 1)]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            out.append((cells[0].strip("`"), cells[1].strip()))
+    return out
+
+
+def reason_for(m: Mutant, by_name: dict[str, str], patterns: list[tuple[str, str]]) -> str:
+    own = by_name.get(m.name)
+    if own and own != UNEXPLAINED and not own.startswith("see "):
+        return own
+    for pattern, why in patterns:
+        if fnmatch.fnmatchcase(m.name, pattern):
+            return f"see `{pattern}`: {why}"
+    return guess_reason(m)
 
 
 def _cell(text: str) -> str:
@@ -159,8 +186,9 @@ def _cell(text: str) -> str:
 
 def survivors_table(judged: list[Mutant], reasons: dict[str, str]) -> str:
     rows = ["| mutant | status | where | change | why it is acceptable |", "|---|---|---|---|---|"]
+    patterns = reasons_by_pattern()
     for m in sorted(judged, key=lambda m: (m.where.rsplit(":", 1)[0], _line(m), m.name)):
-        reason = reasons.get(m.name) or guess_reason(m)
+        reason = reason_for(m, reasons, patterns)
         rows.append(f"| `{m.name}` | {m.status} | `{m.where}` | `{_cell(m.change)}` | {_cell(reason)} |")
     return "\n".join(rows)
 
@@ -233,8 +261,8 @@ def main() -> int:
     if a.write_docs:
         write_docs(every, judged, seconds, command)
         print(f"wrote {DOC.relative_to(ROOT)}")
-    reasons = documented()
-    unexplained = [m for m in judged if reasons.get(m.name, UNEXPLAINED) == UNEXPLAINED]
+    reasons, patterns = documented(), reasons_by_pattern()
+    unexplained = [m for m in judged if reason_for(m, reasons, patterns) == UNEXPLAINED]
     for m in unexplained:
         print(f"\n--- {m.status}, not explained in docs/mutation.md: {m.name} ({m.where})\n{m.diff}")
     if unexplained:

@@ -6,8 +6,9 @@ partition runs only if the fence did not happen."""
 
 from __future__ import annotations
 
-from fakes import TP0, TP1, RingWorker, feed, make, msgs, start
+from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
 
+from runtime.kafka.consumer import Fetched
 from runtime.supervisor.partitions import PauseReason
 
 
@@ -117,3 +118,38 @@ def test_every_rebalance_callback_is_counted() -> None:
     sup.rebalance.on_lost([TP1])
     assert sup.rebalance.rebalances == 3
     assert [r["committed"] for r in sup.rebalance.revocations] == [True, False]
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_a_partition_whose_batches_are_back_is_rewound_whatever_the_others_wait_for() -> None:
+    sup, consumer, _clock, _pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0, TP1])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))  # out in the ring: TP0 must wait for it
+    for tp in (TP0, TP1):
+        sup.assignment.rewind(sup.partitions[tp], PauseReason.OPERATOR, "maintenance", None)
+    sup.assignment.advance_rewinds()
+    assert not sup.partitions[TP1].fence.rewinding and sup.partitions[TP0].fence.rewinding
+
+
+def test_a_rewind_before_anything_was_cut_reads_again_from_the_first_record_dropped() -> None:
+    sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=10_000)
+    start(sup, consumer, [TP0])
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 40, 41, 42)}, count=3)
+    sup.fetch()  # fetched, not cut (the batch is not full and not old)
+    sup.assignment.rewind(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance", None)
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks == [(TP0, 40)]
+
+
+def test_an_end_of_partition_fetched_across_a_rebalance_is_dropped_with_its_records() -> None:
+    sup, consumer, _clock, _pool = make()
+    start(sup, consumer, [TP0])
+
+    def consume_with_rebalance(n: int, t: float) -> Fetched:
+        sup.rebalance.on_revoke([TP0])
+        assign(sup, consumer, [TP0])
+        return Fetched(runs={TP0: msgs(TP0, 5)}, eof={TP0: 6}, count=1)
+
+    consumer.next_fetch = consume_with_rebalance
+    sup.fetch()
+    assert sup.partitions[TP0].intake.eof_at is None, "an EOF from before the rebalance says nothing now"
