@@ -544,8 +544,9 @@ def admin_thread_cost(seconds: float = 5.0) -> dict[str, float]:
     from runtime.ops.metrics import RuntimeMetrics
 
     current = [snapshot()]
-    server = AdminServer("127.0.0.1:0", False, RuntimeMetrics(lambda: current[0], loop_age=lambda: 0.1, group="bench"),
-                         lambda: current[0], lambda: Health(True, []), lambda: True).start()
+    metrics = RuntimeMetrics(lambda: current[0], loop_age=lambda: 0.1, group="bench")
+    server = AdminServer("127.0.0.1:0", False, metrics, lambda: current[0], lambda: Health(True, []),
+                         lambda: True).start()
     port = server.address.rsplit(":", 1)[1]
     client = ("import http.client, time\n"
               f"c = http.client.HTTPConnection('127.0.0.1', {port})\n"

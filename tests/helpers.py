@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,6 +205,9 @@ class Ringmaster:
         self.log_path = tmp / f"{name}.log"
         config = json.loads(json.dumps(config))
         config.setdefault("supervisor", {})["status_file"] = str(self.status_path)
+        # The session's segment directory, or a test's own (row_shm_dir): the environment's
+        # RINGMASTER__SUPERVISOR__SHM_DIR would win over the config file, so it is set here.
+        self.shm_dir = Path(config["supervisor"].get("shm_dir") or SHM_DIR)
         # Each daemon its own control socket (two daemons of one group may share a host here).
         config["supervisor"].setdefault("control_socket", str(SOCK_DIR / f"{uuid.uuid4().hex[:10]}.sock"))
         self.socket_path = Path(config["supervisor"]["control_socket"]) if config["supervisor"][
@@ -211,7 +215,8 @@ class Ringmaster:
         self.config_path = tmp / f"{name}.toml"
         self.config_path.write_text(to_toml(config))
         self.pythonpath = os.pathsep.join([*map(str, plugin_dirs), str(PLUGINS), str(ROOT)])
-        env = dict(os.environ, **(env or {}), PYTHONPATH=self.pythonpath)
+        env = dict(os.environ, **(env or {}), PYTHONPATH=self.pythonpath,
+                   RINGMASTER__SUPERVISOR__SHM_DIR=str(self.shm_dir))
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "run", "-c", str(self.config_path), "--no-progress",
@@ -278,12 +283,19 @@ class Ringmaster:
                 child.kill()
             self.proc.kill()
             self.proc.wait(10)
+            self.reclaim()  # killed here, on a failure: not a leak of the daemon's own
         self._log.close()
 
-    def reclaim(self) -> None:
-        for name in shm_segments():
-            if name.startswith(f"ringmaster-{self.proc.pid}-"):
-                (SHM_DIR / name).unlink(missing_ok=True)
+    def segments(self) -> list[str]:
+        """This daemon's segments still in its directory (a SIGKILL leaves them)."""
+        return shm_segments(self.shm_dir, self.proc.pid)
+
+    def reclaim(self) -> list[str]:
+        """Unlink this daemon's segments, as its next start would; what was unlinked."""
+        left = self.segments()
+        for name in left:
+            (self.shm_dir / name).unlink(missing_ok=True)
+        return left
 
 
 # Each test session keeps the daemons' segments in a directory of its own, so that sessions
@@ -297,8 +309,25 @@ SOCK_DIR = Path(tempfile.gettempdir()) / f"rmsock-{os.getpid()}"
 SOCK_DIR.mkdir(mode=0o700, exist_ok=True)
 
 
-def shm_segments() -> list[str]:
-    return sorted(p.name for p in SHM_DIR.glob("ringmaster-*"))
+def shm_segments(directory: Path = SHM_DIR, pid: int | None = None) -> list[str]:
+    """The segments in a directory (the session's by default), or those of one supervisor."""
+    return sorted(p.name for p in directory.glob("ringmaster-*" if pid is None else f"ringmaster-{pid}-*"))
+
+
+def row_shm_dir(name: str) -> Path:
+    """A directory of its own for one scenario's daemons (a fault-matrix row): what they
+    leave behind is that scenario's, whatever runs beside it (take_leftovers)."""
+    d = SHM_DIR / name
+    d.mkdir(mode=0o700)
+    return d
+
+
+def take_leftovers(directory: Path) -> list[str]:
+    """What is left in a scenario's directory; removed with it, so that one leak is
+    reported once, by its scenario."""
+    left = sorted(p.name for p in directory.iterdir())
+    shutil.rmtree(directory, ignore_errors=True)
+    return left
 
 
 def journal(dir_: Path) -> list[tuple[int, int, int, int]]:

@@ -212,8 +212,9 @@ class OperatorPauses:
             self._state.pop(pause.scope, None)
         if (old is not None and old.until_ms is not None) or (pause.paused and pause.until_ms is not None):
             self._expiry_stale = True
-        was = (old.paused, old.until_ms) if old else (False, None)
-        now = (pause.paused, pause.until_ms) if pause.paused else (False, None)
+        # The reason counts too: held partitions show it (operator.py re-applies it on a change).
+        was = (old.paused, old.until_ms, old.reason) if old else (False, None, None)
+        now = (pause.paused, pause.until_ms, pause.reason) if pause.paused else (False, None, None)
         if was != now:
             self.changed = True
             if not self._loading:

@@ -39,6 +39,7 @@ class _Letter:
     attempt: int = 0
     retry_at: float = 0.0
     in_flight: bool = False
+    forgotten: bool = False  # its partition was released while it was in flight
 
 
 class DeadLetterDesk:
@@ -90,6 +91,9 @@ class DeadLetterDesk:
 
     def forget(self, tp: TP) -> None:
         """The partition was released: its letters are the next owner's to write."""
+        for x in self._waiting:
+            if x.tp == tp:
+                x.forgotten = True
         self._waiting = [x for x in self._waiting if x.tp != tp]
 
     def _send(self, x: _Letter) -> None:
@@ -111,6 +115,11 @@ class DeadLetterDesk:
         x.in_flight = False
         if err is not None and self._producer is not None:
             self._producer.note(err)
+        if x.forgotten:
+            # RACE: its partition was released while the letter was in flight. The record is
+            # the next owner's (and may be ours again, under a new tracker): this report of
+            # the old release completes nothing and is not retried.
+            return
         if err is None:
             self._waiting.remove(x)
             self._done.append((x.tp, x.batch_id))

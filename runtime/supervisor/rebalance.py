@@ -132,7 +132,7 @@ class Rebalance(Generic[H]):
 
 def _batch_in_progress(h: Handle) -> tuple[int, int] | None:
     """(batch, slot) the worker is processing, (0, -1) when idle, None if unknown. Read under
-    the worker's lock: see the RACE note in runtime/worker/main.py."""
+    the worker's lock: see the RACE note in runtime/worker/fence.py."""
     if not h.lock.acquire(timeout=1.0):
         return None
     try:

@@ -120,7 +120,7 @@ class EpochTable:
 
 class BoardLock:
     """Mutual exclusion between a worker and the supervisor for "check the epoch, mark the
-    batch in progress" / "bump the epoch, read the batch in progress" (see runtime/worker/main.py).
+    batch in progress" / "bump the epoch, read the batch in progress" (see runtime/worker/fence.py).
 
     An fcntl record lock on the first byte of the worker's segment file: the kernel
     releases it when its holder dies, so a worker SIGKILLed inside the critical section

@@ -1,6 +1,6 @@
 """The loop inside a worker process.
 
-    ring ──peek──▶ fence check (under the worker lock) ──▶ decode ──▶ plugin.process
+    ring ──peek──▶ fence check (fence.py, under the worker lock) ──▶ decode ──▶ plugin.process
          ◀─advance─┘                                                   │
     result pipe ◀── DONE / FENCED / BLOCKED / DEFERRED ◀── deliver (outputs + dead letters acked) ◀┘
                 ◀── EXHAUSTED (out of descriptors or memory: not done; the worker exits)
@@ -65,6 +65,7 @@ from runtime.transport.ring import Doorbell, Ring, send_message
 from runtime.transport.shm import Segment
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
+from runtime.worker.fence import FenceCheck
 from runtime.worker.routing import OutputRoute, with_version
 
 log = logging.getLogger("ringmaster.worker")
@@ -247,9 +248,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     # a worker ran 2 collections a run, so there was nothing to win.
     board.set_ready()
     log.debug("worker ready")
-    # Partitions whose later frames must not run: a batch of theirs was deferred or blocked,
-    # so everything after it waits for the supervisor to fence them (new epoch) and re-read.
-    held: dict[int, int] = {}  # slot -> epoch
+    fence = FenceCheck(epochs, board, lock)
     while True:
         view = ring.peek()
         if view is None:
@@ -268,14 +267,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
             # write FENCED results nobody reads: a full pipe would block us until SIGKILL).
             view.release()
             break
-        # RACE: revocation bumps the epoch and then reads our current batch under this same
-        # lock. Either we see the new epoch here and skip the frame, or the supervisor
-        # sees the batch we begin here and waits for it: never both missed (invariant 5).
-        with lock:
-            live = epochs.get(slot) == epoch and held.get(slot) != epoch
-            if live:
-                board.begin(batch_id, slot)
-        if not live:
+        if not fence.admit(batch_id, slot, epoch):  # RACE: decided in runtime/worker/fence.py
             view.release()
             ring.advance()
             send(Result(FENCED, batch_id, slot, epoch))
@@ -291,7 +283,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
             send(result)
             break
         if result.kind in (BLOCKED, DEFERRED):
-            held[slot] = epoch
+            fence.hold(slot, epoch)
         send(result)
         board.end(result.processed)
     _stop_plugin(plugin, runner, spec)

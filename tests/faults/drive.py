@@ -36,13 +36,16 @@ from typing import Any
 import psutil
 from helpers import (
     FAST_GROUP,
+    SHM_DIR,
     Ringmaster,
     base_config,
     committed,
     make_topics,
     produce_rows,
     read_all,
+    row_shm_dir,
     shm_segments,
+    take_leftovers,
     unique,
     wait_for,
 )
@@ -109,6 +112,7 @@ def _config(fault: Fault, bootstrap: str, names: dict[str, str], tmp: Path,
             dirs: dict[str, Path]) -> dict[str, Any]:
     workers = {"processes": 1, **fault.workers}
     cfg = base_config(bootstrap, names["in"], names["group"], tmp, **workers)
+    cfg["supervisor"]["shm_dir"] = str(dirs["shm"])  # the row's own (run() made it)
     settings = {k: (str(dirs["journal"]) if v == "JOURNAL" else v) for k, v in fault.settings.items()}
     settings.update({"state_dir": str(dirs["state"]), "pid_dir": str(dirs["pids"])})
     cfg["workers"]["settings"] = settings
@@ -125,6 +129,7 @@ def prepare(fault: Fault, bootstrap: str, tmp: Path) -> tuple[Observation, dict[
     dirs = {k: tmp / k for k in ("journal", "state", "pids")}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
+    dirs["shm"] = SHM_DIR / fault.id
     make_topics(bootstrap, fault.partitions, names["in"], names["out"], names["dlq"], names["routed"])
     rows = _rows(fault)
     rows = [(k, (v.replace(b"ROUTED", names["routed"].encode()) if v else v), h) for k, v, h in rows]
@@ -232,8 +237,8 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         s = a.wait_status(lambda s: s["records"] > 0 and all(w["alive"] for w in s["workers"]), 60,
                           "progress")
         workers = [psutil.Process(w["pid"]) for w in s["workers"]]
-        segments = [x for x in shm_segments() if x.startswith(f"ringmaster-{a.proc.pid}-")]
         a.kill()
+        segments = a.segments()  # what the SIGKILL left for the next start to reclaim
 
         def gone() -> bool:
             return all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers)
@@ -247,7 +252,7 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         obs.exit = b.wait(fault.timeout_s)
     finally:
         b.close()
-    obs.extra["segments_reclaimed"] = not set(obs.extra["segments_left"]) & set(shm_segments())
+    obs.extra["segments_after_restart"] = sorted(set(segments) & set(shm_segments(obs.dirs["shm"])))
     return read_back(obs, b)
 
 
@@ -529,15 +534,42 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
 
 
 def run(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """Drive the row with its daemons' segments in a directory of its own; what they leave
+    there (``shm_left``), and the processes the plugin started that are still alive once the
+    daemon is gone (``plugin_children_alive``), are the row's to answer for."""
+    shm = row_shm_dir(fault.id)
     try:
-        return DRIVERS[fault.driver](fault, bootstrap, tmp)
+        obs = DRIVERS[fault.driver](fault, bootstrap, tmp)
+        obs.extra["plugin_children_alive"] = plugin_children_alive(tmp / "pids")
+        return obs
     finally:
-        # Processes a plugin started must not outlive the row (they are checked separately).
+        # Then they must not outlive the row either: killed only after they were counted.
         for pid_file in (tmp / "pids").glob("*.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 pid = int(pid_file.read_text())
                 if psutil.pid_exists(pid):
                     os.kill(pid, signal.SIGKILL)
+        left = take_leftovers(shm)
+        if "obs" in locals():
+            obs.extra["shm_left"] = left
+
+
+def plugin_children_alive(pid_dir: Path, grace_s: float = 1.0) -> list[int]:
+    """The processes the plugin recorded (probe.py's forkdaemon) still running: a killed one
+    may be a zombie for a moment until init reaps it, hence the short grace."""
+    pids = [int(p.read_text()) for p in pid_dir.glob("*.pid")]
+
+    def alive() -> list[int]:
+        out = []
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(pid)
+        return out
+    deadline = time.monotonic() + grace_s
+    while (still := alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return still
 
 
 __all__ = ["FAST_GROUP", "Observation", "run"]

@@ -367,12 +367,12 @@ FAULTS: list[Fault] = [
           'the supervisor is SIGKILLed with `start_method = "forkserver"`',
           "its workers (children of the fork server) die with it",
           driver="supervisor_sigkill", workers={"start_method": "forkserver", "processes": 2},
-          redelivers=True),  # the next start reads again from the last commit
+          check="reclaimed_by_next_start", redelivers=True),  # the next start reads from the last commit
     Fault("spawn-supervisor-killed", "deployment",
           "the supervisor is SIGKILLed (spawn)",
           "its workers die with it; the next start reclaims its shared memory",
           driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2},
-          redelivers=True),  # the next start reads again from the last commit
+          check="reclaimed_by_next_start", redelivers=True),  # the next start reads from the last commit
     Fault("status-dir-missing", "deployment",
           "the status file's directory does not exist, or disappears while running",
           "created at start; a failed write later is a warning, never a crash",
@@ -380,7 +380,7 @@ FAULTS: list[Fault] = [
     Fault("batch-wait-zero", "deployment",
           "`batch_max_wait_ms = 0`",
           "no busy loop: the supervisor idles on its wake-ups",
-          driver="idle_cpu", workers={"batch_max_wait_ms": 0}),
+          driver="idle_cpu", workers={"batch_max_wait_ms": 0}, check="idles"),
 ]
 
 # The control plane and the operator's surface: signals, the admin endpoint, configurations

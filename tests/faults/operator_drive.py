@@ -75,6 +75,7 @@ class Observation:
     logs: list[str] = field(default_factory=list)
     status_bytes: list[int] = field(default_factory=list)
     commands: list[Ran] = field(default_factory=list)
+    shm_left: list[str] = field(default_factory=list)  # segments of members that exited by themselves
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -188,8 +189,11 @@ class Group:
 
     def close(self, obs: Observation) -> None:
         for m in self.members:
+            exited = m.proc.poll() is not None
             m.close()
-            m.reclaim()  # a member killed after a failure could not unlink its segments
+            left = m.reclaim()  # a member close() killed (after a failure) could not unlink its own
+            if exited:
+                obs.shm_left += left  # one that exited by itself must have (invariant 7)
         obs.logs = [m.log_path.read_text(errors="replace") for m in self.members]
         obs.status_bytes = [m.status_path.stat().st_size if m.status_path.exists() else 0
                             for m in self.members]

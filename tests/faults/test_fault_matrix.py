@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from helpers import journal
 from probe import headers_digest
@@ -59,6 +58,8 @@ def test_fault(fault_id: str, observations: dict[str, Any]) -> None:
     f: Fault = obs.fault
     tail = "\n".join(obs.log.splitlines()[-40:])
     assert obs.exit == f.exit, f"exit {obs.exit}, expected {f.exit}:\n{tail}"
+    # Invariant 7 for every row, in the row's own segment directory (drive.run).
+    assert obs.extra["shm_left"] == [], f"shared memory left behind by the row: {obs.extra['shm_left']}"
     for needle in f.log:
         assert needle in obs.log, f"the log does not say {needle!r}:\n{tail}"
     dead = {ident(m.value()): dict(m.headers() or [])["ringmaster.error.type"].decode() for m in obs.dead}
@@ -158,10 +159,27 @@ def exactly_once(obs: drive.Observation) -> None:
 
 
 def children_gone(obs: drive.Observation) -> None:
+    """Counted when the daemon had exited, before the driver's own clean-up kills them."""
     pids = [int(p.read_text()) for p in obs.dirs["pids"].glob("*.pid")]
     assert pids, "the plugin started a child"
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    alive = obs.extra["plugin_children_alive"]
     assert not alive, f"processes started by the plugin outlived the daemon: {alive}"
+
+
+def reclaimed_by_next_start(obs: drive.Observation) -> None:
+    """The SIGKILL left segments (the test can see something to reclaim), and the next start
+    of a daemon in the same directory unlinked every one of them."""
+    assert obs.extra["segments_left"], "the killed supervisor left no segment: nothing was tested"
+    assert not obs.extra["segments_after_restart"], \
+        f"segments of the killed supervisor not reclaimed: {obs.extra['segments_after_restart']}"
+
+
+IDLE_CPU_SHARE = 0.2  # of one core; a busy loop takes all of one (about 1.0, 0.5 when starved)
+
+
+def idles(obs: drive.Observation) -> None:
+    share = obs.extra["idle_cpu_share"]
+    assert share < IDLE_CPU_SHARE, f"an idle supervisor used {share:.0%} of a core: a busy loop"
 
 
 def blocked_at_failure(obs: drive.Observation) -> None:

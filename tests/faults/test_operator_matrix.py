@@ -70,6 +70,7 @@ def test_operator_fault(fault_id: str, operator_observations: dict[str, Any]) ->
             assert len(ran.out.strip().splitlines()) == 1, f"{what}: one line, not:\n{ran.out}"
     for i, log in enumerate(obs.logs):
         clean(log, f"member {i}")
+    assert not obs.shm_left, f"shared memory left behind by members that exited: {obs.shm_left}"
     CHECKS[f.driver](obs, tail)
 
 

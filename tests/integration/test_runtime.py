@@ -180,6 +180,15 @@ def test_pause_survives_a_rebalance(broker: Any, names: dict[str, str], tmp_path
                       "enable.auto.commit": False, **FAST_GROUP})
         c.subscribe([other], on_assign=lambda _c, parts: assigned.append(parts))
         wait_for(lambda: c.poll(0.1) or assigned, 30, "the second member's assignment")
+
+        def rebalanced() -> Any:
+            c.poll(0.1)
+            s = rm.status()
+            return s if s and s["rebalances"] > before["rebalances"] else None
+        # The window below means something only once the rebalance reached this member (its
+        # assign callback ran, with nothing new under cooperative-sticky); growth is counted
+        # from before the second member joined, so a fetch right at the callback counts too.
+        wait_for(rebalanced, 30, "the rebalance to reach the paused member")
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             c.poll(0.1)

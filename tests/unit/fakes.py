@@ -14,8 +14,9 @@ from typing import Any
 from confluent_kafka import Message
 
 from runtime.config import Settings
-from runtime.errors import SharedMemoryError
+from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import Result, encode_result
@@ -115,6 +116,7 @@ class FakeHandle:
 class FakePool:
     def __init__(self, n: int = 1, fill: float = 0.0, max_slots: int = 0) -> None:
         self.handles = [FakeHandle(i, FakeRing(fill)) for i in range(n)]
+        self.epochs = EpochTable(memoryview(bytearray(8 * 16)))  # what the supervisor fences
         self.max_slots = max(max_slots, n + 1)
         self.killed: list[int] = []
         self.codes: dict[int, Any] = {}  # slot -> the code its last incarnation was started with
@@ -226,20 +228,66 @@ class FakeConsumer:
         return True
 
 
-def settings(**workers: Any) -> Settings:
+def settings(dead_letter: dict[str, Any] | None = None, **workers: Any) -> Settings:
     return Settings.model_validate({
         "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
-        "workers": {"plugin": "workers.enrich", "processes": 1, **workers}})
+        "workers": {"plugin": "workers.enrich", "processes": 1, **workers},
+        "dead_letter": dead_letter or {}})
 
 
-def make(workers: int = 1, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+def make(workers: int = 1, desk: DeadLetterDesk | None = None, dead_letter: dict[str, Any] | None = None,
+         **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+    """A supervisor with fakes; ``desk``: its own dead-letter desk (make_desk), ``dead_letter``:
+    that section of the settings."""
     clock = Clock()
     pool = FakePool(workers)
     consumer = FakeConsumer()
-    epochs = EpochTable(memoryview(bytearray(8 * 16)))
-    sup = Supervisor(settings(processes=workers, **w), consumer, pool, epochs, clock=clock)
+    sup = Supervisor(settings(dead_letter, processes=workers, **w), consumer, pool, pool.epochs, clock=clock,
+                     dead_letters=desk)
     sup.workforce.start_all()  # every worker starting: rings accept frames
     return sup, consumer, clock, pool
+
+
+class FakeProducer:
+    """The dead-letter desk's producer: queues messages; the test decides each one's
+    delivery report (deliver_next), as the broker would."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.pending: list[tuple[Any, dict[str, Any]]] = []
+        self.fatal: str | None = None
+        self.refuse_produce = False
+
+    @property
+    def broken(self) -> bool:
+        return self.fatal is not None
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any,
+                queue_wait_s: float) -> None:
+        if self.refuse_produce:
+            raise DeliveryFailed("local queue full")
+        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers),
+               "queue_wait_s": queue_wait_s}
+        self.sent.append(msg)
+        self.pending.append((on_delivery, msg))
+
+    def poll(self, timeout: float = 0) -> None:
+        pass
+
+    def note(self, err: Any) -> None:
+        pass
+
+    def deliver_next(self, err: Any = None) -> None:
+        cb, _msg = self.pending.pop(0)
+        cb(err, None)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def make_desk(clock: Callable[[], float], max_bytes: int = 1_000_000) -> tuple[DeadLetterDesk, FakeProducer]:
+    p = FakeProducer()
+    return DeadLetterDesk("dlq", lambda: p, max_bytes, clock, backoff_s=1.0, backoff_max_s=4.0), p  # type: ignore[arg-type,return-value]
 
 
 def assign(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
@@ -248,9 +296,87 @@ def assign(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
     sup.rebalance.on_assign(tps)
 
 
+def start(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
+    """The group assigns tps and the next tick settles them (each starts at its committed
+    offset), as the loop does."""
+    assign(sup, consumer, tps)
+    sup.fetch()
+
+
+def feed(sup: Supervisor, consumer: FakeConsumer, tp: Any, messages: list[Message]) -> None:
+    """One tick's intake, as the loop runs it: consume() returns these messages; they are
+    cut, what fits no ring is set aside for a dead letter, the rest goes to rings."""
+    consumer.next_fetch = lambda n, t: Fetched(runs={tp: messages}, count=len(messages))
+    sup.fetch()
+    consumer.next_fetch = lambda n, t: Fetched()
+    sup.scheduler.enqueue(sup.intake.cut(True))
+    sup.results.dead_letter_set_aside(sup.intake.too_large)
+    sup.intake.too_large.clear()
+    sup.scheduler.dispatch()
+
+
 def report(pool: FakePool, worker: int, result: Result) -> None:
     """Worker `worker` writes `result` on its result pipe."""
     pool.handles[worker].results.messages.append(encode_result(result))
+
+
+class RingWorker:
+    """A worker's side of its ring, run by the test in the supervisor's own thread: each
+    read of its result pipe (the supervisor's ``collect``) finishes the batch in progress
+    (DONE) and starts the next frame through the worker's real fence check, against the
+    epoch table the supervisor fences and the board it reads. Plug it in as the handle's
+    ``results``; ``step()`` runs it outside a read."""
+
+    fd = -1
+
+    def __init__(self, pool: FakePool, index: int, busy_for: int = 1) -> None:
+        from runtime.worker.fence import FenceCheck
+
+        self.h = pool.handles[index]
+        self.h.alive = True
+        self.h.results = self  # type: ignore[assignment]
+        self.fence = FenceCheck(pool.epochs, self.h.board, _NoLock())
+        self.busy_for = busy_for  # reads a batch takes before it is done
+        self.current: Any = None
+        self.left = 0
+        self.ran: list[int] = []  # batch ids begun, in order
+        self.fenced: list[int] = []  # batch ids skipped
+        self.messages: list[bytes] = []
+
+    def step(self) -> None:
+        from runtime.transport.frames import DONE, FENCED, decode_frame
+
+        if self.current is not None:
+            self.left -= 1
+            if self.left > 0:
+                return
+            f, self.current = self.current, None
+            self.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch,
+                                                      processed=len(f.columns))))
+            self.h.board.end(len(f.columns))
+        while self.h.ring.frames:
+            raw = self.h.ring.frames.pop(0)
+            f = decode_frame(raw)
+            assert f is not None
+            if self.fence.admit(f.batch_id, f.slot, f.epoch):
+                self.ran.append(f.batch_id)
+                self.current, self.left = f, self.busy_for
+                return
+            self.fenced.append(f.batch_id)
+            self.messages.append(encode_result(Result(FENCED, f.batch_id, f.slot, f.epoch)))
+
+    def read(self) -> list[bytes]:
+        self.step()
+        out, self.messages = self.messages, []
+        return out
+
+
+class _NoLock:
+    def __enter__(self) -> _NoLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 # ---------------------------------------------------------------------- process-level fakes

@@ -297,3 +297,15 @@ def test_resume_of_what_is_not_paused_writes_nothing() -> None:
     s, _ = state([pause("topic:in", until_ms=1), resume("topic:other")])
     plan = plan_resume(s, None, None, "me@h", 1)
     assert plan.records == [] and plan.resumed == [] and plan.cleared == 0
+
+
+def test_a_pause_for_a_while_that_arrives_while_following_ends_by_itself() -> None:
+    """Found by mutation testing: only a pause read at load was known to end."""
+    wall = Wall()
+    s, reader = state([], wall)
+    s.poll()
+    reader.arrive(pause("topic:in", until_ms=wall.ms + 5000))
+    assert s.poll() and s.pause_for(("in", 0)) is not None
+    wall.ms += 5000
+    assert s.poll(), "its end is a change"
+    assert s.pause_for(("in", 0)) is None

@@ -4,47 +4,10 @@ record when the broker refuses one for what it is, retried with back-off during 
 
 from __future__ import annotations
 
-from typing import Any
-
 from confluent_kafka import KafkaError
+from fakes import FakeProducer
 
-from runtime.errors import DeliveryFailed
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
-
-
-class FakeProducer:
-    """Queues messages; the test decides each one's delivery report."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.pending: list[tuple[Any, dict[str, Any]]] = []
-        self.fatal: str | None = None
-        self.refuse_produce = False
-
-    @property
-    def broken(self) -> bool:
-        return self.fatal is not None
-
-    def produce(self, topic: str, value: bytes | None, key: bytes | None, headers: Any, on_delivery: Any,
-                queue_wait_s: float) -> None:
-        if self.refuse_produce:
-            raise DeliveryFailed("local queue full")
-        msg = {"topic": topic, "value": value, "key": key, "headers": dict(headers)}
-        self.sent.append(msg)
-        self.pending.append((on_delivery, msg))
-
-    def poll(self, timeout: float = 0) -> None:
-        pass
-
-    def note(self, err: Any) -> None:
-        pass
-
-    def deliver_next(self, err: KafkaError | None = None) -> None:
-        cb, _msg = self.pending.pop(0)
-        cb(err, None)
-
-    def flush(self, timeout: float) -> int:
-        return 0
 
 
 class Clock:
@@ -138,3 +101,60 @@ def test_a_redriven_record_that_crashes_again_keeps_its_redrive_count_in_every_f
     p.deliver_next(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))  # refused: a reference record goes
     d.poll()
     assert p.sent[1]["key"] == b"t/0/42" and p.sent[1]["headers"]["ringmaster.redrive.count"] == b"2"
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_the_supervisors_dead_letter_says_where_the_record_was_who_wrote_it_and_its_crashes() -> None:
+    d, p, _ = desk()
+    d.submit(("orders", 3), 7, (42, b"key", b"v", [("h", b"1")]), "WorkerCrashed", "worker died", attempts=3,
+             plugin_version="2.1")
+    d.poll()
+    (sent,) = p.sent
+    h = sent["headers"]
+    assert sent["topic"] == "dlq" and sent["key"] == b"key" and sent["value"] == b"v" and h["h"] == b"1"
+    assert h["ringmaster.source.topic"] == b"orders" and h["ringmaster.source.partition"] == b"3"
+    assert h["ringmaster.source.offset"] == b"42" and h["ringmaster.attempts"] == b"3"
+    assert h["ringmaster.worker"] == b"supervisor" and h["ringmaster.error.message"] == b"worker died"
+    assert h["ringmaster.plugin.version"] == b"2.1"
+
+
+def test_each_failed_attempt_doubles_the_wait_up_to_the_cap() -> None:
+    d, p, clock = desk()
+    d.submit(("t", 0), 7, ROW, "WorkerCrashed", "x")
+    waits = []
+    for _ in range(4):
+        d.poll()
+        p.deliver_next(KafkaError(KafkaError._MSG_TIMED_OUT))
+        d.poll()
+        sent = len(p.sent)
+        step = 0.0
+        while len(p.sent) == sent:
+            step += 0.5
+            clock.now += 0.5
+            d.poll()
+        waits.append(step)
+    assert waits == [1.0, 2.0, 4.0, 4.0], "1 s, doubling, at most backoff_max_s (4 s)"
+    assert d.last_error is not None
+    p.deliver_next(None)
+    assert d.poll() == [(("t", 0), 7)] and d.last_error is None
+
+
+def test_the_loop_never_waits_on_the_producer() -> None:
+    d, p, _ = desk()
+    waited: list[float] = []
+    p.poll = lambda timeout=0: waited.append(timeout)  # type: ignore[method-assign]
+    d.submit(("t", 0), 7, ROW, "WorkerCrashed", "x")
+    d.poll()
+    assert waited == [0]
+    assert p.sent[0]["queue_wait_s"] == 0.0, "nor for room in the producer's queue"
+
+
+def test_a_producer_that_broke_is_replaced_and_the_letters_in_flight_sent_again() -> None:
+    d, p, _ = desk()
+    d.submit(("t", 0), 7, ROW, "WorkerCrashed", "x")
+    d.poll()
+    p.fatal = "idempotent producer lost its state"
+    d.poll()  # sees it broken: drops it
+    p.fatal = None
+    d.poll()  # a new one (the factory gives the same fake), the letter sent again
+    assert len(p.sent) == 2

@@ -337,3 +337,31 @@ def test_a_plugin_that_consumes_its_batch_list_in_place_still_gets_every_record_
     outcome = run_batch(Plugin("drain", drain, None, None), batch, POLICY, sleep=no_sleep)  # type: ignore[arg-type]
     assert outcome.failures == []
     assert sorted(o.value for o in outcome.outputs_before()) == [b"v0", b"v1", b"v2", b"v3"]  # type: ignore[type-var]
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_a_batch_is_tried_exactly_max_attempts_times_before_it_is_bisected() -> None:
+    spy = Spy(on_call=raise_on(5, ValueError("boom")))
+    outcome = run(spy, records(1, first=5))
+    assert spy.calls == [[5], [5]], "max_attempts (2) calls, no more"
+    (failure,) = outcome.failures
+    assert failure.attempts == 2
+
+
+def test_a_dead_letter_from_the_worker_says_where_the_record_was_and_who_failed_it() -> None:
+    spy = Spy(on_call=raise_on(5, ValueError("boom")))
+    (failure,) = run(spy, records(1, first=5)).failures
+    letter = failure.dead_letter("worker-1.2", 1_000_000, plugin_version="3.0")
+    h = dict(letter.headers)
+    assert (letter.key, letter.value) == (b"k5", b"v5")
+    assert h["ringmaster.source.topic"] == b"in" and h["ringmaster.source.partition"] == b"0"
+    assert h["ringmaster.source.offset"] == b"5" and h["ringmaster.attempts"] == b"2"
+    assert h["ringmaster.worker"] == b"worker-1.2" and h["ringmaster.plugin.version"] == b"3.0"
+    assert h["ringmaster.error.type"] == b"ValueError"
+
+
+def test_outputs_before_a_failing_record_are_those_of_records_before_it_only() -> None:
+    spy = Spy(on_call=raise_on(3, ValueError("boom")))
+    outcome = run(spy, records(6), stop_at_first_failure=True)
+    assert outcome.first_failure is not None and outcome.first_failure.record.offset == 3
+    assert sorted(o.value for o in outcome.outputs_before(3)) == [b"out-v0", b"out-v1", b"out-v2"]  # type: ignore[type-var]

@@ -54,3 +54,56 @@ def test_pause_reasons_list_backpressure_first_then_holds() -> None:
     p.pause.flow_paused = p.pause.ahead = True  # flow control's own decisions (it owns them)
     assert p.pause_reasons() == [PauseReason.FLOW, PauseReason.AHEAD, PauseReason.DELIVERY]
     assert [str(r) for r in p.pause_reasons()] == ["flow", "uncommitted", "delivery"]
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_a_resize_moves_the_budget_with_the_workers() -> None:
+    sup, consumer, _clock, _pool = make()
+    assign(sup, consumer, [TP0])
+    before = sup.flow.budget  # pause_above of one ring
+    sup.flow.resize(4)
+    assert sup.flow.budget == before * 4
+    sup.flow.resize(2)
+    assert sup.flow.budget == before * 2
+
+
+def test_records_not_cut_yet_count_against_the_room_a_fetch_asks_for() -> None:
+    from fakes import msgs
+
+    sup, consumer, _clock, _pool = make(batch_max_records=1000, batch_max_wait_ms=10_000)
+    assign(sup, consumer, [TP0])
+    sup.intake.bytes_per_record = 2.0  # room: 0.8 * 1000 bytes = 400 records of 2 bytes
+    assert sup.flow.records_wanted() == 400
+    sup.partitions[TP0].intake.open_msgs.extend(msgs(TP0, *range(150)))  # 300 bytes waiting to be cut
+    assert sup.flow.records_wanted() == 250
+
+
+def test_a_quiet_runnable_partition_is_resumed_again_once_a_second_not_more() -> None:
+    """librdkafka#5591: a resume can be lost; a partition that should fetch and shows no
+    activity is resumed again every second, and only then."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    sup.flow.reconcile()
+    consumer.calls.clear()
+    p = sup.partitions[TP0]
+    p.intake.last_activity = p.pause.last_resume = clock.now
+    clock.now += 0.5
+    sup.flow.reconcile()
+    assert ("resume", [TP0]) not in consumer.calls, "half a second: not yet"
+    clock.now += 0.6
+    sup.flow.reconcile()
+    assert ("resume", [TP0]) in consumer.calls
+    consumer.calls.clear()
+    clock.now += 0.5
+    sup.flow.reconcile()
+    assert ("resume", [TP0]) not in consumer.calls, "resumed just now: not again within the second"
+
+
+def test_a_partition_resumed_by_flow_control_remembers_when() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.hold(p, PauseReason.BACKOFF, "x", until=clock.now + 1)
+    clock.now += 1.0
+    sup.flow.reconcile()
+    assert not p.pause.paused and p.pause.last_resume == clock.now and TP0 not in consumer.paused

@@ -1,17 +1,22 @@
-"""runtime.isolation.isolate: a batch that keeps crashing workers is bisected down to the
-record at fault, which is dead-lettered; no record is ever dropped, and the offset tracker
-never commits past the poison record before its dead letter is done (invariants 1 and 8)."""
+"""Crash isolation (runtime/supervisor/isolation.py, applied by results.py): a batch that
+keeps crashing workers is bisected down to the record at fault, which is dead-lettered; no
+record is ever dropped, and the commit never passes the poison record before the broker
+acknowledged its dead letter (invariants 1 and 8). The pure decision is tested on its own;
+the story through the supervisor's rooms and the real dead-letter desk at the end."""
 
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
+from fakes import feed, make, make_desk, msgs, report, start
 
 from runtime.supervisor.isolation import isolate
 from runtime.supervisor.offsets import OffsetTracker
 from runtime.supervisor.partitions import Batch
-from runtime.transport.frames import Columns, decode_frame, encode_batch
+from runtime.supervisor.workforce import Death
+from runtime.transport.frames import DONE, Columns, Result, decode_frame, encode_batch
 
 TP = ("in", 4)
 
@@ -111,37 +116,42 @@ def test_a_one_record_batch_without_headers_is_dead_lettered_with_none() -> None
 @pytest.mark.parametrize("max_crashes", [1, 2, 3])
 def test_repeated_crashes_bisect_down_to_the_poison_record_and_commit_waits_for_its_dead_letter(
         poison_index: int, max_crashes: int) -> None:
-    offsets = [100 + 2 * i for i in range(16)]  # gaps: compaction
+    """Through the supervisor's rooms: intake cuts one batch of 16 records (gaps:
+    compaction), a worker dies whenever it runs the poison record, results.py isolates
+    (retry, bisect) and hands the record to the real dead-letter desk; the commit stays at
+    the batch's start until the broker acknowledges that letter, and nothing is dropped."""
+    offsets = [100 + 2 * i for i in range(16)]
     poison = offsets[poison_index]
-    tracker = OffsetTracker()
-    tracker.register(99, 90, 99)
-    tracker.complete(99)  # an earlier batch, done
-    tracker.register(1, 100, 130)
-    counter = ids(2)
-    queue = [batch(1, offsets)]
-    crashes_seen, dead = 0, None
-    while queue:
-        current = queue.pop(0)
-        records = offsets_of(current)
-        if poison not in records:
-            tracker.complete(current.batch_id)  # a half without the poison: runs fine
-            continue
-        current.crashes += 1  # the worker died in the plugin running it
-        crashes_seen += 1
-        iso = isolate(current, max_crashes, lambda: next(counter))
-        if iso.split is not None:
-            tracker.split(current.batch_id, iso.split)
-        if iso.dead_letter is not None:
-            dead = iso.dead_letter
-            # The batch's records are one span: the commit stays at its start until the
-            # poison record's dead letter is done, whatever the other halves did.
-            assert tracker.committable == 100, "committed past the poison record before its dead letter"
-            tracker.complete(current.batch_id)  # the dead letter was acknowledged
-            continue
-        queue = iso.requeue + queue
-        assert tracker.committable == 100
-    assert dead is not None and dead[0] == poison and dead[2] == f"v{poison}".encode()
-    assert tracker.committable == 131, "every record handled, nothing dropped"
-    assert tracker.unfinished == 0
+    clock_box: list[Any] = []
+    desk, producer = make_desk(lambda: clock_box[0]())
+    sup, consumer, clock, pool = make(desk=desk, dead_letter={"topic": "dlq", "max_crashes": max_crashes},
+                                      batch_max_records=16, batch_max_wait_ms=0)
+    clock_box.append(clock)
+    start(sup, consumer, [TP])
+    p = sup.partitions[TP]
+    feed(sup, consumer, TP, msgs(TP, *offsets))
+    crashes = ran = 0
+    while pool.handles[0].ring.frames:
+        for raw in pool.handles[0].ring.take():
+            f = decode_frame(raw)
+            assert f is not None
+            if poison in f.columns.offset_list():
+                crashes += 1  # the worker dies running it; the frames behind it go back too
+                sup.results.collect()  # what it reported before it died is read first (workforce.manage)
+                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                break
+            ran += len(f.columns)
+            report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
+        sup.results.collect()
+        sup.results.deliver_dead_letters()
+        assert p.tracker.committable is None, "committed past the poison record before its dead letter"
+        sup.scheduler.dispatch()
+    (letter,) = producer.sent
+    assert letter["value"] == b"v" and letter["headers"]["ringmaster.source.offset"] == str(poison).encode()
+    assert ran == 15, "every other record ran once"
+    producer.deliver_next(None)
+    sup.results.deliver_dead_letters()
+    assert p.tracker.committable == offsets[-1] + 1, "every record handled, nothing dropped"
+    assert p.tracker.unfinished == 0
     # 16 records: 4 bisections; max_crashes crashes before the first, one per level after it.
-    assert crashes_seen == max_crashes + 4
+    assert crashes == max_crashes + 4

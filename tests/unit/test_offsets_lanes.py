@@ -292,3 +292,38 @@ def test_split_refuses_a_new_part_id_that_is_already_pending() -> None:
     t.register(2, 10, 19)
     with pytest.raises(ValueError):
         t.split(2, [(1, 10, 14), (3, 15, 19)])
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_split_into_more_than_two_parts_checks_the_last_one() -> None:
+    t = OffsetTracker()
+    t.register(1, 10, 19)
+    with pytest.raises(ValueError):
+        t.split(1, [(2, 10, 12), (3, 13, 15), (4, 16, 25)])  # the last part reaches past the batch
+    assert t.is_pending(1), "a refused split changes nothing"
+    t.split(1, [(2, 10, 12), (3, 13, 15), (4, 16, 19)])
+    for bid in (2, 4):
+        t.complete(bid)
+    assert t.committable is None
+    t.complete(3)
+    assert t.committable == 20
+
+
+def test_the_oldest_unhandled_span_is_known_until_it_is_done() -> None:
+    t = OffsetTracker()
+    assert t.oldest_at() is None
+    t.register(1, 0, 9, at=5.0)
+    t.register(2, 10, 19, at=7.0)
+    assert t.oldest_at() == 5.0
+    t.complete(1)
+    assert t.oldest_at() == 7.0
+    t.complete(2)
+    assert t.oldest_at() is None
+
+
+def test_restart_offset_is_the_first_span_not_the_first_offset_ever_once_those_were_discarded() -> None:
+    t = OffsetTracker()
+    t.register(1, 100, 109)
+    t.discard_unfinished()
+    t.register(2, 120, 129)  # registered again after a rewind that skipped nothing handled
+    assert t.restart_offset() == 120

@@ -1,0 +1,155 @@
+"""Revocation through the real rooms (invariants 1 and 5): ``Rebalance.release`` fences the
+partition in the epoch table, waits only for the batch in progress (read from the worker's
+board), commits what is done and forgets the partition. The worker is a RingWorker: its
+real fence check reads the epoch table the supervisor writes, so a queued frame of a revoked
+partition runs only if the fence did not happen."""
+
+from __future__ import annotations
+
+from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
+
+from runtime.kafka.consumer import Fetched
+from runtime.supervisor.partitions import PauseReason
+
+
+def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_the_rest() -> None:
+    sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    slot, epoch = p.fence.slot, p.fence.epoch
+    feed(sup, consumer, TP0, msgs(TP0, *range(40)))
+    worker = RingWorker(pool, 0)
+    worker.step()  # the worker begins the first batch; more are queued behind it
+    (first,) = worker.ran
+    queued = len(pool.handles[0].ring.frames)
+    assert queued >= 1 and sup.scheduler.pending(TP0) >= 1, "frames in the ring and batches in the lane"
+    started = clock.now
+    clock.step = 0.01
+    sup.rebalance.on_revoke([TP0])
+    clock.step = 0.0
+    assert worker.ran == [first], "no queued frame of the revoked partition ran"
+    assert len(worker.fenced) == queued, "the worker skipped every queued frame"
+    assert pool.epochs.get(slot) != epoch, "the partition's slot has a new epoch"
+    assert consumer.commits[-1] == {TP0: 10}, "the batch in progress was waited for and committed"
+    assert consumer.acknowledged == {TP0: 10}, "synchronously"
+    assert clock.now - started < 1.0, "it waited for one batch, not for the rings"
+    assert TP0 not in sup.partitions and not sup.scheduler.has_out(TP0) and sup.scheduler.pending(TP0) == 0
+    assert pool.killed == []
+
+
+def test_a_lost_partition_is_fenced_and_waited_for_but_commits_nothing() -> None:
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(20)))
+    worker = RingWorker(pool, 0)
+    worker.step()
+    sup.rebalance.on_lost([TP0])
+    assert len(worker.ran) == 1 and worker.fenced, "fenced as a revocation is"
+    assert consumer.commits == [], "a lost partition is someone else's: no commit"
+    assert TP0 not in sup.partitions
+
+
+def test_only_the_revoked_partitions_are_fenced() -> None:
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0, TP1])
+    kept = sup.partitions[TP1]
+    epoch = kept.fence.epoch
+    feed(sup, consumer, TP1, msgs(TP1, *range(10)))
+    sup.rebalance.on_revoke([TP0])
+    assert kept.fence.epoch == epoch == pool.epochs.get(kept.fence.slot)
+    worker = RingWorker(pool, 0)
+    worker.step()
+    assert worker.ran and not worker.fenced, "the partition kept runs on"
+
+
+def test_a_worker_that_does_not_let_go_is_killed_after_revoke_timeout() -> None:
+    sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    worker = RingWorker(pool, 0, busy_for=10**9)  # never finishes
+    worker.step()
+    clock.step = 0.5
+    sup.rebalance.on_revoke([TP0])
+    clock.step = 0.0
+    assert pool.killed == [0] and "revoke_timeout" in (sup.workforce.lives[0].kill or "")
+    assert consumer.commits == [], "nothing of the unfinished batch is committed"
+
+
+def test_a_revoked_partition_assigned_again_starts_at_its_commit_with_a_new_epoch() -> None:
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    old = sup.partitions[TP0].fence.epoch
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    worker = RingWorker(pool, 0)
+    worker.step()
+    sup.rebalance.on_revoke([TP0])
+    start(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    assert p.fence.epoch > old and not p.pause.holds
+    assert consumer.started[-1] == [TP0], "read from its committed offset"
+
+
+def test_a_rewind_fences_like_a_revocation_but_keeps_the_partition() -> None:
+    """The same fence serves a rewind (an outage, a Backoff, an operator pause): queued frames
+    are skipped, the batch in progress finishes, then the partition reads again from its
+    lowest unhandled offset."""
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    feed(sup, consumer, TP0, msgs(TP0, *range(40)))
+    worker = RingWorker(pool, 0)
+    worker.step()
+    sup.assignment.rewind(p, PauseReason.OPERATOR, "maintenance", None)
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks == [], "the batch in progress is still out"
+    sup.results.collect()  # it finishes; the queued frame is skipped
+    sup.results.collect()
+    sup.assignment.advance_rewinds()
+    assert worker.fenced and len(worker.ran) == 1
+    assert consumer.seeks == [(TP0, 10)] and p.tracker.committable == 10
+    assert TP0 in sup.partitions and PauseReason.OPERATOR in p.pause.holds
+
+
+def test_every_rebalance_callback_is_counted() -> None:
+    """Status shows the count; test_pause_survives_a_rebalance waits on it."""
+    sup, consumer, _clock, _pool = make()
+    start(sup, consumer, [TP0, TP1])
+    sup.rebalance.on_revoke([TP0])
+    sup.rebalance.on_lost([TP1])
+    assert sup.rebalance.rebalances == 3
+    assert [r["committed"] for r in sup.rebalance.revocations] == [True, False]
+
+
+# ---------------------------------------------------------------------- found by mutation testing
+def test_a_partition_whose_batches_are_back_is_rewound_whatever_the_others_wait_for() -> None:
+    sup, consumer, _clock, _pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0, TP1])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))  # out in the ring: TP0 must wait for it
+    for tp in (TP0, TP1):
+        sup.assignment.rewind(sup.partitions[tp], PauseReason.OPERATOR, "maintenance", None)
+    sup.assignment.advance_rewinds()
+    assert not sup.partitions[TP1].fence.rewinding and sup.partitions[TP0].fence.rewinding
+
+
+def test_a_rewind_before_anything_was_cut_reads_again_from_the_first_record_dropped() -> None:
+    sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=10_000)
+    start(sup, consumer, [TP0])
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 40, 41, 42)}, count=3)
+    sup.fetch()  # fetched, not cut (the batch is not full and not old)
+    sup.assignment.rewind(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance", None)
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks == [(TP0, 40)]
+
+
+def test_an_end_of_partition_fetched_across_a_rebalance_is_dropped_with_its_records() -> None:
+    sup, consumer, _clock, _pool = make()
+    start(sup, consumer, [TP0])
+
+    def consume_with_rebalance(n: int, t: float) -> Fetched:
+        sup.rebalance.on_revoke([TP0])
+        assign(sup, consumer, [TP0])
+        return Fetched(runs={TP0: msgs(TP0, 5)}, eof={TP0: 6}, count=1)
+
+    consumer.next_fetch = consume_with_rebalance
+    sup.fetch()
+    assert sup.partitions[TP0].intake.eof_at is None, "an EOF from before the rebalance says nothing now"
