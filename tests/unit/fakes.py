@@ -212,6 +212,8 @@ class FakeConsumer:
         return [tp for tp in tps if tp in self.seek_fails]
 
     def seek(self, tp: Any, offset: int) -> bool:
+        if tp in self.seek_fails:
+            return False
         self.seeks.append((tp, offset))
         return True
 

@@ -107,3 +107,41 @@ def test_a_partition_resumed_by_flow_control_remembers_when() -> None:
     clock.now += 1.0
     sup.flow.reconcile()
     assert not p.pause.paused and p.pause.last_resume == clock.now and TP0 not in consumer.paused
+
+
+def test_a_paused_partition_is_paused_again_once_a_second_and_its_state_is_a_bool() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.hold(p, PauseReason.OPERATOR, "x")
+    assert p.pause.paused is True
+    sup.flow.reconcile()
+    consumer.calls.clear()
+    clock.now += 0.5
+    sup.flow.reconcile()
+    assert ("pause", [TP0]) not in consumer.calls, "not every tick"
+    clock.now += 0.5
+    sup.flow.reconcile()
+    assert ("pause", [TP0]) in consumer.calls, "re-applied within the second (a lost pause)"
+    sup.flow.release(p, PauseReason.OPERATOR)
+    sup.flow.reconcile()
+    assert p.pause.paused is False
+
+
+def test_a_partition_with_recent_activity_is_not_resumed_again() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    sup.flow.reconcile()
+    p = sup.partitions[TP0]
+    p.pause.last_resume = clock.now - 5
+    p.intake.last_activity = clock.now - 0.5
+    consumer.calls.clear()
+    clock.now += 1.0  # a reconcile is due; the partition fetched half a second ago
+    p.intake.last_activity = clock.now - 0.5
+    sup.flow.reconcile()
+    assert ("resume", [TP0]) not in consumer.calls
+
+
+def test_before_any_assignment_a_fetch_asks_for_one_batch() -> None:
+    sup, _consumer, _clock, _pool = make(batch_max_records=300)
+    assert sup.flow.records_wanted() == 300

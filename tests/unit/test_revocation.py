@@ -153,3 +153,47 @@ def test_an_end_of_partition_fetched_across_a_rebalance_is_dropped_with_its_reco
     consumer.next_fetch = consume_with_rebalance
     sup.fetch()
     assert sup.partitions[TP0].intake.eof_at is None, "an EOF from before the rebalance says nothing now"
+
+
+def test_a_rewind_whose_seek_fails_waits_without_holding_up_the_others() -> None:
+    sup, consumer, _clock, _pool = make()
+    start(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        sup.assignment.rewind(sup.partitions[tp], PauseReason.OPERATOR, "maintenance", None)
+        sup.partitions[tp].tracker.register(tp[1] + 1, 0, 9)
+    consumer.seek_fails = {TP0}
+    sup.assignment.advance_rewinds()
+    assert sup.partitions[TP0].fence.rewinding, "tried again next tick"
+    assert consumer.seeks == [(TP1, 0)] and not sup.partitions[TP1].fence.rewinding
+    consumer.seek_fails = set()
+    sup.assignment.advance_rewinds()
+    assert consumer.seeks[-1] == (TP0, 0) and sup.partitions[TP0].fence.rewinding is False
+
+
+def test_records_of_other_partitions_in_a_consume_that_straddles_a_rebalance_are_kept_and_counted() -> None:
+    sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=10_000)
+    start(sup, consumer, [TP0, TP1])
+
+    def consume_with_rebalance(n: int, t: float) -> Fetched:
+        sup.rebalance.on_revoke([TP0])
+        assign(sup, consumer, [TP0])
+        return Fetched(runs={TP0: msgs(TP0, 500), TP1: msgs(TP1, 7, 8)}, count=3)
+
+    consumer.next_fetch = consume_with_rebalance
+    sup.fetch()
+    assert [m.offset() for m in sup.partitions[TP1].intake.open_msgs] == [7, 8]
+    assert sup.intake.consumed == 2, "what was dropped is not counted as consumed"
+
+
+def test_a_revocation_that_killed_its_worker_leaves_no_batch_out_for_the_next_assignment() -> None:
+    sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    worker = RingWorker(pool, 0, busy_for=10**9)
+    worker.step()
+    clock.step = 0.5
+    sup.rebalance.on_revoke([TP0])
+    clock.step = 0.0
+    assert not sup.scheduler.has_out(TP0) and sup.scheduler.pending(TP0) == 0
+    start(sup, consumer, [TP0])
+    assert not sup.scheduler.has_out(TP0), "the new assignment's lane is free"
