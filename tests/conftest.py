@@ -21,8 +21,9 @@ for p in (ROOT, ROOT / "tests", ROOT / "tests" / "plugins"):
         sys.path.insert(0, str(p))
 
 from helpers import SHM_DIR, SOCK_DIR, shm_segments, topic_names  # noqa: E402
+from proxy import Proxy  # noqa: E402
 
-from runtime.ops.devbroker import DevBroker  # noqa: E402
+from runtime.ops.devbroker import DevBroker, free_port  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +85,17 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     _KNOWN_SHM.update(new_shm)
     assert not new_shm, f"shared memory left behind: {new_shm}"
     assert not stray, f"processes left behind: {stray}"
+
+
+@pytest.fixture
+def proxied(tmp_path: Path) -> Iterator[tuple[DevBroker, Proxy]]:
+    """A broker of this test's own behind a TCP proxy the test can cut (tests/proxy.py): an
+    outage without touching the session's broker."""
+    front, back = free_port(), free_port()
+    proxy = Proxy(front, back).start()
+    broker = DevBroker(back, log_path=tmp_path / "tansu.log", advertised_port=front).start()
+    try:
+        yield broker, proxy
+    finally:
+        proxy.close()
+        broker.stop()

@@ -7,7 +7,6 @@ pool, once per session; each row is still its own test, judged on its own observ
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import json
 import os
@@ -22,27 +21,15 @@ from probe import headers_digest
 
 from . import drive
 from .matrix import BY_ID, FAULTS, NOT_UTF8, Fault, wire_field_rows
+from .parallel import observe_selected
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
-PARALLEL = int(os.environ.get("RINGMASTER_MATRIX_PARALLEL", "4"))
 
 
 @pytest.fixture(scope="session")
 def observations(request: pytest.FixtureRequest, broker: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    selected = [item.callspec.params["fault_id"] for item in request.session.items
-                if item.originalname == "test_fault" and hasattr(item, "callspec")]
-    results: dict[str, Any] = {}
-    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {pool.submit(drive.run, BY_ID[fid], broker.bootstrap, tmp_path_factory.mktemp(fid)): fid
-                   for fid in selected}
-        for fut in concurrent.futures.as_completed(futures):
-            fid = futures[fut]
-            try:
-                results[fid] = fut.result()
-            except BaseException as exc:  # reported by that row's test
-                results[fid] = exc
-    yield results
+    yield observe_selected(request, "test_fault", BY_ID, drive.run, broker.bootstrap, tmp_path_factory)
 
 
 def ident(value: bytes | None) -> str:

@@ -7,8 +7,6 @@ client line or traceback reached the terminal."""
 
 from __future__ import annotations
 
-import concurrent.futures
-import os
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +15,9 @@ import pytest
 
 from . import operator_drive as drive
 from .operator_matrix import BY_ID, OPERATOR_FAULTS
+from .parallel import observe_selected
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(1200)]
-PARALLEL = int(os.environ.get("RINGMASTER_MATRIX_PARALLEL", "4"))
 RAW_CLIENT_LINE = re.compile(r"^%\d\|", re.M)
 PROMPT_S = 30.0  # an operator command, Kafka round trips included, on a loaded 2-core machine
 
@@ -27,19 +25,8 @@ PROMPT_S = 30.0  # an operator command, Kafka round trips included, on a loaded 
 @pytest.fixture(scope="session")
 def operator_observations(request: pytest.FixtureRequest, broker: Any,
                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    selected = [item.callspec.params["fault_id"] for item in request.session.items
-                if item.originalname == "test_operator_fault" and hasattr(item, "callspec")]
-    results: dict[str, Any] = {}
-    with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {pool.submit(drive.run, BY_ID[fid], broker.bootstrap, tmp_path_factory.mktemp(fid)): fid
-                   for fid in selected}
-        for fut in concurrent.futures.as_completed(futures):
-            fid = futures[fut]
-            try:
-                results[fid] = fut.result()
-            except BaseException as exc:  # reported by that row's test
-                results[fid] = exc
-    yield results
+    yield observe_selected(request, "test_operator_fault", BY_ID, drive.run, broker.bootstrap,
+                           tmp_path_factory)
 
 
 def clean(text: str, what: str) -> None:

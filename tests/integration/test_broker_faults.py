@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,9 @@ import pytest
 from helpers import Ringmaster, base_config, committed, make_topics, produce, read_topic, unique, wait_for
 from proxy import OFFSET_COMMIT, Proxy
 
-from runtime.ops.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import DevBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[tuple[DevBroker, Proxy]]:
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = DevBroker(back, log_path=tmp_path / "tansu.log", advertised_port=front).start()
-    try:
-        yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def test_broker_outage_loses_nothing_and_commits_everything(proxied: tuple[DevBroker, Proxy],

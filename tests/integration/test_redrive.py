@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from helpers import (
 from proxy import PRODUCE, Proxy
 
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
-from runtime.ops.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import DevBroker
 from runtime.worker.deadletter_format import (
     HEADER_PREFIX,
     REDRIVE_COUNT,
@@ -380,18 +379,6 @@ def test_a_redrive_killed_half_way_sends_again_only_what_it_sent_after_its_last_
         assert copies >= 1, f"letter {i} lost"
         assert copies == 1 or (i >= cursor and copies == 2 and sent[f"ok:r{i}".encode()] == 1), \
             f"letter {i} sent {copies} times (cursor {cursor})"
-
-
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[tuple[DevBroker, Proxy]]:
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = DevBroker(back, log_path=tmp_path / "tansu.log", advertised_port=front).start()
-    try:
-        yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def test_an_outage_stops_the_redrive_at_its_last_acknowledged_letter_and_a_rerun_finishes(
