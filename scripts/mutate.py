@@ -176,7 +176,7 @@ def reason_for(m: Mutant, by_name: dict[str, str], patterns: list[tuple[str, str
         return own
     for pattern, why in patterns:
         if fnmatch.fnmatchcase(m.name, pattern):
-            return f"see `{pattern}`: {why}"
+            return f"see `{pattern}` above"
     return guess_reason(m)
 
 
