@@ -174,9 +174,9 @@ def reason_for(m: Mutant, by_name: dict[str, str], patterns: list[tuple[str, str
     own = by_name.get(m.name)
     if own and own != UNEXPLAINED and not own.startswith("see "):
         return own
-    for pattern, why in patterns:
+    for pattern, _why in patterns:
         if fnmatch.fnmatchcase(m.name, pattern):
-            return f"see `{pattern}`: {why}"
+            return f"see `{pattern}` above"
     return guess_reason(m)
 
 

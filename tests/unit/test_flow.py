@@ -145,3 +145,19 @@ def test_a_partition_with_recent_activity_is_not_resumed_again() -> None:
 def test_before_any_assignment_a_fetch_asks_for_one_batch() -> None:
     sup, _consumer, _clock, _pool = make(batch_max_records=300)
     assert sup.flow.records_wanted() == 300
+
+
+def test_a_partition_resumed_just_now_is_not_resumed_again_by_the_next_second_s_repair() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    sup.flow.reconcile()  # the once-a-second repair ran now
+    p.intake.last_activity = clock.now - 10  # no record for a long while
+    sup.flow.hold(p, PauseReason.BACKOFF, "x")
+    clock.now += 0.9
+    sup.flow.release(p, PauseReason.BACKOFF)
+    sup.flow.reconcile()  # resumed: last_resume is now
+    consumer.calls.clear()
+    clock.now += 0.1  # the repair is due again, a tenth of a second after the resume
+    sup.flow.reconcile()
+    assert ("resume", [TP0]) not in consumer.calls
