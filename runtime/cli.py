@@ -728,9 +728,11 @@ def produce(config: str, topic: str | None, key_separator: str | None, partition
     settings = _operator_settings(config)
     try:
         name = devtools.input_topic(settings, topic)
-        _reach_cluster(settings)  # an outage is one line and exit 8, not a stream of client errors
+        # An outage is one line and exit 8, not a stream of client errors; the topics it reads
+        # tell whether the topic must be created.
+        topics = _reach_cluster(settings)
         lines = values if values else sys.stdin
-        count, created = devtools.produce_lines(settings, name, lines, key_separator, partitions)
+        count, created = devtools.produce_lines(settings, name, lines, key_separator, partitions, topics)
     except RingmasterError as exc:
         _fail(exc)
         return

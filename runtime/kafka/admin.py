@@ -102,15 +102,6 @@ class ClusterProbe:
         return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
 
 
-def topic_exists(props: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> bool:
-    """Whether the cluster has the topic, from a look-up of every topic (a look-up naming
-    the topic creates it on some brokers). ``props``: admin_properties."""
-    try:
-        return topic in AdminClient(admin_properties(props)).list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise KafkaError(f"cannot list the topics: {exc.args[0]}") from None
-
-
 def admin_properties(props: Mapping[str, Any]) -> dict[str, Any]:
     """Connection and security properties apply to an admin client; consumer- or producer-only
     ones don't (librdkafka warns about each). An admin client's own notices (such as events

@@ -8,11 +8,11 @@ Runs in: the CLI.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from runtime.config import Settings, consumer_properties, producer_properties
 from runtime.errors import ConfigError
-from runtime.kafka.admin import admin_properties, create_topic, topic_exists
+from runtime.kafka.admin import admin_properties, create_topic
 from runtime.kafka.producer import write_acknowledged
 from runtime.kafka.topic_reader import Item, tail
 
@@ -44,12 +44,13 @@ def records_of(lines: Iterable[str], key_separator: str | None) -> Iterator[tupl
 
 
 def produce_lines(settings: Settings, topic: str, lines: Iterable[str], key_separator: str | None,
-                  partitions: int) -> tuple[int, bool]:
-    """Write each line as a record, acknowledged by the broker; create the topic first if it
-    does not exist. Returns (records written, whether the topic was created)."""
+                  partitions: int, existing: Collection[str]) -> tuple[int, bool]:
+    """Write each line as a record, acknowledged by the broker; create the topic first if it is
+    not among ``existing`` (the cluster's topics, as the caller's reachability check read them).
+    Returns (records written, whether the topic was created)."""
     props = producer_properties(settings)
     created = False
-    if not topic_exists(admin_properties(props), topic):
+    if topic not in existing:
         created = create_topic(admin_properties(props), topic, partitions)
     return write_acknowledged(props, topic, records_of(lines, key_separator)), created
 
