@@ -175,10 +175,11 @@ def check(config: str, shallow: bool) -> None:
 
 
 _COMMAND_EXIT_CODES = """\b
+Sent to every daemon of the config's group on this host, one after the other (one line each).
 Exit status:
   0   done
   2   the config given here is invalid
-  10  the daemon refused, or the change failed and was rolled back
+  10  a daemon refused, or the change failed and was rolled back
   11  no daemon answers at the control socket
   12  no answer within --timeout (it may still finish: ringmaster status)"""
 
@@ -192,35 +193,53 @@ def _command_options(fn: Any) -> Any:
                              "(supervisor.control_socket).")(fn)
 
 
-def _request(config: str, request: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """One request to the daemon over its control socket, and its reply. Never imports the
-    plugin (the config is read without it)."""
-    from runtime.errors import ConfigError
-    from runtime.ops.control_socket import control_socket_path, send_command
+def _request(config: str, request: dict[str, Any], timeout: float) -> list[tuple[str, dict[str, Any]]]:
+    """One request to every daemon of the config's group on this host (each has its control
+    socket: runtime/ops/control_socket.py), one after the other, and their replies, each with
+    the socket it came from. Never imports the plugin (the config is read without it)."""
+    from runtime.errors import ConfigError, DaemonUnreachable
+    from runtime.ops.control_socket import find_daemons, send_command
 
     try:
         settings = load_settings(config, check_plugin=False)
-        path = control_socket_path(settings)
-        if path is None:
+        paths, base = find_daemons(settings)
+        if base is None:
             raise ConfigError("supervisor.control_socket is \"\" (off): send the daemon SIGHUP, SIGTTIN or "
                               "SIGTTOU instead")
-        return send_command(path, request, timeout)
+        if not paths:
+            return [(str(base), send_command(base, request, timeout))]  # raises: says why
+        replies, unreachable = [], []
+        for path in paths:
+            try:
+                replies.append((str(path), send_command(path, request, timeout)))
+            except DaemonUnreachable as exc:  # left by a daemon that was killed, ...
+                unreachable.append(exc)
+        if not replies:
+            raise unreachable[0]
+        return replies
     except RingmasterError as exc:
         _fail(exc)
         raise  # unreachable
 
 
 def _send(config: str, request: dict[str, Any], timeout: float, as_json: bool) -> None:
-    """A command: one line out (or the reply as JSON); the exit status says how it went."""
+    """A command: one line out per daemon (or the replies as JSON: one object, a list when
+    several daemons answered); the exit status says how it went (10 if any refused)."""
     from runtime.errors import CommandFailed
 
-    reply = _request(config, request, timeout)
+    replies = _request(config, request, timeout)
+    several = len(replies) > 1
     if as_json:
-        click.echo(json.dumps(reply, indent=2))
-    if not reply.get("ok"):
-        _fail(CommandFailed(str(reply.get("message"))))
+        docs = [{**reply, "socket": path} if several else reply for path, reply in replies]
+        click.echo(json.dumps(docs if several else docs[0], indent=2))
+    failed = [f"{path}: {reply.get('message')}" if several else str(reply.get("message"))
+              for path, reply in replies if not reply.get("ok")]
     if not as_json:
-        click.echo(str(reply.get("message")))
+        for path, reply in replies:
+            if reply.get("ok"):
+                click.echo(f"{path}: {reply.get('message')}" if several else str(reply.get("message")))
+    if failed:
+        _fail(CommandFailed("; ".join(failed)))
 
 
 @main.command(epilog=_COMMAND_EXIT_CODES)
@@ -249,10 +268,14 @@ def reload(config: str, timeout: float, as_json: bool, show_status: bool) -> Non
     if show_status:
         from runtime.errors import CommandFailed
 
-        reply = _request(config, {"command": "status"}, timeout)
-        click.echo(json.dumps(reply, indent=2) if as_json else str(reply.get("message")))
-        last = (reply.get("status") or {}).get("last_reload") or {}
-        sys.exit(CommandFailed.exit_code if last.get("state") == "failed" else 0)
+        replies = _request(config, {"command": "status"}, timeout)
+        failed = False
+        for path, reply in replies:
+            line = json.dumps(reply, indent=2) if as_json else str(reply.get("message"))
+            click.echo(f"{path}: {line}" if len(replies) > 1 else line)
+            last = (reply.get("status") or {}).get("last_reload") or {}
+            failed = failed or last.get("state") == "failed"
+        sys.exit(CommandFailed.exit_code if failed else 0)
     _send(config, {"command": "reload"}, timeout, as_json)
 
 
@@ -448,15 +471,40 @@ def status(config: str, as_json: bool) -> None:
     except RingmasterError as exc:
         _fail(exc)
         return
+    daemons = _daemons_on_host(settings)
     if as_json:
-        click.echo(json.dumps(reading.snapshot, indent=2))
+        doc = {**reading.snapshot, "daemons_on_host": daemons} if daemons else reading.snapshot
+        click.echo(json.dumps(doc, indent=2))
     else:
         from rich.console import Console
 
         show(Console(), render(reading))
+        if daemons:
+            click.echo(f"{len(daemons)} daemons of this group on this host (the snapshot above is the "
+                       "first's):")
+            for d in daemons:
+                click.echo(f"  {d['socket']}: {d['message']}")
     if not reading.running:
         click.echo(f"ringmaster: the daemon is not running: {reading.state}", err=True)
         sys.exit(NOT_RUNNING_EXIT)
+
+
+def _daemons_on_host(settings: Settings) -> list[dict[str, Any]]:
+    """When several daemons of the group run on this host from this config (only the first
+    serves [admin] listen and the status file), what each says on its control socket."""
+    from runtime.ops.control_socket import find_daemons, send_command
+
+    paths, _ = find_daemons(settings)
+    if len(paths) < 2:
+        return []
+    out = []
+    for path in paths:
+        try:
+            reply = send_command(path, {"command": "status"}, 3.0)
+            out.append({"socket": str(path), "message": reply.get("message"), "status": reply.get("status")})
+        except RingmasterError as exc:
+            out.append({"socket": str(path), "message": f"no answer: {exc}", "status": None})
+    return out
 
 
 @main.command()

@@ -76,6 +76,14 @@ class SharedMemoryError(RingmasterError):
     exit_code = 4
 
 
+class ControlDirUnusable(RingmasterError):
+    """The control socket's default directory cannot be trusted (another user created it, or
+    it is not private): a fault of the host, not of the config, so a service manager restarts
+    the daemon (exit 4, as for shared memory) while the operator removes it."""
+
+    exit_code = 4
+
+
 class KafkaError(RingmasterError):
     """The Kafka client reported a fatal error."""
 

@@ -127,8 +127,17 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                 log.info("stop requested while waiting for the Kafka cluster")
                 return RunResult(0, None, False)
         socket_path = control_socket_path(settings)
-        if socket_path is not None:  # in use by another daemon: a config error, before anything else
+        admin_listen = settings.admin.listen
+        if socket_path is not None:  # unusable: an error, before anything else
             control = ControlServer(socket_path)
+            if control.path != socket_path:
+                # Another daemon of this group, from this config, runs on this host and holds
+                # the config's own socket, admin endpoint and status file: this one answers on
+                # its pid-named socket (ringmaster status/reload/scale reach both).
+                admin_listen, status_file = None, StatusFile(None)
+                log.warning("another daemon of this group runs on this host: this one serves its own "
+                            "control socket only (no admin endpoint, no status file)",
+                            extra={"control_socket": str(control.path), "first": str(socket_path)})
         reclaim_stale(sup.shm_dir)
         w = settings.workers
         check_space(sup.shm_dir, w.processes * (w.ring_bytes + 4096) + 8 * sup.max_partitions)
@@ -155,9 +164,9 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                                 dead_letters=desk, pauses=pauses, metrics=metrics, status_file=status_file,
                                 control=control, reread=reread, signals=signals)
         holder.append(supervisor)
-        if settings.admin.listen:
+        if admin_listen:
             sv = supervisor
-            admin = AdminServer(settings.admin.listen, settings.admin.allow_remote, metrics,
+            admin = AdminServer(admin_listen, settings.admin.allow_remote, metrics,
                                 lambda: sv.latest_status, sv.health, sv.ready,
                                 max_connections=settings.admin.max_connections,
                                 request_timeout_s=settings.admin.request_timeout_s).start()

@@ -23,7 +23,7 @@ import pytest
 
 import runtime.ops.control_socket as cs
 from runtime.config import Settings, load_settings
-from runtime.errors import CommandTimeout, ConfigError, DaemonUnreachable
+from runtime.errors import CommandTimeout, ConfigError, ControlDirUnusable, DaemonUnreachable
 from runtime.ops.control_socket import ControlServer, Request, control_socket_path, send_command
 from runtime.supervisor.commands import Commands
 from runtime.supervisor.rollout import Operation, OpKind, OpState
@@ -155,21 +155,37 @@ def test_a_request_that_is_not_json_is_answered_not_fatal(sockdir: Path) -> None
         server.close()
 
 
-def test_a_socket_left_by_a_killed_daemon_is_replaced_and_one_in_use_is_refused(sockdir: Path) -> None:
+def test_a_socket_left_by_a_killed_daemon_is_replaced_and_a_second_daemon_gets_its_own(sockdir: Path) -> None:
     path = sockdir / "ctl.sock"
     left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     left.bind(str(path))
     left.close()  # bound, never unlinked: what a SIGKILLed daemon leaves
     server = ControlServer(path)
     try:
-        with pytest.raises(ConfigError, match="in use by another running daemon"):
-            ControlServer(path)
-        assert path.exists(), "the live daemon's socket is untouched"
+        second = ControlServer(path)  # same config, same host: it just works, beside the first
+        try:
+            assert second.path == sockdir / f"ctl.{os.getpid()}.sock"
+            assert server.path == path and path.exists(), "the live daemon's socket is untouched"
+            assert cs.candidates(path) == [path, second.path], "the CLI finds both"
+        finally:
+            second.close()
+        assert not (sockdir / f"ctl.{os.getpid()}.sock").exists()
     finally:
         server.close()
     path.write_text("not a socket")
     with pytest.raises(ConfigError, match="exists and is not a socket"):
         ControlServer(path)
+
+
+def test_pid_named_sockets_of_killed_daemons_are_removed_and_other_groups_left_alone(sockdir: Path) -> None:
+    base = sockdir / "g.sock"
+    for name in ("g.4242.sock", "g.x.4242.sock", "g.sock.4242", "gg.4242.sock"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(str(sockdir / name))
+        s.close()
+    assert cs.candidates(base) == [sockdir / "g.4242.sock"], "only this group's pid-named sockets"
+    ControlServer(base).close()
+    assert sorted(p.name for p in sockdir.iterdir()) == ["g.sock.4242", "g.x.4242.sock", "gg.4242.sock"]
 
 
 def test_closing_leaves_a_socket_that_replaced_ours_alone(sockdir: Path) -> None:
@@ -183,16 +199,99 @@ def test_closing_leaves_a_socket_that_replaced_ours_alone(sockdir: Path) -> None
 
 def test_the_default_directory_must_be_private(sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cs, "_DEFAULT_ROOT", sockdir)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     shared = cs.default_dir()
     shared.mkdir(mode=0o755)
     os.chmod(shared, 0o755)
-    with pytest.raises(ConfigError, match="not a directory private to this user"):
+    with pytest.raises(ControlDirUnusable, match="not private to this user") as info:
         ControlServer(shared / "g.sock")
+    assert info.value.exit_code == 4, "a fault of the host: a service manager restarts it"
     os.chmod(shared, 0o700)
     ControlServer(shared / "g.sock").close()
     shared.rmdir()
     ControlServer(shared / "g.sock").close()  # created when missing
     assert stat.S_IMODE(os.stat(shared).st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to create a directory as another user")
+def test_a_default_directory_another_user_created_first_is_refused_with_a_restartable_exit(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cs, "_DEFAULT_ROOT", sockdir)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    squatted = cs.default_dir()
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, 65534, 65534)  # nobody got there first
+    with pytest.raises(ControlDirUnusable, match="owned by uid 65534") as info:
+        ControlServer(squatted / "g.sock")
+    assert info.value.exit_code == 4 and "XDG_RUNTIME_DIR" in str(info.value)
+
+
+def test_the_session_runtime_directory_comes_first_when_it_is_private(
+        sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cs, "_DEFAULT_ROOT", sockdir / "tmp")
+    runtime_dir = sockdir / "run"
+    runtime_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    assert cs.default_dirs() == [runtime_dir / "ringmaster", sockdir / "tmp" / f"ringmaster-{os.getuid()}"]
+    server = ControlServer(control_socket_path(settings()))
+    try:
+        assert server.path.parent == runtime_dir / "ringmaster"
+        monkeypatch.delenv("XDG_RUNTIME_DIR")  # a CLI without the session's environment
+        found, _ = cs.find_daemons(settings())
+        assert found == [], "it cannot know the session's directory"
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+        assert cs.find_daemons(settings())[0] == [server.path]
+    finally:
+        server.close()
+    os.chmod(runtime_dir, 0o755)  # not private: not used
+    assert cs.default_dirs() == [sockdir / "tmp" / f"ringmaster-{os.getuid()}"]
+
+
+def _listen_as_another_user(path: Path) -> subprocess.Popen[str]:
+    """A process of uid 65534 listening on ``path`` (what a local attacker could leave there)."""
+    code = ("import os, socket, sys\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.bind(sys.argv[1]); s.listen(1)\n"
+            "print('up', flush=True)\n"
+            "while True:\n"
+            "    c, _ = s.accept()\n"
+            "    try:\n"
+            "        c.recv(100); c.sendall(b'{\"ok\": true, \"message\": \"lies\"}\\n')\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "    c.close()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+    return proc
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to listen as another user")
+def test_the_client_refuses_a_socket_another_user_listens_on(sockdir: Path) -> None:
+    os.chmod(sockdir, 0o777)  # a shared directory (its owner, root, is not the listener)
+    proc = _listen_as_another_user(sockdir / "ctl.sock")
+    try:
+        with pytest.raises(DaemonUnreachable, match="runs as uid 65534") as info:
+            send_command(sockdir / "ctl.sock", {"command": "reload"}, 5.0)
+        assert info.value.exit_code == 11
+        os.chown(sockdir, 65534, 65534)  # a service user's own directory: root may talk to it
+        assert send_command(sockdir / "ctl.sock", {"command": "reload"}, 5.0)["message"] == "lies"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(os.getuid() == 0, reason="root trusts its own processes, whatever the uid pretended")
+def test_the_client_refuses_a_peer_of_another_uid(sockdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ControlServer(sockdir / "ctl.sock")
+    real = os.getuid()
+    try:
+        monkeypatch.setattr(os, "getuid", lambda: real + 1)  # the daemon now looks like another user's
+        with pytest.raises(DaemonUnreachable, match=f"runs as uid {real}"):
+            send_command(sockdir / "ctl.sock", {"command": "reload"}, 5.0)
+    finally:
+        monkeypatch.undo()
+        server.close()
 
 
 def test_the_client_tells_no_daemon_from_no_answer(sockdir: Path) -> None:
@@ -413,3 +512,42 @@ def test_reload_and_scale_print_the_daemons_answer_and_exit_by_its_outcome(sockd
         assert seen == [{"command": "reload"}, {"command": "scale", "change": 5}]
     finally:
         server.close()
+
+
+def test_commands_reach_every_daemon_of_the_group_on_the_host_and_say_which_answered_what(
+        sockdir: Path) -> None:
+    sock = sockdir / "ctl.sock"
+    cfg = config_file(sockdir, sock)
+    first = ControlServer(sock)
+    second = ControlServer(sock)  # the same config twice on one host
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sockdir / "ctl.999999.sock"))  # left by a killed third: passed over
+    stale.close()
+    try:
+        seen: list[tuple[str, dict[str, Any]]] = []
+        done = threading.Event()
+
+        def daemon(server: ControlServer, ok: bool) -> None:
+            while not done.wait(0.005):  # as the loop polls, until the command has returned
+                for req in server.poll():
+                    seen.append((server.path.name, req.body))
+                    req.reply({"ok": ok, "message": f"{server.path.name} "
+                                                    f"{'reloaded' if ok else 'rolled back'}"})
+
+        threads = [threading.Thread(target=daemon, args=(first, True)),
+                   threading.Thread(target=daemon, args=(second, False))]
+        for t in threads:
+            t.start()
+        try:
+            r = cli("reload", "-c", str(cfg))
+        finally:
+            done.set()
+            for t in threads:
+                t.join(30)
+        assert sorted(name for name, _ in seen) == sorted([sock.name, second.path.name])
+        assert r.returncode == 10, "one of them refused"
+        assert f"{sock}: ctl.sock reloaded" in r.stdout
+        assert f"ringmaster: error: {second.path}: {second.path.name} rolled back" in r.stderr
+    finally:
+        first.close()
+        second.close()
