@@ -22,7 +22,7 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import multiprocess
@@ -34,7 +34,8 @@ from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result
 from runtime.transport.ring import Doorbell, MessageReader, Ring
 from runtime.transport.shm import Segment, SegmentSet, check_space
-from runtime.worker.main import WorkerSpec, probe_main, signals_held_for_spawn, worker_main
+from runtime.worker.lineage import run_worker
+from runtime.worker.main import WorkerSpec, probe_main, signals_held_for_spawn
 
 log = logging.getLogger("ringmaster.pool")
 _PR_SET_CHILD_SUBREAPER = 36
@@ -65,8 +66,13 @@ class WorkerHandle:
     bell_conn: Any = None  # keeps the doorbell's writing end open
     results: MessageReader | None = None  # the reading end of the result pipe
     started_at: float = 0.0
-    # Processes the plugin started from this worker, seen at the last watch: killed with it.
-    descendants: list[psutil.Process] = field(default_factory=list)
+    # Readable once the process has exited (None where the kernel has no pidfd_open: the
+    # process's sentinel then, which a process the plugin forked may hold open after it).
+    pidfd: int | None = None
+
+    @property
+    def death_fd(self) -> Any:
+        return self.pidfd if self.pidfd is not None else self.process.sentinel
 
     @property
     def alive(self) -> bool:
@@ -105,9 +111,10 @@ def start_resource_tracker() -> None:
 
 
 def become_subreaper() -> None:
-    """Processes a plugin starts in a worker outlive it when it dies; as a child subreaper
-    the supervisor inherits them (instead of init), so it can kill and reap them: nothing
-    of a run survives the supervisor (invariant 7)."""
+    """Processes a plugin starts in a worker outlive it when it dies, or when they detach (a
+    double fork, ``setsid``, a daemon): as a child subreaper the supervisor inherits every one
+    of them (instead of init), so they stay below it, however they detach, as long as it lives,
+    and it can end and reap them (invariant 7). See :meth:`WorkerPool.end_strays`."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
@@ -125,7 +132,6 @@ class WorkerPool:
         self._ring_bytes = ring_bytes
         self.max_slots = max(max_slots, processes)
         self._first_slots = processes  # their space was checked together (run_daemon)
-        self._orphans: set[int] = set()
         self.handles: list[WorkerHandle] = []  # grows (add_slot), never shrinks: an index is a slot
         for _ in range(processes):
             self.add_slot()
@@ -160,98 +166,107 @@ class WorkerPool:
         bell_reader, bell_writer = self._ctx.Pipe(duplex=False)
         reader, writer = self._ctx.Pipe(duplex=False)
         spec = self._spec_for(h.index, h.incarnation, str(h.segment.path), code)
-        proc = self._ctx.Process(target=worker_main, args=(spec, bell_reader, writer),
+        proc = self._ctx.Process(target=run_worker, args=(spec, bell_reader, writer),
                                  name=spec.name, daemon=True)
         with signals_held_for_spawn():  # a SIGHUP to the group never kills a starting worker
             proc.start()
-        writer.close()  # INVARIANT: only the worker holds the writing end, so EOF means death
+        # Only the worker holds the writing end, and what its plugin forks: not a sign of death.
+        writer.close()
         bell_reader.close()
+        h.pidfd = _pidfd_open(proc.pid)
         if h.bell_conn is not None:
             h.bell_conn.close()
         h.bell_conn = bell_writer
         h.bell = Doorbell(bell_writer.fileno())
         h.process, h.results = proc, MessageReader(reader.fileno(), owner=reader)
         h.started_at = time.monotonic()
-        h.descendants = []
         log.info("worker started", extra={"worker": h.index, "incarnation": h.incarnation, "pid": proc.pid})
 
     def sentinels(self) -> list[Any]:
-        return [h.process.sentinel for h in self.handles if h.alive]
+        """What reads as ready when a worker ends: its pidfd. Not its multiprocess sentinel
+        alone: with ``spawn`` that is a pipe every process the plugin forks inherits, so a
+        worker whose plugin left a child behind would never be seen to die."""
+        return [h.death_fd for h in self.handles if h.alive]
 
     def result_fds(self) -> list[int]:
         return [h.results.fd for h in self.handles if h.results is not None]
 
     def dead(self) -> list[WorkerHandle]:
-        """Workers whose process ended. Only those whose sentinel (a pipe end the child held)
-        reads as closed are waited for: a waitpid per worker per tick cost 3 % of the
+        """Workers whose process ended. Only those whose pidfd (or sentinel) reads as ready
+        are waited for: a waitpid per worker per tick cost 3 % of the
         supervisor on trivial work."""
-        live = {h.process.sentinel: h for h in self.handles if h.process is not None}
+        live = {h.death_fd: h for h in self.handles if h.process is not None}
         if not live:
             return []
         ended, _, _ = select.select(list(live), [], [], 0)
         return [live[s] for s in ended if live[s].process.exitcode is not None]
 
     def forget(self, h: WorkerHandle) -> int | None:
-        """Collect a dead worker's process and pipes, and kill what its plugin left running;
+        """Collect a dead worker's process and pipes, and end what its plugin left running;
         return its exit code."""
         code: int | None = h.process.exitcode
-        h.process.join(0)
+        h.process.join(0)  # INVARIANT: reaped, so its children are the supervisor's now (below)
         h.process.close()
         h.process = None
+        if h.pidfd is not None:
+            os.close(h.pidfd)
+            h.pidfd = None
         if h.results is not None:
             h.results.close()
             h.results = None
         if h.bell_conn is not None:
             h.bell_conn.close()
             h.bell_conn, h.bell = None, None
-        self._kill_descendants(h)
+        self.end_strays()
         return code
 
-    def watch_descendants(self) -> None:
-        """Remember what each worker's plugin started (the processes are gone from the tree
-        once their worker dies)."""
-        for h in self.handles:
-            if h.alive and h.pid is not None:
-                with contextlib.suppress(psutil.Error, OSError):  # OSError: EMFILE, raised as is
-                    h.descendants = [psutil.Process(pid) for pid in descendant_pids(h.pid)]
+    def _strays(self) -> list[int]:
+        """The supervisor's children that are neither a worker nor multiprocess's helpers:
+        processes a plugin started whose parent is gone (their worker died, or they detached).
+        As a subreaper the supervisor is the parent of every such process: the kernel moves an
+        orphan to it when its parent exits, before that parent can be waited for."""
+        known = {h.pid for h in self.handles if h.process is not None} | _multiprocess_helpers()
+        return [pid for pid in child_pids(os.getpid()) if pid not in known]
 
-    def _kill_descendants(self, h: WorkerHandle) -> None:
-        for p in h.descendants:
-            with contextlib.suppress(psutil.Error, OSError):
-                if p.is_running():  # compares the start time too: never a reused pid
-                    p.kill()
-                    log.warning("killed a process left by the plugin", extra={"pid": p.pid})
-                self._orphans.add(p.pid)
-        h.descendants = []
+    def end_strays(self) -> None:
+        """End every stray and everything below it, and reap them. Called when a worker ends
+        (its own processes became strays) and at exit. A process that detached from a worker
+        that still runs is a stray too, and cannot be told from the dead worker's: it is ended
+        with the first worker that ends (docs/operations.md, "Processes a plugin starts")."""
+        for _ in range(_STRAY_ROUNDS):  # a stray's children become strays as it dies: again
+            strays = self._strays()
+            if not strays:
+                return
+            for pid, started in [(pid, _start_time(pid)) for stray in strays
+                                 for pid in [stray, *descendant_pids(stray)]]:
+                if started is not None and _start_time(pid) == started and not _is_zombie(pid):
+                    with contextlib.suppress(ProcessLookupError):  # the start time: never a reused pid
+                        os.kill(pid, signal.SIGKILL)
+                        log.warning("ended a process left by the plugin", extra={"pid": pid})
+            for pid in strays:  # ours, and SIGKILLed (or already dead): the wait is short
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        log.warning("processes left by the plugin keep starting others; giving up for now",
+                    extra={"strays": len(self._strays())})
+
+    def watch_descendants(self) -> None:
+        """Reap the strays that exited on their own since the last look (a process that
+        detached from its worker is the supervisor's child: it must not stay a zombie until a
+        worker ends). Reads only the supervisor's own /proc children lists, every _WATCH_S:
+        no scan of the workers' trees."""
         self.reap_orphans()
 
     def reap_orphans(self) -> None:
-        """Reap what the plugin left behind and we killed: as a subreaper the supervisor is
-        their parent now. Only those pids: workers are multiprocess's to wait for (it would
-        lose their exit status if we did), and other children are not ours to judge."""
-        for pid in list(self._orphans):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid  # not our child (its parent was alive) or already reaped
-            if done:
-                self._orphans.discard(pid)
+        """Reap the strays that are zombies. Only those: workers are multiprocess's to wait
+        for (it would lose their exit status if we did)."""
+        for pid in self._strays():
+            if _is_zombie(pid):
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
     def kill_strays(self) -> None:
-        """At exit: any child that is not a worker or multiprocess's own helper is something a
-        plugin started whose worker died before we saw it. Nothing survives the supervisor."""
-        known = {h.pid for h in self.handles if h.pid is not None} | _multiprocess_helpers()
-        try:
-            children = psutil.Process().children()
-        except (psutil.Error, OSError):
-            log.warning("cannot list the supervisor's children to kill strays", exc_info=True)
-            return
-        for child in children:
-            if child.pid in known:
-                continue
-            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
-                child.kill()
-                os.waitpid(child.pid, 0)
+        """At exit: nothing a plugin started survives the supervisor (invariant 7)."""
+        self.end_strays()
 
     def kill(self, h: WorkerHandle, sig: int = signal.SIGKILL) -> None:
         if h.alive:
@@ -261,7 +276,6 @@ class WorkerPool:
     def stop_all(self, timeout_s: float, drain: Callable[[], None] = lambda: None) -> None:
         """SIGTERM every worker, wait up to timeout (draining result pipes meanwhile, so that
         no worker blocks writing a result nobody reads), then SIGKILL and join (no zombies)."""
-        self.watch_descendants()
         for h in self.handles:
             self.kill(h, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -279,37 +293,79 @@ class WorkerPool:
 
     def close(self) -> None:
         for h in self.handles:
+            if h.pidfd is not None:
+                os.close(h.pidfd)
+                h.pidfd = None
             h.ring.release()
             h.board.release()
             h.lock.close()
 
 
-def descendant_pids(pid: int) -> list[int]:
-    """Every process below pid. From /proc/<pid>/task/<tid>/children, which the kernel keeps
-    per thread, instead of psutil's children(), which reads every process in /proc to find
-    the parents (8 % of a 15-worker supervisor's samples on a 16-core host). Falls back to
+_STRAY_ROUNDS = 10
+
+
+def _pidfd_open(pid: int) -> int | None:
+    """A descriptor that reads as ready once ``pid`` has exited (Linux 5.3), even unreaped."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+
+
+def child_pids(pid: int) -> list[int]:
+    """The children of ``pid``, from /proc/<pid>/task/<tid>/children (the kernel keeps them
+    per thread: an orphan goes to one thread of its subreaper), instead of psutil's
+    children(), which reads every process in /proc to find the parents (8 % of a 15-worker
+    supervisor's samples on a 16-core host when it ran for each worker's tree). Falls back to
     psutil where that file does not exist (kernels without CONFIG_PROC_CHILDREN)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            with contextlib.suppress(psutil.Error, OSError):
+                return [c.pid for c in psutil.Process(pid).children()]
+            return []
+        except OSError:
+            continue
+    return out
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Every process below pid (children first)."""
     out: list[int] = []
     todo = [pid]
     while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children") as f:
-                    kids = [int(x) for x in f.read().split()]
-            except FileNotFoundError:
-                if parent == pid and not out:
-                    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-                continue
-            except OSError:
-                continue
-            out += kids
-            todo += kids
+        kids = child_pids(todo.pop())
+        out += kids
+        todo += kids
     return out
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (which may hold spaces): [state, ppid, ...]."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _start_time(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def _is_zombie(pid: int) -> bool:
+    fields = _stat_fields(pid)
+    return fields is not None and bool(fields) and fields[0] == "Z"
 
 
 def _multiprocess_helpers() -> set[int]:

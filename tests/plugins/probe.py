@@ -18,6 +18,10 @@ yield=KIND          process() yields a wrong item: dict, int, tuple3, outdict (O
 fork                os.fork(); the child goes on as if nothing happened (the runtime must
                     stop it), the parent processes the record
 forkdaemon          fork a child that sleeps for an hour and writes its pid to pid_dir
+forksetsid          a daemon's double fork: a child calls setsid() and forks a grandchild that
+                    sleeps for an hour (its pid to pid_dir, forksetsid-<pid>.pid), then exits (reaped
+                    at once)
+popen               start ``sleep 3600`` with subprocess (its pid to pid_dir, popen-<pid>.pid)
 leak=MiB            keep MiB of memory for good
 leakfd=N            open N file descriptors and keep them for good (OSError EMFILE once the
                     worker has none left: the plugin's error, as a leaking plugin would raise it)
@@ -47,6 +51,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -58,6 +63,7 @@ _sleep_s = 0.0
 _journal: int | None = None
 _state_dir: str | None = None
 _pid_dir: str | None = None
+_leaked_children: list[subprocess.Popen[bytes]] = []
 _fail_teardown = False
 _slow_keys: dict[bytes, float] = {}
 _leaked: list[bytearray] = []
@@ -183,6 +189,11 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
             if _pid_dir:
                 with open(os.path.join(_pid_dir, f"{pid}.pid"), "w") as f:
                     f.write(str(pid))
+        if cmd == "forksetsid":
+            _double_fork()
+        if cmd == "popen":
+            _leaked_children.append(subprocess.Popen(["sleep", "3600"]))
+            _write_pid(_leaked_children[-1].pid, "popen-")
         if cmd == "leak":
             _leaked.append(bytearray(int(arg) * 2**20))
         if cmd == "leakfd":
@@ -216,3 +227,36 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
     if _journal is not None and lines:
         os.write(_journal, "".join(lines).encode())
     return iter(outs)
+
+
+def _write_pid(pid: int, prefix: str) -> None:
+    if _pid_dir:
+        with open(os.path.join(_pid_dir, f"{prefix}{pid}.pid"), "w") as f:
+            f.write(str(pid))
+
+
+def _double_fork() -> None:
+    """What a daemon does to leave its parent: the grandchild is in a session of its own and
+    its parent is gone (the kernel gives it to the nearest subreaper, or init)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                os.close(w)
+                try:
+                    time.sleep(3600)
+                finally:
+                    os._exit(0)
+            os.write(w, str(grandchild).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        grandchild_pid = int(f.read() or 0)
+    os.waitpid(child, 0)
+    if grandchild_pid:
+        _write_pid(grandchild_pid, "forksetsid-")
