@@ -120,7 +120,11 @@ class Plugin:
     teardown: Callable[[], None] | None
 
 
-def load_plugin(name: str) -> Plugin:
+def load_plugin(name: str, path: str = "") -> Plugin:
+    """Import the plugin module ``name``; ``path``: a directory searched first (a daemon's copy
+    of the plugin's source for this code generation, runtime/supervisor/snapshots.py)."""
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
     try:
         module: ModuleType = importlib.import_module(name)
     except Exception as exc:

@@ -29,6 +29,7 @@ from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_plugin
 from runtime.supervisor.signals import SignalQueue
+from runtime.supervisor.snapshots import PluginSources
 from runtime.transport.board import EpochTable
 from runtime.transport.shm import SegmentSet, check_space, reclaim_stale
 from runtime.worker.main import WorkerSpec
@@ -116,6 +117,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     supervisor: Supervisor | None = None
     admin: AdminServer | None = None
     control: ControlServer | None = None
+    sources = PluginSources()
     try:
         status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
         with _stop_requests() as stop_requested:
@@ -146,7 +148,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
         # One slot more than max_processes: a reload's first new worker runs beside the old ones.
         pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
-                          worker_spec(settings, segments), max_slots=w.process_limit + 1)
+                          worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
         consumer = GroupConsumer(consumer_properties(settings))
         desk = None
         if settings.dead_letter.topic is not None:
@@ -198,6 +200,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                 pool.stop_all(2.0)
             pool.kill_strays()
             pool.close()
+        sources.close()
         if epochs is not None:
             epochs.release()
         if segments is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import select
@@ -30,6 +31,7 @@ import multiprocess.connection
 import psutil
 
 from runtime.errors import SharedMemoryError
+from runtime.supervisor.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result
 from runtime.transport.ring import Doorbell, MessageReader, Ring
@@ -121,13 +123,17 @@ def become_subreaper() -> None:
 
 class WorkerPool:
     def __init__(self, segments: SegmentSet, processes: int, ring_bytes: int, start_method: str,
-                 spec_for: Callable[[int, int, str, PluginCode], WorkerSpec], max_slots: int = 0) -> None:
+                 spec_for: Callable[[int, int, str, PluginCode], WorkerSpec], max_slots: int = 0,
+                 sources: PluginSources | None = None) -> None:
+        """``sources``: where each code generation's copy of the plugin is kept (None: workers
+        import the files on disk)."""
         self._ctx = multiprocess.get_context(start_method)
         if start_method == "forkserver":
             # The fork server imports the worker's modules once; each worker forks from it.
             self._ctx.set_forkserver_preload(["runtime.worker.main"])
         start_resource_tracker()
         self._spec_for = spec_for
+        self._sources = sources
         self._segments = segments
         self._ring_bytes = ring_bytes
         self.max_slots = max(max_slots, processes)
@@ -166,6 +172,10 @@ class WorkerPool:
         bell_reader, bell_writer = self._ctx.Pipe(duplex=False)
         reader, writer = self._ctx.Pipe(duplex=False)
         spec = self._spec_for(h.index, h.incarnation, str(h.segment.path), code)
+        if self._sources is not None:
+            snapshot = self._sources.for_generation(code.generation, code.plugin)
+            if snapshot.path is not None:
+                spec = dataclasses.replace(spec, plugin_path=snapshot.path)
         proc = self._ctx.Process(target=run_worker, args=(spec, bell_reader, writer),
                                  name=spec.name, daemon=True)
         with signals_held_for_spawn():  # a SIGHUP to the group never kills a starting worker
@@ -181,6 +191,11 @@ class WorkerPool:
         h.process, h.results = proc, MessageReader(reader.fileno(), owner=reader)
         h.started_at = time.monotonic()
         log.info("worker started", extra={"worker": h.index, "incarnation": h.incarnation, "pid": proc.pid})
+
+    def code_held(self, generation: int) -> bool:
+        """Whether a worker of ``generation`` started now runs the code that generation started
+        with (a copy of its source), not the files on disk."""
+        return self._sources is not None and self._sources.held(generation)
 
     def sentinels(self) -> list[Any]:
         """What reads as ready when a worker ends: its pidfd. Not its multiprocess sentinel

@@ -234,11 +234,16 @@ class Rollout:
             # Nothing else changed: the old workers never stopped taking batches. The lanes
             # that ran on the canary go back to them.
             self.scheduler.lower_floors(self.code.generation)
+            if self.workforce.pool.code_held(self.code.generation):
+                holds = ("the workers it starts from now on (restarts, recycling, scale) run it too, from "
+                         "the copy of its source taken when it started; fix the files, then reload")
+            else:
+                holds = ("its workers hold the old code in memory, but a worker that restarts or is added "
+                         "imports the files on disk (no copy of the plugin's source could be kept: the log "
+                         "says why): revert or fix them, then reload")
             self._finish(op, False, (
                 f"the new plugin code cannot start: {life.start_failure}; rolled back: the daemon keeps "
-                f"plugin {self.code.plugin!r} version {self.version}; its workers hold the old code in "
-                f"memory, but a worker that restarts or is added imports the files on disk: revert or fix "
-                f"them, then reload"))
+                f"plugin {self.code.plugin!r} version {self.version}; {holds}"))
             return False
         if not self._passed(op.canary):
             return False

@@ -139,6 +139,7 @@ class WorkerSpec:
     log_level: str = "INFO"
     log_format: str = "text"
     input_topics: tuple[str, ...] = ()  # kafka.topics: an Output(topic=...) into one of them loops
+    plugin_path: str = ""  # the generation's copy of the plugin's source (supervisor/snapshots.py)
 
     @property
     def name(self) -> str:
@@ -325,7 +326,7 @@ def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
     the only time a worker sends it) and exit: the supervisor decides whether the daemon can
     go on."""
     try:
-        plugin = load_plugin(spec.plugin)
+        plugin = load_plugin(spec.plugin, spec.plugin_path)
         context = Context(spec.name, spec.settings, spec.output_topic,
                           logging.getLogger(f"ringmaster.plugin.{spec.plugin}"))
         if plugin.setup is not None:

@@ -149,6 +149,9 @@ class FakePool:
     def watch_descendants(self) -> None:
         pass
 
+    def code_held(self, generation: int) -> bool:
+        return False
+
     def reap_orphans(self) -> None:
         pass
 
@@ -488,6 +491,9 @@ class ProcPool:
 
     def watch_descendants(self) -> None:
         self.watched += 1
+
+    def code_held(self, generation: int) -> bool:
+        return False
 
     def reap_orphans(self) -> None:
         self.reaped += 1
