@@ -470,5 +470,28 @@ FAULTS += [
           driver="caught_up_broker_stall", log=("partitions lost",), redelivers=True),
 ]
 
+# ---------------------------------------------------------------------- plugin descendants
+# Issue 29.8: what a plugin starts, however it detaches, ends with its worker or the daemon
+# (a subreaper supervisor; a worker's death read from its pidfd). The SIGKILL-of-the-supervisor
+# cases are in tests/integration/test_lineage.py.
+FAULTS += [
+    Fault("forks-a-setsid-daemon", "plugin",
+          "the plugin double-forks a daemon (`setsid`, its parent exits at once: it is nobody's child)",
+          "the supervisor, a child subreaper, inherits it and ends it when a worker ends or the daemon "
+          "stops: nothing outlives the supervisor",
+          values={5: "forksetsid:r5"}, check="children_gone"),
+    Fault("starts-a-program", "plugin",
+          "the plugin starts a program with `subprocess` and leaves it running",
+          "the same: ended with its worker, or at the stop",
+          values={5: "popen:r5"}, check="children_gone"),
+    Fault("double-forks-then-crashes", "plugin",
+          "the plugin double-forks a daemon, then its worker crashes on a later record",
+          "the worker's death is seen at once (its pidfd: the daemon holds the worker's pipes open), the "
+          "daemon is ended with it, the record is isolated as any crash",
+          values={5: "forksetsid:r5", 6: "crash:r6"}, dead={"r6": "WorkerCrashed"},
+          workers={"batch_max_records": 8}, log=("ended a process left by the plugin",),
+          check="children_gone"),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"
