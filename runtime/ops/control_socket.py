@@ -318,7 +318,11 @@ def _private_dir(path: Path) -> None:
 def _dir_locked(directory: Path) -> Iterator[None]:
     """Hold an exclusive flock on the directory: one daemon at a time looks at, removes and
     binds the sockets in it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # a directory we may enter and write but not read: no lock, as before
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -551,3 +551,17 @@ def test_commands_reach_every_daemon_of_the_group_on_the_host_and_say_which_answ
     finally:
         first.close()
         second.close()
+
+
+def test_a_directory_that_cannot_be_read_is_used_without_the_lock(sockdir: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    real_open = os.open
+
+    def no_read(path: Any, flags: int, *args: Any) -> int:
+        if flags & os.O_DIRECTORY:
+            raise PermissionError(13, "Permission denied")  # mode 0300: enter and write, not read
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_read)
+    server = ControlServer(sockdir / "ctl.sock")
+    server.close()
