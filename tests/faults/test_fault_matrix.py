@@ -301,13 +301,14 @@ def committed_is_processed(obs: drive.Observation) -> None:
     assert "partition(s) left" in line and "records left" in line, line
 
 
-# ---------------------------------------------------------------------------- a worker's whole life (issue 29)
+# ------------------------------------------------------------------------ a worker's whole life (issue 29)
 def death_phase_named(obs: drive.Observation) -> None:
     """The dead letter of the record that killed its worker says what the worker was doing."""
     (m,) = obs.dead
     why = dict(m.headers())["ringmaster.error.message"].decode()
     phase = obs.fault.id.removeprefix("killed-while-")
-    words = {"read": "reading the batch or running the plugin", "deliver": "delivering outputs or dead letters",
+    words = {"read": "reading the batch or running the plugin",
+             "deliver": "delivering outputs or dead letters",
              "wait": "waiting to retry", "letters": "delivering outputs or dead letters",
              "report": "reporting the batch"}[phase]
     assert f"the last time {words}" in why, why
