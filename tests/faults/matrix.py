@@ -489,6 +489,13 @@ FAULTS += [
             values={13: f"die={phase}:r13"}, settings={"die_hooks": True}, workers={"batch_max_records": 8},
             dead={"r13": "WorkerCrashed"}, check="death_phase_named", redelivers=True)
       for phase, what in _PHASES.items()],
+    Fault("killed-while-deliver-no-dlq", "a worker's whole life",
+          "a record gets its worker SIGKILLed while its outputs are delivered and there is no "
+          "`[dead_letter] topic`",
+          "its partition stops there (blocked), as for a crash in the plugin; `--until-caught-up` exits 7",
+          values=values(r21="die=deliver"), n=40, partitions=2, dead_letter=False, exit=7,
+          settings={"die_hooks": True}, workers={"batch_max_records": 4}, log=("WorkerCrashed",),
+          check="blocked_at_failure"),
     *[Fault(f"plugin-changes-{kind}", "a worker's whole life",
             f"the plugin changes its records' {what}, and one record fails",
             "retries, bisection and the dead letter see the record as read from Kafka: only the failing "
