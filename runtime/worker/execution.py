@@ -1,8 +1,11 @@
 """Running a batch through the plugin: retry with backoff, then bisect to isolate the
 failing records, so that good records go through and bad ones can be dead-lettered.
 
-Shared by the local worker (runtime/worker.py) and the Spark backend (runtime/spark/apply.py),
-so a plugin fails the same way on both. It produces nothing itself: the caller may pass
+Shared by the local worker (runtime/worker/main.py), the Spark backend (runtime/spark/apply.py)
+and the redrive (runtime/redrive/actions.py), so a plugin fails the same way on all three.
+Each plugin call gets copies of its records (``copy_records``): what the plugin does to them
+never reaches the records the caller passed, which retries, bisection and the failures (and
+so the dead letters) are made of. It produces nothing itself: the caller may pass
 ``deliver``, called with the outputs of every plugin call that returned, inside the retry
 path. ``deliver`` raising :class:`OutputRejected` (the broker refuses an output for what it
 is) fails that call like a plugin exception; raising :class:`BatchDeferred` (an outage, a
