@@ -1,7 +1,9 @@
 """The plugin contract (stable: other tools depend on it) and its loader.
 
 A plugin is a module with ``process(batch)`` and optional ``setup(context)`` and
-``teardown()``. ``batch`` is a sequence of :class:`Record`. ``process`` returns an
+``teardown()``. ``batch`` is a list of :class:`Record`, copies made for that call: the
+plugin may change them (and the list) freely; retries, bisection and dead letters use the
+records as read. A ``Reject`` names a record of the batch it was given. ``process`` returns an
 iterable of outputs, or None. An output is
 
 * ``bytes`` – a value produced to ``[output] topic`` with no key;

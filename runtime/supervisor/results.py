@@ -169,7 +169,8 @@ class Results(Generic[H]):
                     "tp": p.label, "first": b.first, "last": b.last})
             if iso.dead_letter is not None:
                 self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed",
-                                 f"worker {death.why} while processing this record ({b.crashes} times)",
+                                 f"worker {death.why} while processing this record ({b.crashes} times"
+                                 + (f"; the last time {death.during})" if death.during else ")"),
                                  attempts=b.crashes, plugin_version=death.version)
             requeue.extend(iso.requeue)
         self.scheduler.requeue(requeue)

@@ -13,8 +13,12 @@ status (a plugin can produce any status):
   plugin has started in this run, a start failure (a later incarnation whose ``setup()``
   hits a transient error) is retried with back-off for as long as it takes.
 * it was ready and died: a **crash**. Its batches go back to their lanes; the one it was
-  running counts a crash (crash isolation, isolation.py) only if it died in the plugin, not
-  while waiting for the broker.
+  running counts a crash (crash isolation, isolation.py), whatever the phase it died in:
+  reading the frame, in the plugin, delivering the outputs, waiting to retry, writing dead
+  letters, reporting (a record whose outputs get the worker OOM-killed while they are
+  delivered is as much at fault as one that crashes the plugin). Only the supervisor's own
+  kills for what is not the batch's doing spare it: a delivery wait far past its bound (an
+  outage), a revocation, a worker that ran out of a resource and did not leave.
 * it exited after a STOP frame: **recycled** (memory, open files or batch budget), or
   **retired** (a reload or a resize no longer wants it: it took no more batches, finished
   those in its ring, and its slot is spare).
@@ -56,7 +60,7 @@ from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.ops.status import ExitCause
 from runtime.supervisor.pool import PluginCode, describe_exit
 from runtime.supervisor.seams import Pool, S
-from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE
+from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 from runtime.transport.frames import STOP_FRAME
 
 log = logging.getLogger("ringmaster.workforce")
@@ -67,6 +71,12 @@ _WATCH_S = 2.0  # psutil checks: memory, open files, processes the plugin starte
 # leaks descriptors would otherwise fail every record with EMFILE (issue 17.8).
 _FD_RECYCLE_SHARE = 0.8
 _EXHAUSTED_EXIT_S = 30.0  # an exhausted worker runs teardown and flushes (10 s), then exits
+# What a worker was doing in its batch when it died, by the phase on its board (for the log
+# and the dead letter). A batch begins in PHASE_CALL (its frame is decoded there too) and
+# ends idle while its result is sent.
+_DURING = {PHASE_CALL: "reading the batch or running the plugin",
+           PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
+           PHASE_IDLE: "reporting the batch"}
 
 
 class State(enum.Enum):
@@ -88,6 +98,7 @@ class Life:
     frames_once_ready: bool = False  # started by a reload or resize: no frames while it starts
     restart_at: float | None = None
     kill: str | None = None  # why we are killing it (SIGTERM sent at term_sent_at)
+    kill_blames_batch: bool = True  # does our kill count against the batch it is in (module docstring)
     term_sent_at: float | None = None
     reported: str | None = None  # why this incarnation cannot start: its FATAL report, or a setup timeout
     start_failure: str | None = None  # why the worker is failing to start (shown until it is ready)
@@ -106,9 +117,10 @@ class Death:
     """What the supervisor needs to redeliver a dead worker's batches."""
 
     index: int
-    crashed_batch: int | None  # the batch it was running in the plugin when it died
+    crashed_batch: int | None  # the batch it died in, if its death counts against that batch
     why: str  # "exited with status 13", "killed by SIGKILL (perhaps out of memory)", ...
     version: str | None = None  # the plugin version it ran
+    during: str = ""  # what it was doing in that batch: "running the plugin", "delivering outputs ...", ...
 
 
 class Workforce(Generic[S]):
@@ -236,6 +248,7 @@ class Workforce(Generic[S]):
             return
         life.state, life.frames_once_ready = State.STARTING, False
         life.restart_at = life.kill = life.term_sent_at = life.reported = life.version = None
+        life.kill_blames_batch = True
         life.exhausted = life.exhausted_batch = None
         # A start failure stays visible (status) until this incarnation is ready.
 
@@ -304,6 +317,7 @@ class Workforce(Generic[S]):
                 self.pool.kill(h, signal.SIGKILL)
             return
         reason = None
+        blames = True
         if life.state is State.STARTING and now - h.started_at > self.w.setup_timeout_s:
             reason = (f"plugin setup did not finish within {self.w.setup_timeout_s:g} s "
                       "(workers.setup_timeout_s)")
@@ -312,14 +326,16 @@ class Workforce(Generic[S]):
             reason = f"batch exceeded its deadline of {self.w.batch_timeout_s:g} s (workers.batch_timeout_s)"
         elif h.board.in_phase_for_s(PHASE_DELIVER) > self.delivery_bound_s:
             reason = f"waiting for the broker for over {self.delivery_bound_s:g} s"
+            blames = False  # an outage the producer's own timeout did not end: not the records'
         elif h.board.heartbeat_age_s > self.w.heartbeat_timeout_s:
             reason = f"silent for {h.board.heartbeat_age_s:.0f} s (workers.heartbeat_timeout_s)"
         elif life.exhausted is not None and now - life.exhausted_at > _EXHAUSTED_EXIT_S:
             reason = f"still running {_EXHAUSTED_EXIT_S:g} s after it ran out of {life.exhausted}"
+            blames = False  # the worker's own trouble, judged like its EXHAUSTED report
         if reason is not None:
             log.warning(f"killing worker: {reason}", extra={"worker": h.index, "incarnation": h.incarnation,
                                                             "pid": h.pid})
-            life.kill = reason
+            life.kill, life.kill_blames_batch = reason, blames
             life.term_sent_at = now
             self.pool.kill(h, signal.SIGTERM)
 
@@ -328,7 +344,7 @@ class Workforce(Generic[S]):
         Its death is then the supervisor's doing: counted as ``killed``, logged with ``reason``."""
         life = self.lives[h.index]
         log.error(f"killing worker: {reason}", extra={"worker": h.index, "pid": h.pid})
-        life.kill = reason
+        life.kill, life.kill_blames_batch = reason, False  # a revocation: slow is not poison
         life.term_sent_at = self.clock()
         self.pool.kill(h, signal.SIGKILL)
         if h.process is not None:
@@ -385,7 +401,13 @@ class Workforce(Generic[S]):
         life = self.lives[h.index]
         was_ready = h.board.ready
         batch, _slot = h.board.current
-        in_plugin = bool(batch) and h.board.phase == PHASE_CALL
+        during = _DURING.get(h.board.phase, "") if batch else ""
+        # INVARIANT (8): a death in any phase of a batch counts against it, or a record whose
+        # outputs (or dead letters, or anything after process() returned) kill the worker would
+        # be run again for ever, never bisected, never dead-lettered, its partition stuck. A
+        # batch the worker reported before it died is no longer out (drain() read the report),
+        # so a death after the report blames nothing.
+        blamed = batch if batch and (life.kill is None or life.kill_blames_batch) else None
         pid = h.pid
         if was_ready and life.state is State.STARTING:
             self._became_ready(h, life)  # ready and dead within one tick
@@ -410,9 +432,9 @@ class Workforce(Generic[S]):
         version = life.version
         if self.stopping:
             life.state = State.STOPPED
-            return Death(h.index, batch if in_plugin else None, words, version)
+            return Death(h.index, blamed, words, version, during)
         if life.retiring or (life.probation and not finished_a_batch):
-            return self._gone(h, life, words, level, recycled, was_ready, batch if in_plugin else None)
+            return self._gone(h, life, words, level, recycled, was_ready, blamed, during)
         life.exits[cause] = life.exits.get(cause, 0) + 1
         life.probation = False  # it finished a batch: it passed, and died later like any worker
         if recycled:
@@ -434,19 +456,19 @@ class Workforce(Generic[S]):
                       extra={"worker": h.index, "pid": pid})
             life.crashes += 1
             self._restart_later(life, life.crashes)
-            return Death(h.index, first, words, version)
+            return Death(h.index, first, words, version, during)
         if not was_ready:
             self._start_failed(h, life, words)
             return Death(h.index, None, words, version)
         log.log(level, f"worker {words}", extra={"worker": h.index, "incarnation": incarnation, "pid": pid,
-                                                 "exitcode": code,
+                                                 "exitcode": code, "during": during or "between batches",
                                                  "batches_in_flight": self.batches_out(h.index)})
         life.crashes += 1
         self._restart_later(life, life.crashes)
-        return Death(h.index, batch if in_plugin else None, words, version)
+        return Death(h.index, blamed, words, version, during)
 
     def _gone(self, h: S, life: Life, words: str, level: int, recycled: bool, was_ready: bool,
-              crashed_batch: int | None) -> Death:
+              crashed_batch: int | None, during: str) -> Death:
         """A retiring worker, or one on probation that never finished a batch: its slot is
         spare, nothing restarts it. Its batches go back to their lanes all the same."""
         if life.probation:
@@ -460,7 +482,7 @@ class Workforce(Generic[S]):
         else:
             log.log(level, f"retiring worker {words}", extra={"worker": h.index, "why": life.retiring})
         life.state, life.restart_at, life.probation = State.SPARE, None, False
-        return Death(h.index, crashed_batch, words, life.version)
+        return Death(h.index, crashed_batch, words, life.version, during)
 
     def _start_failed(self, h: S, life: Life, words: str) -> None:
         reported = life.reported

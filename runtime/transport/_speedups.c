@@ -16,6 +16,8 @@
  *                         headers, ts_types, timestamps) -> list[Record]
  *       A decoded frame's columns -> Record objects, filling their __slots__ directly
  *       instead of running Record.__init__ once per record.
+ *           copy_records(Record, records) -> list[Record]
+ *       Copies of Records for the plugin (runtime/worker/execution.py), slot by slot.
  *
  * The msgpack written here is byte-for-byte what msgpack-python's packb(use_bin_type=True)
  * writes for the same Python values (smallest integer form, bin for bytes, str for str).
@@ -661,6 +663,56 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ copy_records */
+
+/* copy_records(Record, records) -> list[Record]: what the plugin is handed (issue 29): new
+ * Records with the same field objects (str, int, bytes, tuples: immutable) and a headers
+ * list of their own (list(h), or None), so that nothing a plugin does to its records
+ * reaches the runtime's. Twin: runtime/worker/execution.py _copy_records_py. */
+static PyObject *copy_records(PyObject *self, PyObject *args) {
+    PyTypeObject *type;
+    PyObject *records;
+    if (!PyArg_ParseTuple(args, "O!O!:copy_records", &PyType_Type, &type, &PyList_Type, &records))
+        return NULL;
+    if (bind_record_type(type) < 0)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *src = PyList_GET_ITEM(records, i);
+        if (!PyObject_TypeCheck(src, type)) {
+            PyErr_Format(PyExc_TypeError, "copy_records: item %zd is a %.100s, not a %.100s", i,
+                         Py_TYPE(src)->tp_name, type->tp_name);
+            goto fail;
+        }
+        PyObject *r = type->tp_alloc(type, 0);
+        if (r == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, r); /* owned by the list from here, also on failure */
+        for (int s = 0; s < N_SLOTS; s++) {
+            PyObject *v = *(PyObject **)((char *)src + slot_offsets[s]);
+            if (v == NULL) {
+                PyErr_Format(PyExc_AttributeError, "copy_records: item %zd has no %s", i, slot_names[s]);
+                goto fail;
+            }
+            if (s == S_HEADERS && v != Py_None) {
+                v = PySequence_List(v);
+                if (v == NULL)
+                    goto fail;
+            } else {
+                Py_INCREF(v);
+            }
+            set_slot(r, s, v);
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -672,6 +724,8 @@ static PyMethodDef methods[] = {
     {"build_records", build_records, METH_VARARGS,
      "build_records(Record, topic, partition, first, offsets, keys, values, headers, "
      "ts_types, timestamps) -> list of Record."},
+    {"copy_records", copy_records, METH_VARARGS,
+     "copy_records(Record, records) -> list of Record: copies with headers lists of their own."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,7 +43,7 @@ from runtime.ops.logs import bind_fields, configure_logging
 from runtime.plugin import Context, Output, Plugin, Record, load_plugin, plugin_version
 from runtime.tp import tp_label
 from runtime.transport import speedups
-from runtime.transport.board import BOARD_BYTES, PHASE_DELIVER, Board, BoardLock, EpochTable
+from runtime.transport.board import BOARD_BYTES, PHASE_DELIVER, PHASE_IDLE, Board, BoardLock, EpochTable
 from runtime.transport.frames import (
     BLOCKED,
     DEFERRED,
@@ -379,7 +379,9 @@ class BatchRunner:
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
-            return self._run(frame, head)
+            result = self._run(frame, head)
+            self.board.set_phase(PHASE_IDLE)  # reporting: a death from here on still blames the batch
+            return result
         except (WorkerExhausted, MemoryError) as exc:
             detail = exc.detail if isinstance(exc, WorkerExhausted) else "memory (MemoryError)"
             fresh = self.board.batches == 0

@@ -493,5 +493,50 @@ FAULTS += [
           check="children_gone"),
 ]
 
+# A worker's whole life is under the failure model (issue 29): a worker killed in any phase
+# of a batch, not only in the plugin, and plugins that change the records they were given.
+# The deaths are SIGKILLs the worker sends itself from hooks on its own code (tests/plugins/
+# probe.py die=PHASE), as the OOM killer would send them; outputs of the batch's other
+# records delivered before a death are written again when the batch runs again (at least once).
+_PHASES = {"read": "reading its batch (decoding the frame)",
+           "deliver": "delivering its outputs (after `process()` returned)",
+           "wait": "waiting to retry a failed call",
+           "letters": "writing a dead letter",
+           "report": "reporting its batch done (outputs acknowledged)"}
+FAULTS += [
+    *[Fault(f"killed-while-{phase}", "a worker's whole life",
+            f"a record gets its worker SIGKILLed (the OOM killer) while {what}",
+            "a crash like one in the plugin: the batch counts it, is retried, bisected, the record "
+            "dead-lettered as `WorkerCrashed` (the reason says what the worker was doing); the partition "
+            "goes on and is committed",
+            values={13: f"die={phase}:r13"}, settings={"die_hooks": True}, workers={"batch_max_records": 8},
+            dead={"r13": "WorkerCrashed"}, check="death_phase_named", redelivers=True)
+      for phase, what in _PHASES.items()],
+    Fault("killed-while-deliver-no-dlq", "a worker's whole life",
+          "a record gets its worker SIGKILLed while its outputs are delivered and there is no "
+          "`[dead_letter] topic`",
+          "its partition stops there (blocked), as for a crash in the plugin; `--until-caught-up` exits 7",
+          values=values(r21="die=deliver"), n=40, partitions=2, dead_letter=False, exit=7,
+          settings={"die_hooks": True}, workers={"batch_max_records": 4}, log=("WorkerCrashed",),
+          check="blocked_at_failure"),
+    *[Fault(f"plugin-changes-{kind}", "a worker's whole life",
+            f"the plugin changes its records' {what}, and one record fails",
+            "retries, bisection and the dead letter see the record as read from Kafka: only the failing "
+            "record is dead-lettered, with its original key, value, headers and coordinates",
+            values=values(r5="raise", r22="raise"), settings={"mutate": [kind]}, partitions=2,
+            dead={"r5": "ValueError", "r22": "ValueError"}, check="dead_letters_as_read")
+      for kind, what in [("value", "value (`r.value = r.value.decode()`)"),
+                         ("object", "value to an object (`r.value = json.loads(r.value)`)"),
+                         ("key", "key (to an int)"),
+                         ("headers", "headers (an int header appended)"),
+                         ("coordinates", "offset, topic and partition"),
+                         ("items", "batch list (reversed, a forged record put in)")]],
+    Fault("plugin-rejects-a-changed-record", "a worker's whole life",
+          "the plugin changes a record and yields it in `Reject`",
+          "the record as read is dead-lettered as `Rejected`, at its own partition and offset",
+          values=values(r8="reject", r27="reject"), settings={"mutate": ["value", "headers", "coordinates"]},
+          partitions=2, dead={"r8": "Rejected", "r27": "Rejected"}, check="dead_letters_as_read"),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

@@ -301,6 +301,37 @@ def committed_is_processed(obs: drive.Observation) -> None:
     assert "partition(s) left" in line and "records left" in line, line
 
 
+# ------------------------------------------------------------------------ a worker's whole life (issue 29)
+def death_phase_named(obs: drive.Observation) -> None:
+    """The dead letter of the record that killed its worker says what the worker was doing."""
+    (m,) = obs.dead
+    why = dict(m.headers())["ringmaster.error.message"].decode()
+    phase = obs.fault.id.removeprefix("killed-while-")
+    words = {"read": "reading the batch or running the plugin",
+             "deliver": "delivering outputs or dead letters",
+             "wait": "waiting to retry", "letters": "delivering outputs or dead letters",
+             "report": "reporting the batch"}[phase]
+    assert f"the last time {words}" in why, why
+    assert dict(m.headers())["ringmaster.worker"] == b"supervisor"
+
+
+def dead_letters_as_read(obs: drive.Observation) -> None:
+    """Each dead letter is the record as written to Kafka, at its own partition and offset,
+    whatever the plugin changed in the objects it was given."""
+    where = set()
+    for m in obs.dead:
+        h = dict(m.headers())
+        i = int(ident(m.value())[1:])
+        assert m.key() == str(i).encode(), f"the original key: {m.key()!r}"
+        assert m.value() == obs.fault.values[i].encode(), f"the original value: {m.value()!r}"
+        assert not [k for k, _ in m.headers() if k.startswith("probe.")], "no header the plugin added"
+        assert h["ringmaster.source.topic"].decode() == obs.names["in"]
+        partition, offset = int(h["ringmaster.source.partition"]), int(h["ringmaster.source.offset"])
+        assert 0 <= offset < obs.counts[partition], (partition, offset, obs.counts)
+        where.add((partition, offset))
+    assert len(where) == len(obs.dead), "each names its own record"
+
+
 CHECKS = {name: fn for name, fn in globals().items() if callable(fn) and name in {
     f.check for f in FAULTS if f.check}}
 assert set(CHECKS) == {f.check for f in FAULTS if f.check}, "every check named in the matrix exists"

@@ -32,6 +32,12 @@ backoff=S           raise Backoff(S) the first time this id is seen (state_dir),
 backoffall=S        the same with scope="all"
 flaky=N             raise the first N times this id is seen (state_dir), then process
 notopic             yield an Output without a topic (and nothing else for this record)
+die=PHASE           the worker SIGKILLs itself (as the OOM killer would) in that phase of the
+                    batch holding this record, through hooks on the worker's own code that
+                    setup() installs with the ``die_hooks`` setting: ``read`` (decoding the
+                    frame), ``deliver`` (producing this record's output), ``wait`` (the record
+                    raises; the retry's back-off), ``letters`` (the record raises; writing its
+                    dead letter), ``report`` (sending the batch's result)
 ==================  =====================================================================
 
 Every output is JSON: ``id``, ``p``, ``o``, ``pid``, ``key`` (its length), ``h`` (a digest of
@@ -43,7 +49,12 @@ key-hex`` per record, written per batch); ``state_dir``
 (files that outlive worker restarts); ``pid_dir``; ``fail_setup`` (always) or
 ``fail_setup_on`` (incarnations, e.g. [2, 3]: ``worker-0.2`` is incarnation 2 of worker 0);
 ``setup_exit`` {code, on, how: "os"|"sys"}; ``hang_setup_on``; ``fail_teardown``; ``nofile``
-(the worker's soft RLIMIT_NOFILE, set in setup: leaks run out sooner).
+(the worker's soft RLIMIT_NOFILE, set in setup: leaks run out sooner); ``die_hooks`` (install
+the hooks of ``die=PHASE``); ``mutate`` (a list of what ``process`` changes in the records and
+the batch list it was given, after reading them and before it fails or rejects: ``value``
+(decoded to str), ``object`` (a dict), ``key``, ``headers`` (an int header appended),
+``coordinates`` (offset, topic, partition), ``items`` (the list reversed, a forged record put
+in), ``reject`` (every record's Reject carries the changed record)).
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -99,10 +111,83 @@ def setup(context: Context) -> None:
     _pid_dir = s.get("pid_dir")
     _fail_teardown = bool(s.get("fail_teardown"))
     _slow_keys = {k.encode(): float(ms) / 1000 for k, ms in s.get("slow_keys", {}).items()}
+    global _mutate
+    _mutate = frozenset(s.get("mutate", ()))
+    if s.get("die_hooks"):
+        _install_die_hooks()
     jdir = s.get("journal_dir")
     if jdir:
         _journal = os.open(os.path.join(jdir, f"{os.getpid()}.log"),
                            os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+
+_DIE_HEADER = "probe.die"
+_armed: str | None = None  # die=PHASE seen in the batch being processed (wait, report)
+_mutate: frozenset[str] = frozenset()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(5)
+
+
+def _install_die_hooks() -> None:
+    """Hooks on the worker's own code paths after process() (test-only: how else would a
+    plugin get its worker killed while the runtime delivers, retries or reports)."""
+    import runtime.worker.execution as execution
+    import runtime.worker.main as main
+    from runtime.kafka.producer import OutputProducer
+    from runtime.transport.frames import ResultKind, decode_result
+
+    records_of, produce, backoff, send = main.records_of, OutputProducer.produce, execution.backoff_s, \
+        main.send_message
+
+    def reading(frame: Any) -> list[Record]:
+        records = records_of(frame)
+        if any((r.value or b"").startswith(b"die=read:") for r in records):
+            _die()
+        return records
+
+    def producing(self: Any, topic: str, value: bytes | None, key: bytes | None = None,
+                  headers: Any = None, *args: Any, **kw: Any) -> None:
+        if (value or b"").startswith(b"die=letters:") or any(k == _DIE_HEADER for k, _ in headers or ()):
+            _die()
+        produce(self, topic, value, key, headers, *args, **kw)
+
+    def waiting(*args: Any, **kw: Any) -> float:
+        if _armed == "wait":
+            _die()
+        return backoff(*args, **kw)
+
+    def reporting(fd: int, message: bytes) -> None:
+        if _armed == "report" and decode_result(message).kind is ResultKind.DONE:
+            _die()
+        send(fd, message)
+
+    main.records_of = reading
+    OutputProducer.produce = producing  # type: ignore[method-assign]
+    execution.backoff_s = waiting
+    main.send_message = reporting
+
+
+def _mutated(batch: Sequence[Record]) -> None:
+    """What a careless plugin does to the records it was given (the ``mutate`` setting)."""
+    for r in batch:
+        if "value" in _mutate:
+            r.value = (r.value or b"").decode(errors="replace")  # type: ignore[assignment]
+        if "object" in _mutate:
+            r.value = {"was": (r.value or b"")[:10].decode(errors="replace")}  # type: ignore[assignment]
+        if "key" in _mutate:
+            r.key = 7  # type: ignore[assignment]
+        if "headers" in _mutate:
+            if r.headers is None:
+                r.headers = []
+            r.headers.append(("probe.int", 7))  # type: ignore[arg-type]
+        if "coordinates" in _mutate:
+            r.offset, r.topic, r.partition = r.offset + 1000, "elsewhere", r.partition + 7
+    if "items" in _mutate and isinstance(batch, list) and batch:
+        batch.reverse()
+        batch[0] = Record("forged", 99, 99, None, b"forged", None, (0, 0))
 
 
 def teardown() -> None:
@@ -154,13 +239,28 @@ def headers_digest(headers: Any) -> str | None:
 
 
 def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
+    global _armed
+    _armed = None
     lines = []
     outs: list[Any] = []
-    for r in batch:
+    given = list(batch)
+    # With ``mutate``: what the records were, read before the plugin changes them.
+    seen = [Record(r.topic, r.partition, r.offset, r.key, r.value,
+                   None if r.headers is None else list(r.headers), r.timestamp)
+            for r in given] if _mutate else given
+    if _mutate:
+        _mutated(batch)
+    for g, r in zip(given, seen, strict=True):
         value = (r.value or b"").decode(errors="replace")
         cmd, arg, ident = parse(value)
         if cmd == "raise":
             raise ValueError(f"poison record {value}")
+        if cmd == "die" and arg in ("wait", "letters"):
+            _armed = arg
+            raise ValueError(f"poison record {value}: its worker dies when it {arg}")
+        if cmd == "die" and arg == "report":
+            _armed = arg
+            continue  # no output of its own: the batch's others are acknowledged, then the worker dies
         if cmd == "crash":
             os._exit(13)
         if cmd == "osexit":
@@ -211,7 +311,7 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
         if r.key in _slow_keys:
             time.sleep(_slow_keys[r.key])
         if cmd == "reject":
-            outs.append(Reject(r, f"rejected {value}"))
+            outs.append(Reject(g, f"rejected {value}"))  # the record it was given, changed or not
             continue
         key = "-" if r.key is None else r.key.hex()
         lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()} {key}\n")
@@ -223,7 +323,8 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
         if cmd == "notopic":
             outs.append(Output(body, key=r.key, topic=None))
             continue
-        outs.append(Output(body, key=r.key, topic=arg if cmd == "route" else None))
+        headers = [(_DIE_HEADER, b"deliver")] if cmd == "die" and arg == "deliver" else None
+        outs.append(Output(body, key=r.key, headers=headers, topic=arg if cmd == "route" else None))
     if _journal is not None and lines:
         os.write(_journal, "".join(lines).encode())
     return iter(outs)

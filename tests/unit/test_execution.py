@@ -14,13 +14,17 @@ import pytest
 
 from runtime.errors import DeliveryFailed, OutputRejected
 from runtime.plugin import Backoff, Output, Plugin, Record, Reject
+from runtime.transport import speedups
 from runtime.worker.execution import (
+    COPY_RECORDS,
     PHASE_CALL,
     PHASE_DELIVER,
     PHASE_IDLE,
     PHASE_WAIT,
     Outcome,
     RetryPolicy,
+    _copy_records_py,
+    copy_records,
     run_batch,
 )
 
@@ -365,3 +369,116 @@ def test_outputs_before_a_failing_record_are_those_of_records_before_it_only() -
     outcome = run(spy, records(6), stop_at_first_failure=True)
     assert outcome.first_failure is not None and outcome.first_failure.record.offset == 3
     assert sorted(o.value for o in outcome.outputs_before(3)) == [b"out-v0", b"out-v1", b"out-v2"]  # type: ignore[type-var]
+
+
+# ---------------------------------------------------------------------- records the plugin changes (issue 29)
+def with_headers(batch: list[Record]) -> list[Record]:
+    for r in batch:
+        r.headers = [("trace", b"t%d" % r.offset)]
+    return batch
+
+
+def mutate_all(batch: Sequence[Record]) -> None:
+    """Everything a careless plugin does to what it was given, before it fails on offset 5."""
+    for r in batch:
+        r.value = json_like(r.value)  # type: ignore[assignment]
+        r.key = None
+        r.headers.append(("int", 7))  # type: ignore[union-attr, arg-type]
+        r.offset, r.topic, r.partition = 0, "elsewhere", 99
+    if any(r.value == "v5" for r in batch):
+        raise ValueError("bad record five")
+
+
+def json_like(v: bytes | None) -> str:
+    return (v or b"").decode()
+
+
+def test_a_plugin_that_changes_its_records_changes_nothing_the_runtime_knows() -> None:
+    seen: list[list[tuple[Any, ...]]] = []
+
+    def process(batch: list[Record]) -> list[bytes]:
+        seen.append([(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or [])) for r in batch])
+        mutate_all(batch)
+        batch[0] = Record("x", 9, 9, None, None, None, (0, 0))  # replaces a list item too
+        return [b"ok"]
+
+    originals = with_headers(records(8))
+    outcome = run_batch(Plugin("mutant", process, None, None), originals, POLICY, sleep=no_sleep)  # type: ignore[arg-type]
+    # Every call, retries and bisection halves included, saw the bytes and coordinates read from Kafka.
+    for call in seen:
+        for topic, partition, offset, key, value, headers in call:
+            assert (topic, partition, key, value, headers) == \
+                ("in", 0, b"k%d" % offset, b"v%d" % offset, [("trace", b"t%d" % offset)])
+    (failure,) = outcome.failures  # only the poison record: no good record dead-lettered
+    assert failure.record is originals[5] and failure.error_type == "ValueError"
+    letter = failure.dead_letter("worker-0.1", 1_000_000)
+    h = dict(letter.headers)
+    assert (letter.key, letter.value) == (b"k5", b"v5")
+    assert h["trace"] == b"t5" and "int" not in h
+    source = [h[f"ringmaster.source.{f}"] for f in ("topic", "partition", "offset")]
+    assert source == [b"in", b"0", b"5"]
+    assert [(r.topic, r.offset, r.value, r.headers) for r in originals] == \
+        [("in", i, b"v%d" % i, [("trace", b"t%d" % i)]) for i in range(8)], "the caller's records untouched"
+
+
+def test_a_reject_of_a_changed_record_dead_letters_the_record_as_read() -> None:
+    def process(batch: list[Record]) -> list[Any]:
+        out: list[Any] = []
+        for r in batch:
+            r.value = json_like(r.value)  # type: ignore[assignment]
+            r.offset += 1000
+            r.headers = [("n", 1)]  # type: ignore[list-item]
+            out.append(Reject(r, "no") if r.value == "v2" else r.value.encode())  # type: ignore[union-attr]
+        return out
+
+    batch = records(4)
+    outcome = run_batch(Plugin("mutant", process, None, None), batch, POLICY, sleep=no_sleep)  # type: ignore[arg-type]
+    (failure,) = outcome.failures
+    assert failure.record is batch[2] and failure.error_type == "Rejected"
+    letter = failure.dead_letter("w", 1_000_000)
+    assert letter.value == b"v2" and dict(letter.headers)["ringmaster.source.offset"] == b"2"
+
+
+def test_a_reject_of_a_record_not_in_the_call_fails_the_call_as_a_type_error() -> None:
+    stranger = Record("in", 0, 2, b"k", b"forged", None, (0, 0))
+
+    def process(batch: list[Record]) -> list[Any]:
+        return [Reject(stranger, "not mine") if r.offset == 2 else r.value for r in batch]
+
+    outcome = run_batch(Plugin("forger", process, None, None), records(4), POLICY, sleep=no_sleep)  # type: ignore[arg-type]
+    (failure,) = outcome.failures
+    assert failure.record.value == b"v2" and failure.error_type == "TypeError"
+    assert "Reject.record must be one of the records" in failure.message
+    assert sorted(o.value for o in outcome.outputs_before()) == [b"v0", b"v1", b"v3"]  # type: ignore[type-var]
+
+
+@pytest.mark.parametrize("version", ["c", "python"])
+def test_copies_are_new_objects_with_equal_fields_and_headers_of_their_own(version: str) -> None:
+    originals = with_headers(records(3)) + records(1, first=3)
+    if version == "c":
+        if speedups.native is None:
+            pytest.skip("the C speedups are not built")
+        copies = speedups.native.copy_records(Record, originals)
+    else:
+        copies = _copy_records_py(Record, originals)
+    for c, r in zip(copies, originals, strict=True):
+        assert c is not r and type(c) is Record
+        assert (c.topic, c.partition, c.offset, c.key, c.value, c.headers, c.timestamp) == \
+            (r.topic, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
+        assert c.headers is None or c.headers is not r.headers
+
+
+def test_the_plugins_copies_come_from_c_where_it_is_built() -> None:
+    if speedups.native is None:
+        pytest.skip("the C speedups are not built")
+    copy_records(records(2))
+    assert COPY_RECORDS.in_c, COPY_RECORDS.why_python
+
+
+def test_copying_a_record_with_an_unset_field_fails_alike_in_c_and_python() -> None:
+    hollow = Record.__new__(Record)
+    with pytest.raises(AttributeError):
+        _copy_records_py(Record, [hollow])
+    if speedups.native is not None:
+        with pytest.raises(AttributeError):
+            speedups.native.copy_records(Record, [hollow])

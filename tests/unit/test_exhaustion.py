@@ -184,6 +184,7 @@ def test_an_exhausted_worker_that_does_not_leave_is_stopped() -> None:
     h.board.beat()
     sup.workforce._enforce_bounds(h, sup.workforce.lives[0], clock.now)
     assert pool.killed == [0] and "ran out of memory" in (sup.workforce.lives[0].kill or "")
+    assert not sup.workforce.lives[0].kill_blames_batch, "judged as its EXHAUSTED report: not the batch's"
 
 
 class _Proc:

@@ -515,3 +515,30 @@ def test_through_the_plugin_batches_hold_one_source_partition() -> None:
         action.submit(TP0, lt, stored(lt))
     action.flush_pending()
     assert plugin.calls == [[b"v0", b"v1"], [b"v2", b"v3"], [b"v4"]]
+
+
+class Mutating(Scripted):
+    """Scripted, after changing every record it was given: value to str, an int header,
+    another offset and topic (issue 29)."""
+
+    def process(self, batch: list[Record]) -> list[Any]:
+        out = super().process(batch)
+        for r in batch:
+            r.value = (r.value or b"").decode()  # type: ignore[assignment]
+            r.headers = [*(r.headers or []), ("added", 7)]  # type: ignore[list-item]
+            r.offset, r.topic = r.offset + 1000, "elsewhere"
+        return out
+
+
+def test_through_the_plugin_a_plugin_that_changes_its_records_redrives_and_fails_them_as_read() -> None:
+    plugin, producer, waits = Mutating(), FakeProducer(), []
+    action = through(plugin, producer, waits)
+    letters = [letter_of(0, b"good"), letter_of(1, b"bad")]
+    for lt in letters:
+        action.submit(TP0, lt, stored(lt))
+    action.flush_pending()
+    assert [(o.offset, o.result) for o in action.poll()] == [(0, Result.REDRIVEN), (1, Result.FAILED_AGAIN)]
+    (again,) = [s for s in producer.sent if s["topic"] == DLQ]
+    h = dict(again["headers"])
+    assert again["value"] == b"bad" and "added" not in h
+    assert h["ringmaster.source.offset"] == b"101" and h["ringmaster.source.topic"] != b"elsewhere"

@@ -241,3 +241,25 @@ def test_a_plan_of_no_partitions_reads_nothing() -> None:
     from runtime.spark.source import read_range
 
     assert list(read_range({"bootstrap": "127.0.0.1:1", "group": "g"}, InputPartition(None))) == []
+
+
+def test_a_plugin_that_changes_its_records_fails_them_as_read_on_spark_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import probe
+
+    from runtime.spark import apply as apply_mod
+
+    monkeypatch.setattr(apply_mod, "_loaded", {})  # a probe of its own, with these settings
+    monkeypatch.setattr(probe, "_mutate", probe._mutate)  # setup() sets it: restored after the test
+    rows = [{"topic": "in", "partition": 3, "offset": 40 + i, "key": b"k", "value": v,
+             "headers": [{"key": "trace", "value": b"t"}], "timestamp_type": 0, "timestamp": 0}
+            for i, v in enumerate([b"a", b"raise:b", b"c"])]
+    mutate = {"mutate": ["value", "headers", "coordinates"]}
+    job = PluginJob("probe", mutate, "out", "dlq", RetryPolicy(2, 0, 0))
+    out = [r for rb in applier(job)(iter([pa.RecordBatch.from_pylist(rows)])) for r in rb.to_pylist()]
+    assert [json.loads(r["value"])["id"] for r in out if r["topic"] == "out"] == ["a", "c"]
+    (dead,) = [r for r in out if r["topic"] == "dlq"]
+    h = {x["key"]: x["value"] for x in dead["headers"]}
+    assert dead["value"] == b"raise:b" and h["trace"] == b"t" and "probe.int" not in h
+    source = [h[f"ringmaster.source.{f}"] for f in ("topic", "partition", "offset")]
+    assert source == [b"in", b"3", b"41"]

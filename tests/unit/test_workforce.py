@@ -18,7 +18,7 @@ import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import PluginError, WorkerCrashLoop
 from runtime.supervisor.workforce import Death, State, Workforce
-from runtime.transport.board import PHASE_CALL, PHASE_DELIVER
+from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 from runtime.transport.frames import STOP_FRAME
 
 
@@ -172,20 +172,26 @@ def test_once_a_worker_was_ready_start_failures_are_retried_forever_with_capped_
 
 # ---------------------------------------------------------------------- crashes
 @pytest.mark.parametrize("code", [3, 0, 75, 1, -signal.SIGKILL])
-@pytest.mark.parametrize(("phase", "crashed"), [("call", 17), ("deliver", None), ("idle", None)])
-def test_a_ready_worker_that_exits_has_crashed_and_only_a_death_in_the_plugin_blames_its_batch(
-        clock: Clock, code: int, phase: str, crashed: int | None) -> None:
+@pytest.mark.parametrize(("phase", "crashed", "during"), [
+    ("between batches", None, ""),
+    (PHASE_CALL, 17, "reading the batch or running the plugin"),
+    (PHASE_DELIVER, 17, "delivering outputs or dead letters"),
+    (PHASE_WAIT, 17, "waiting to retry"),
+    (PHASE_IDLE, 17, "reporting the batch"),
+])
+def test_a_ready_worker_that_exits_has_crashed_and_a_death_in_any_phase_of_a_batch_blames_it(
+        clock: Clock, code: int, phase: int | str, crashed: int | None, during: str) -> None:
     r = rig(clock, start_attempts=1, restart_backoff_s=0.25)
     r.ready()
     board = r.pool.handles[0].board
-    if phase != "idle":
+    if isinstance(phase, int):
         board.begin(17, 2)
-    if phase == "deliver":
-        board.set_phase(PHASE_DELIVER)
+        board.set_phase(phase)
     r.pool.exit(0, code)
     deaths = r.at(5.0)
     assert len(deaths) == 1
     assert deaths[0].index == 0 and deaths[0].crashed_batch == crashed
+    assert deaths[0].during == during
     assert r.wf.fatal is None, "a crash never stops the daemon, whatever the exit status"
     assert r.life().state is State.RESTARTING and r.life().crashes == 1
     assert r.life().restart_at == pytest.approx(1005.25)
@@ -228,10 +234,12 @@ def test_a_worker_killed_at_once_for_a_revocation_is_counted_killed_with_the_rea
     r = rig(clock)
     r.ready()
     h = r.pool.handles[0]
+    h.board.begin(8, 0)  # the batch the revocation waited for: slow, not poison
     r.wf.kill_now(h, "still busy on a revoked partition after 10 s (supervisor.revoke_timeout_s)")  # type: ignore[arg-type]
     assert r.pool.kills == [(0, signal.SIGKILL)]
     r.pool.exit(0, -signal.SIGKILL)
     deaths = r.at(0.5)
+    assert deaths[0].crashed_batch is None
     assert deaths[0].why == ("killed by the supervisor (SIGKILL): still busy on a revoked partition after "
                              "10 s (supervisor.revoke_timeout_s)")
     assert r.life().exits == {"killed": 1}
@@ -371,6 +379,20 @@ def test_a_silent_worker_is_terminated_after_heartbeat_timeout(clock: Clock) -> 
     assert r.wf.stuck() == ["worker 0 silent for 10 s (workers.heartbeat_timeout_s 10)"]
     r.at(12.3)
     assert r.pool.kills[-1] == (0, signal.SIGKILL), "a SIGSTOPped worker ignores SIGTERM"
+
+
+def test_a_worker_silent_while_it_delivers_is_killed_and_its_batch_counts_a_crash(clock: Clock) -> None:
+    r = rig(clock, heartbeat_timeout_s=10.0)
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(31, 0)
+    board.set_phase(PHASE_DELIVER)
+    r.at(10.2)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    r.pool.exit(0, -signal.SIGTERM)
+    (death,) = r.at(10.5)
+    assert death.crashed_batch == 31, "a batch that silences its worker in any phase is at fault"
+    assert death.during == "delivering outputs or dead letters"
 
 
 def test_a_worker_that_keeps_beating_is_never_silent(clock: Clock) -> None:
