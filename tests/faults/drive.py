@@ -15,6 +15,8 @@ Drivers:
 * ``caught_up_broker_away`` / ``caught_up_commit_unanswered`` / ``caught_up_broker_stall``:
   `--until-caught-up` against a broker of its own behind a proxy that cuts it, or swallows
   OffsetCommit requests.
+* ``transactions``: the row's records written in committed and aborted transactions, then
+  `--until-caught-up` under read_committed.
 
 String values in a row's ``sections`` may name the row's topics: ``{in}``, ``{out}``, ``{dlq}``.
 """
@@ -29,11 +31,12 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
+from confluent_kafka import Producer
 from helpers import (
     FAST_GROUP,
     SHM_DIR,
@@ -54,7 +57,7 @@ from proxy import OFFSET_COMMIT, PRODUCE, Proxy
 from runtime.ops.devbroker import DevBroker, free_port
 from tests.wire import RawRecord, WireProducer
 
-from .matrix import Fault
+from .matrix import TRANSACTIONS, Fault
 
 TEST_PRODUCER = {"message.max.bytes": 4_000_000}
 
@@ -177,6 +180,55 @@ def batch(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         rm.close()
     obs.extra["config"] = rm.config_path
     return read_back(obs, rm)
+
+
+# ---- transactional input (issue 29): a transaction's marker takes an offset no consumer is handed
+def transactions(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The row's records written by a transactional producer, one transaction per entry of
+    ``TRANSACTIONS[fault.id]`` ((records, commit?)), record i to partition i % partitions,
+    then `ringmaster run --until-caught-up` with ``isolation.level = read_committed``.
+
+    ``counts`` becomes each partition's end (records plus one marker per transaction that
+    wrote to it): what a caught-up run must have committed. ``values`` are the committed
+    records only. Tansu delivers aborted records under read_committed (BROKER.md), so their
+    outputs are taken out of ``outputs`` into ``extra["aborted_outputs"]`` (none on Apache
+    Kafka): the row judges what holds on both brokers."""
+    obs, cfg = prepare(replace(fault, n=0, values={}), bootstrap, tmp)
+    obs.fault = fault
+    cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx"), "linger.ms": 2,
+                  **TEST_PRODUCER})
+    p.init_transactions(30)
+    ends: dict[int, int] = {}
+    committed_values: list[bytes | None] = []
+    aborted: set[str] = set()
+    i = 0
+    for count, commit in TRANSACTIONS[fault.id]:
+        p.begin_transaction()
+        touched = set()
+        for _ in range(count):
+            value = fault.values.get(i, f"r{i}").encode()
+            part = i % fault.partitions
+            p.produce(obs.names["in"], value, key=str(i).encode(), partition=part)
+            ends[part] = ends.get(part, 0) + 1
+            touched.add(part)
+            (committed_values.append(value) if commit else aborted.add(value.decode().split(":")[-1]))
+            i += 1
+        assert p.flush(30) == 0
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+        for part in touched:
+            ends[part] += 1  # the transaction's commit or abort marker
+    obs.values, obs.counts = committed_values, ends
+    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"], env=dict(fault.env))
+    try:
+        obs.exit = rm.wait(fault.timeout_s)
+    finally:
+        rm.close()
+    read_back(obs, rm)
+    ids = [b["id"] for b in obs.bodies()]
+    obs.extra["aborted_outputs"] = [m for m, id_ in zip(obs.outputs, ids, strict=True) if id_ in aborted]
+    obs.outputs = [m for m, id_ in zip(obs.outputs, ids, strict=True) if id_ not in aborted]
+    return obs
 
 
 def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observation:
@@ -530,6 +582,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,
     "caught_up_commit_unanswered": caught_up_commit_unanswered,
+    "transactions": transactions,
 }
 
 

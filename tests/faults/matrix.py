@@ -470,5 +470,38 @@ FAULTS += [
           driver="caught_up_broker_stall", log=("partitions lost",), redelivers=True),
 ]
 
+# ---------------------------------------------------------------- transactional input (issue 29)
+# Transaction markers and aborted records take offsets no consumer is handed: a batch run must
+# not count them as work left, nor commit one short of them. Driver "transactions"
+# (tests/faults/drive.py): per row, the transactions written, (records, committed?).
+TRANSACTIONS: dict[str, list[tuple[int, bool]]] = {
+    "input-in-committed-transactions": [(10, True), (15, True), (15, True)],
+    "input-with-an-aborted-transaction": [(10, True), (10, False), (10, True)],
+    "input-ends-with-an-aborted-transaction": [(20, True), (10, False)],
+    "failing-record-in-a-transaction": [(20, True), (20, True)],
+}
+FAULTS += [
+    Fault("input-in-committed-transactions", "transactional input",
+          "the input was written in committed transactions (Kafka Streams, Flink, an exactly-once "
+          "producer): each leaves a commit marker no consumer is handed",
+          "every record processed; `--until-caught-up` ends at once, exit 0, committed at each "
+          "partition's end, past the last marker (it used to wait for the marker, then exit 9)",
+          driver="transactions", partitions=2),
+    Fault("input-with-an-aborted-transaction", "transactional input",
+          "the input holds an aborted transaction between committed ones",
+          "under `read_committed` (the default) its records are not processed (Tansu delivers "
+          "them anyway) and are no work left: exit 0, committed at the end",
+          driver="transactions", partitions=2),
+    Fault("input-ends-with-an-aborted-transaction", "transactional input",
+          "the input ends with an aborted transaction",
+          "the same: caught up past its records and its abort marker, exit 0",
+          driver="transactions"),
+    Fault("failing-record-in-a-transaction", "transactional input",
+          "a record of a committed transaction fails",
+          "dead-lettered as any other; the run ends caught up past the markers, exit 0",
+          driver="transactions", partitions=2, values=values(r7="raise", r33="raise"),
+          dead={"r7": "ValueError", "r33": "ValueError"}),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"
