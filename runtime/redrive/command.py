@@ -121,7 +121,9 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
             dl = settings.dead_letter
             action = ThroughPlugin(
                 plugin, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
-                lambda: OutputProducer(producer_properties(settings)), settings.output.topic, topic,
+                lambda: OutputProducer(producer_properties(settings),
+                                       own_topics=(settings.output.topic, topic)),
+                settings.output.topic, topic,
                 max_message_bytes(settings), settings.output.delivery_timeout_s,
                 settings.workers.batch_max_records, settings.output.retry_backoff_s,
                 wait=lambda s: engine_wait[0](s), version=plugin_version(settings.workers.plugin))

@@ -503,5 +503,35 @@ FAULTS += [
           dead={"r7": "ValueError", "r33": "ValueError"}),
 ]
 
+# ---------------------------------------------------------------- permanent delivery errors (issue 29)
+# An output that can never be delivered is its record's fault (dead-lettered after its retries),
+# not an outage: an invalid topic name, a topic the plugin routed to that does not exist (with
+# auto-creation off). The same refusal from a topic the configuration names is an outage (every
+# record would fail alike), and a batch run still ends within caught_up_timeout_s.
+NO_AUTO_CREATE = {"allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 1000}
+MISSING_TOPIC = "ringmaster-matrix-never-created"  # no row creates it
+FAULTS += [
+    Fault("output-routed-to-an-invalid-topic", "permanent delivery errors",
+          "the plugin routes an output to a topic name Kafka refuses (`Output(topic=\"no such topic!\")`)",
+          "the record is dead-lettered as `OutputRejected` (\"Broker: Invalid topic\") after its retries; "
+          "the others' outputs go out (those delivered before the refusal once more, at least once); "
+          "`--until-caught-up` ends, exit 0 (it used to defer the batch for ever)",
+          values={6: "route=no such topic!:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          sections={"supervisor": {"caught_up_timeout_s": 20.0}}, log=("Invalid topic",)),
+    Fault("output-routed-to-a-missing-topic", "permanent delivery errors",
+          "the plugin routes an output to a topic that does not exist, and topics are not created "
+          "automatically",
+          "the same: dead-lettered as `OutputRejected` (\"Unknown topic or partition\"), exit 0",
+          values={6: f"route={MISSING_TOPIC}:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          sections={"kafka": {"producer": NO_AUTO_CREATE}, "supervisor": {"caught_up_timeout_s": 20.0}}),
+    Fault("output-topic-missing", "permanent delivery errors",
+          "`[output] topic` does not exist, and topics are not created automatically",
+          "an outage, not the records' fault: nothing dead-lettered or committed, the batch waits and is "
+          "tried again; `--until-caught-up` exits 9 after `caught_up_timeout_s` without progress",
+          sections={"kafka": {"producer": NO_AUTO_CREATE}, "output": {"topic": MISSING_TOPIC},
+                    "supervisor": {"caught_up_timeout_s": 10.0}},
+          exit=9, log=("batch deferred", "did not catch up"), timeout_s=90),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"
