@@ -26,7 +26,7 @@ run does not stop while one is out, unless nothing moves for ``caught_up_timeout
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,8 @@ class CaughtUp:
             return False
         if self.idle_s and now - self.intake.last_records_at < self.idle_s:
             return False
+        if self.assignment.over_capacity:
+            return False  # assigned and not read: not caught up (a release may free a slot for them)
         if not all(self._finished(p) for p in self.partitions.values()):
             return False
         if self._out():
@@ -192,8 +194,10 @@ class CaughtUp:
                 target if target is not None else self.consumer.high_watermark(p.tp), p.intake.first_offset)
 
     # ------------------------------------------------------------------ the exit status
-    def verdict(self, held: list[Partition], stopped_by: str | None) -> RingmasterError | None:
-        """After the final release (``held``: what was held when the stop began). None: exit 0."""
+    def verdict(self, held: list[Partition], stopped_by: str | None,
+                over_capacity: Sequence[TP] = ()) -> RingmasterError | None:
+        """After the final release (``held``: what was held when the stop began;
+        ``over_capacity``: what was assigned and never read for want of a slot). None: exit 0."""
         if not self.enabled:
             return None
         why = (f"no progress for {self.stalled_s:.0f} s (supervisor.caught_up_timeout_s)"
@@ -217,6 +221,8 @@ class CaughtUp:
                     blocked.append(r)
                 else:
                     left.append(self._describe(r, "not at its end"))
+        left += [f"{tp_label(tp)} assigned over supervisor.max_partitions and never read (no free slot)"
+                 for tp in sorted(over_capacity)]
         if left:
             shown = left[:_SHOWN] + ([f"and {len(left) - _SHOWN} more"] if len(left) > _SHOWN else [])
             shown += [f"{tp_label(r.tp)} stopped at a failing record: {r.blocked}" for r in blocked[:_SHOWN]]

@@ -533,5 +533,20 @@ FAULTS += [
           exit=9, log=("batch deferred", "did not catch up"), timeout_s=90),
 ]
 
+# ------------------------------------------------- more partitions than max_partitions (issue 29)
+# The group may give a member more partitions than its epoch table has slots (a member left):
+# a state the member lives with (the rest held over capacity: paused, not read, reported),
+# never an exit. tests/integration/test_max_partitions.py covers a member leaving a live pair.
+FAULTS += [
+    Fault("more-partitions-than-max-partitions", "more partitions than `max_partitions`",
+          "the group assigns a member more partitions than `supervisor.max_partitions` (a member left)",
+          "it takes what fits and holds the rest over capacity: paused, not read, named in a warning, "
+          "status and `ringmaster_partitions_over_capacity`; taken in when a slot frees up (it used to "
+          "exit 1); a batch run ends exit 9 naming them",
+          partitions=6, n=60, sections={"supervisor": {"max_partitions": 4, "caught_up_timeout_s": 10.0}},
+          exit=9, log=("held over capacity, not read", "assigned over supervisor.max_partitions"),
+          check="over_capacity_untouched", timeout_s=90),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

@@ -301,6 +301,22 @@ def committed_is_processed(obs: drive.Observation) -> None:
     assert "partition(s) left" in line and "records left" in line, line
 
 
+def over_capacity_untouched(obs: drive.Observation) -> None:
+    """Partitions held over capacity are never read: nothing of them is output or committed;
+    the ones that fit are done and committed."""
+    status = obs.status or {}
+    over = {o["tp"] for o in status.get("over_capacity", [])} or {
+        line.split("partitions=")[1].split()[0] for line in obs.log.splitlines()
+        if "held over capacity" in line and "partitions=" in line}
+    held = {int(p) for p in obs.committed if obs.committed[p] == obs.counts[p]}
+    assert len(held) == 4, f"the 4 partitions that fit are done and committed: {obs.committed}"
+    assert len(obs.committed) == 6 and all(obs.committed[p] < 0 for p in obs.committed if p not in held), \
+        f"nothing committed for the partitions over capacity: {obs.committed} ({over})"
+    outputs = {b["id"] for b in obs.bodies()}
+    expected = {ident(v) for i, v in enumerate(obs.values) if i % 6 in held}
+    assert outputs == expected, f"outputs only of the partitions that fit: {sorted(outputs ^ expected)[:10]}"
+
+
 CHECKS = {name: fn for name, fn in globals().items() if callable(fn) and name in {
     f.check for f in FAULTS if f.check}}
 assert set(CHECKS) == {f.check for f in FAULTS if f.check}, "every check named in the matrix exists"
