@@ -548,5 +548,53 @@ FAULTS += [
           check="over_capacity_untouched", timeout_s=90),
 ]
 
+# ---------------------------------------------------------------- poisoned dead letters (issue 29)
+# Every field redrive reads from a letter is bounded, as the control records are: a letter
+# out of bounds is passed over as malformed (counted, committed past, left in the topic), the
+# good letters around it are redriven, and redrive never exits "internal error". Driver
+# "redrive_letters": per row, which of 8 letters (0-7) are poisoned and how, and the options.
+RawHeaders = list[tuple[bytes, bytes | None]]
+
+
+def _set(name: str, value: bytes) -> Callable[[RawHeaders], RawHeaders]:
+    return lambda h: [(k, value if k == f"ringmaster.{name}".encode() else v) for k, v in h]
+
+
+POISONS: dict[str, Callable[[RawHeaders], RawHeaders]] = {
+    "count-5000-digits": lambda h: [*h, (b"ringmaster.redrive.count", b"9" * 5000)],
+    "partition-2**32": _set("source.partition", str(2**32).encode()),
+    "offset-past-int64": _set("source.offset", str(2**63).encode()),
+    "offset-5000-digits": _set("source.offset", b"9" * 5000),
+    "failed-at-5000-digits": _set("failed_at_ms", b"9" * 5000),
+    "invalid-source-topic": _set("source.topic", b"no such topic!"),
+    "header-name-not-utf8": lambda h: [*h, (NOT_UTF8, b"x")],
+}
+REDRIVE_LETTERS: dict[str, tuple[dict[int, str], tuple[str, ...]]] = {
+    "dead-letters-with-fields-out-of-bounds": (
+        {1: "count-5000-digits", 3: "partition-2**32", 4: "offset-past-int64", 6: "offset-5000-digits"}, ()),
+    "dead-letters-unreadable-or-odd": (
+        {0: "header-name-not-utf8", 2: "failed-at-5000-digits", 7: "invalid-source-topic"}, ()),
+    "redrive-from-out-of-range": ({}, ("--from", "9" * 5000)),
+}
+FAULTS += [
+    Fault("dead-letters-with-fields-out-of-bounds", "poisoned dead letters (`ringmaster redrive`)",
+          "dead letters hold numbers no Kafka type takes (a 5,000-digit `redrive.count`, which any input "
+          "record can carry; a source partition of 2**32; an offset past int64)",
+          "each is passed over as `malformed` with a warning naming the header, counted, committed past and "
+          "left in the topic; the good letters around them are redriven once; exit 0 (it used to exit 1, "
+          "\"internal error\", every run)",
+          driver="redrive_letters", check="redrive_passed_over_malformed",
+          log=("dead letter passed over: a ringmaster.* header is out of bounds",)),
+    Fault("dead-letters-unreadable-or-odd", "poisoned dead letters (`ringmaster redrive`)",
+          "a dead letter has a header name that is not UTF-8, a 5,000-digit `failed_at_ms`, or a source "
+          "topic no broker accepts",
+          "the same: passed over as `malformed`, the rest redriven, exit 0",
+          driver="redrive_letters", check="redrive_passed_over_malformed"),
+    Fault("redrive-from-out-of-range", "poisoned dead letters (`ringmaster redrive`)",
+          "`redrive --from` is given a 5,000-digit offset (or a partition past int32, a `--rate` of 1e400)",
+          "exit 2 with one line naming the option; nothing read or sent",
+          driver="redrive_letters", exit=2, log=("is not an offset",), check="redrive_refused"),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"
