@@ -181,9 +181,9 @@ class SupervisorSettings(_Section):
     stop_when_caught_up: bool = False
     caught_up_idle_s: float = Field(default=0.0, ge=0)
     caught_up_timeout_s: float = Field(
-        default=300.0, ge=0, description="--until-caught-up: stop with exit 8 after this long without "
-        "progress (records fetched or handled, batches in workers, rebalances; an operator pause "
-        "waits); 0: wait for ever")
+        default=300.0, ge=0, description="--until-caught-up: stop with exit 9 after this long without "
+        "progress (records fetched or handled, batches in workers, rebalances; a batch deferred again "
+        "and again is not progress; an operator pause waits); 0: wait for ever")
     status_file: str | None = None
     status_interval_s: float = Field(default=1.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
