@@ -152,8 +152,14 @@ class WorkerSettings(_Section):
         return self.max_processes or self.processes
 
 
+# A name Kafka accepts for a topic. Checked at start for the topics the configuration names, so
+# that a broker's "Invalid topic" is only ever about a topic a plugin routed an output to: that
+# one is the record's fault (runtime/kafka/producer.py), a configured one would fail them all.
+TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
+
+
 class OutputSettings(_Section):
-    topic: str | None = None
+    topic: str | None = Field(default=None, pattern=TOPIC_NAME)
     delivery_timeout_s: float = Field(default=30.0, gt=0, description="wait for the broker's "
                                       "acknowledgements of a batch's outputs and dead letters")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="after a failed delivery, first wait")
@@ -161,7 +167,7 @@ class OutputSettings(_Section):
 
 
 class DeadLetterSettings(_Section):
-    topic: str | None = None
+    topic: str | None = Field(default=None, pattern=TOPIC_NAME)
     max_attempts: int = Field(default=3, ge=1, le=100)
     retry_backoff_s: float = Field(default=0.1, ge=0)
     retry_backoff_max_s: float = Field(default=5.0, ge=0)
@@ -175,9 +181,9 @@ class SupervisorSettings(_Section):
     stop_when_caught_up: bool = False
     caught_up_idle_s: float = Field(default=0.0, ge=0)
     caught_up_timeout_s: float = Field(
-        default=300.0, ge=0, description="--until-caught-up: stop with exit 8 after this long without "
-        "progress (records fetched or handled, batches in workers, rebalances; an operator pause "
-        "waits); 0: wait for ever")
+        default=300.0, ge=0, description="--until-caught-up: stop with exit 9 after this long without "
+        "progress (records fetched or handled, batches in workers, rebalances; a batch deferred again "
+        "and again is not progress; an operator pause waits); 0: wait for ever")
     status_file: str | None = None
     status_interval_s: float = Field(default=1.0, gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -177,8 +177,9 @@ class BatchDeferred(RingmasterError):
 
 
 class DeliveryFailed(BatchDeferred):
-    """Outputs or dead letters could not be delivered (broker away, topic missing or refusing,
-    delivery timeout): not the record's fault. The batch is retried after a back-off, its
+    """Outputs or dead letters could not be delivered (broker or leader away, delivery timeout,
+    a topic the configuration names missing or refusing this client): not the record's fault
+    (the classes: runtime/kafka/producer.py). The batch is retried after a back-off, its
     partition paused meanwhile, and nothing of it is committed."""
 
     cause = "delivery"
@@ -198,7 +199,9 @@ class WorkerExhausted(RingmasterError):
 
 class OutputRejected(RingmasterError):
     """The broker or the client refuses one output for what it is (too large, invalid for
-    the topic): the record that produced it is at fault, like a plugin exception."""
+    the topic, an invalid topic name), or a topic the plugin routed it to refuses every
+    message (missing, not authorised): the record that produced it is at fault, like a
+    plugin exception (the classes: runtime/kafka/producer.py)."""
 
 
 class RedriveIncomplete(RingmasterError):

@@ -19,14 +19,36 @@ from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
 log = logging.getLogger(__name__)
 
 
-# error (broker away, leader moving, topic missing, not authorised, timed out) is an outage:
-# the batch waits and is tried again, and no record is blamed for it.
+# Delivery errors, in three classes (one place: every producer of the runtime asks here).
+#
+# * RECORD_ERRORS: the message can never be delivered as it is, wherever it goes: it is the
+#   record's fault, like a plugin exception (retried with its batch, then isolated and
+#   dead-lettered with the error).
+# * TOPIC_ERRORS: the topic refuses every message (it does not exist and is not created, this
+#   client may not write to it). The record's fault when the record chose the topic (an
+#   ``Output(topic=...)`` the plugin routed): another record's outputs go elsewhere, and waiting
+#   cannot help. An outage for the topics the configuration names (``[output] topic``, the
+#   dead-letter topic): every record would fail alike, and dead-lettering them all would turn a
+#   deployment mistake (an ACL, a topic not created yet) into thousands of letters; the batch
+#   waits until the operator fixes it, as for a broker away.
+# * anything else (broker or leader away, leader moving, timed out, throttled): an outage. The
+#   batch waits and is tried again; no record is blamed for it.
 RECORD_ERRORS = frozenset({
     _CKError.MSG_SIZE_TOO_LARGE, _CKError.RECORD_LIST_TOO_LARGE, _CKError.INVALID_RECORD,
     _CKError.INVALID_TIMESTAMP,
     # A record sent to a partition the topic does not have (a redrive to the partition a record
     # came from, after the topic was created again with fewer): only an explicit partition can.
     _CKError._UNKNOWN_PARTITION,
+    # "Broker: Invalid topic": a name Kafka never accepts ("no such topic!", 250 characters).
+    # Configured topic names are checked at start (runtime/config.py): only a routed output
+    # can carry one.
+    _CKError.TOPIC_EXCEPTION,
+})
+TOPIC_ERRORS = frozenset({
+    _CKError.TOPIC_AUTHORIZATION_FAILED,
+    # A topic that does not exist with auto-creation off: the broker's answer, or librdkafka's
+    # own after topic.metadata.propagation.max.ms.
+    _CKError.UNKNOWN_TOPIC_OR_PART, _CKError._UNKNOWN_TOPIC,
 })
 
 
@@ -41,7 +63,20 @@ PRODUCER_STATE_ERRORS = frozenset({
 
 
 def is_record_error(err: _CKError) -> bool:
+    """The message can never be delivered as it is, to whatever topic (RECORD_ERRORS)."""
     return err.code() in RECORD_ERRORS
+
+
+def is_records_fault(err: _CKError, topic: str, own_topics: frozenset[str] | None) -> bool:
+    """Whether a delivery error is the fault of the record whose output it was (the record is
+    isolated and dead-lettered) rather than an outage (its batch waits and is tried again):
+    RECORD_ERRORS always; TOPIC_ERRORS when ``topic`` is not one of ``own_topics``, the topics
+    the configuration names (None: every topic is, so a topic's refusal is always an
+    outage)."""
+    code = err.code()
+    if code in RECORD_ERRORS:
+        return True
+    return code in TOPIC_ERRORS and own_topics is not None and topic not in own_topics
 
 
 OnDelivery = Callable[[_CKError | None, Any], None]
@@ -64,8 +99,13 @@ class OutputProducer:
     error (the idempotent producer lost its state, e.g. after a broker restart) makes
     ``broken`` true: the owner drops this producer and creates a new one."""
 
-    def __init__(self, props: Mapping[str, Any]) -> None:
+    def __init__(self, props: Mapping[str, Any], own_topics: Iterable[str | None] | None = None) -> None:
+        """``own_topics``: the topics the configuration names (outputs, dead letters), whose
+        refusal of every message is an outage; a topic error on any other topic (one an
+        output was routed to) is the record's fault (``is_records_fault``). None: every
+        topic counts as the configuration's."""
         props = with_logger(props)
+        self.own_topics = None if own_topics is None else frozenset(t for t in own_topics if t)
         self._bootstrap = str(props.get("bootstrap.servers", ""))
         props["error_cb"] = self._on_error
         try:
@@ -119,7 +159,7 @@ class OutputProducer:
                 self._p.poll(0.05)  # local queue full: let deliveries drain, then retry
             except KafkaException as exc:
                 err = exc.args[0]
-                if is_record_error(err):
+                if is_records_fault(err, topic, self.own_topics):
                     raise OutputRejected(_refusal(topic, err, value, key)) from None
                 raise DeliveryFailed(f"producing to {topic!r} failed: {err}") from None
 
@@ -139,7 +179,8 @@ class OutputProducer:
         failures, self._failures = self._failures, []
         if remaining or self.fatal:
             self.discard_queued()
-        outage = [f"{t}: {e}" for t, e in failures if not is_record_error(e)]
+        refused = [(t, e) for t, e in failures if is_records_fault(e, t, self.own_topics)]
+        outage = [f"{t}: {e}" for t, e in failures if not is_records_fault(e, t, self.own_topics)]
         if self.fatal:
             outage.insert(0, f"fatal producer error: {self.fatal}")
         if remaining:
@@ -147,10 +188,10 @@ class OutputProducer:
         if outage:
             raise DeliveryFailed(f"delivery failed: {outage[0]}"
                                  + (f" (+{len(outage) - 1} more)" if len(outage) > 1 else ""))
-        if failures:
-            topic, err = failures[0]
-            raise OutputRejected(_refusal(topic, err) + (f" (+{len(failures) - 1} more)"
-                                                         if len(failures) > 1 else ""))
+        if refused:
+            topic, err = refused[0]
+            raise OutputRejected(_refusal(topic, err) + (f" (+{len(refused) - 1} more)"
+                                                         if len(refused) > 1 else ""))
 
     def discard_queued(self) -> None:
         """Drop messages not yet sent: the batch they belong to is tried again later, and they
@@ -166,12 +207,22 @@ class OutputProducer:
         return int(self._p.flush(timeout_s))
 
 
+_HINTS = {
+    _CKError.MSG_SIZE_TOO_LARGE: "; raise kafka.producer message.max.bytes (and the topic's "
+                                 "max.message.bytes) or make the output smaller",
+    _CKError.TOPIC_EXCEPTION: "; not a valid topic name ([a-zA-Z0-9._-], 1-249 characters): fix the "
+                              "Output(topic=...) the plugin routed it to",
+    _CKError.TOPIC_AUTHORIZATION_FAILED: "; this client may not write to the topic the plugin routed it to",
+    _CKError.UNKNOWN_TOPIC_OR_PART: "; the topic the plugin routed it to does not exist (and is not created)",
+    _CKError._UNKNOWN_TOPIC: "; the topic the plugin routed it to does not exist (and is not created)",
+}
+_HINTS[_CKError.RECORD_LIST_TOO_LARGE] = _HINTS[_CKError.MSG_SIZE_TOO_LARGE]
+
+
 def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes | None = None) -> str:
     size = "" if value is None and key is None else \
         f" (key {len(key or b'')} + value {len(value or b'')} bytes)"
-    hint = "; raise kafka.producer message.max.bytes (and the topic's max.message.bytes) or " \
-           "make the output smaller" if err.code() in (_CKError.MSG_SIZE_TOO_LARGE,
-                                                       _CKError.RECORD_LIST_TOO_LARGE) else ""
+    hint = _HINTS.get(err.code(), "")
     return f"the output to {topic!r} was refused: {err.str()}{size}{hint}"
 
 

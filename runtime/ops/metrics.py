@@ -222,6 +222,11 @@ class SnapshotCollector(_Grouped, Collector):
         assigned = self._gauge("ringmaster_assigned_partitions", "Partitions this member holds")
         assigned.add([], float(len(s.partitions)))
         yield assigned.family
+        over = self._gauge("ringmaster_partitions_over_capacity", "Partitions the group assigned to this "
+                           "member beyond supervisor.max_partitions: paused and not read, their lag grows "
+                           "(not in ringmaster_assigned_partitions)")
+        over.add([], float(len(s.over_capacity)))
+        yield over.family
         lag_total = self._gauge("ringmaster_lag", "Records not yet handled, all assigned partitions together")
         lag_total.add([], float(s.lag))
         yield lag_total.family

@@ -207,6 +207,9 @@ class StatusSnapshot:
     reload: OperationStatus | None = None  # the last reload, or the one in progress
     scale: OperationStatus | None = None  # the last resize, or the one in progress
     operations: dict[str, int] = field(default_factory=dict)  # "reload succeeded": 2, "scale failed": 1, ...
+    # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
+    # (runtime/supervisor/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
+    over_capacity: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -215,9 +218,10 @@ class StatusSnapshot:
         """The snapshot in one log line (SIGUSR1)."""
         alive = sum(w.alive for w in self.workers)
         stopping = f"; stopping: {self.stopped.reason}" if self.stopped else ""
+        over = f", {len(self.over_capacity)} over capacity (not read)" if self.over_capacity else ""
         return (f"{self.records:,} records ({self.rate:,.0f}/s), {self.outputs:,} outputs, "
                 f"{self.dead_letters:,} dead letters, lag {self.lag:,}; {len(self.partitions)} partitions "
-                f"({self.paused} paused); {alive}/{len(self.workers)} workers alive, {self.restarts} "
+                f"({self.paused} paused{over}); {alive}/{len(self.workers)} workers alive, {self.restarts} "
                 f"restarts; {'ready' if self.ready else 'starting'}{stopping}")
 
 

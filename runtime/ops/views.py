@@ -206,6 +206,10 @@ def render(reading: Reading) -> Group:
         rows.append([p["tp"], worker, _n(p["committed"]), _n(p["high"]), _n(p["lag"]),
                      _rate(p.get("rate")), "-" if age is None else f"{age:.1f} s",
                      Text(why, style="yellow" if why else "")])
+    for o in snap.get("over_capacity") or []:
+        rows.append([o["tp"], "-", "-", _n(o.get("high")), "-", "-", "-",
+                     Text("over capacity: not read (more partitions than supervisor.max_partitions)",
+                          style="red")])
     parts = _table("partitions", ("partition", "worker", "committed", "high", "lag", "rate/s",
                                   "oldest waiting", "paused because"), rows, ("paused because",))
     rows = []

@@ -15,9 +15,11 @@ from runtime.errors import ConfigError, KafkaError, PluginError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
+from runtime.ops.control_records import shown
 from runtime.plugin import Context, Plugin, load_plugin, plugin_version
 from runtime.redrive.actions import Action, Count, ThroughPlugin, ToSource
 from runtime.redrive.engine import Redrive, Stopper
+from runtime.redrive.letters import MAX_REDRIVE_COUNT
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.report import Ending, Mode, Summary
 from runtime.redrive.selection import Selection, parse_bound
@@ -29,6 +31,7 @@ log = logging.getLogger("ringmaster.redrive")
 # group holds them (the summary says so).
 ASSIGN_TIMEOUT_S = 60.0
 BOUNDS_TIMEOUT_S = 30.0
+MAX_RATE = 1e9  # records per second: far above any broker's; inf and nan are not rates
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,12 @@ def redrive_group(settings: Settings, group: str | None) -> str:
 
 
 def selection_for(settings: Settings, options: Options, now_ms: int) -> Selection:
-    if options.max_redrives < 1:
-        raise ConfigError(f"--max-redrives must be at least 1, not {options.max_redrives}")
-    if options.rate is not None and not options.rate > 0:
-        raise ConfigError(f"--rate must be a number of records per second above 0, not {options.rate!r}")
+    if not 1 <= options.max_redrives <= MAX_REDRIVE_COUNT:
+        raise ConfigError(f"--max-redrives must be from 1 to {MAX_REDRIVE_COUNT}, not "
+                          f"{shown(str(options.max_redrives), 24)}")
+    if options.rate is not None and not 0 < options.rate <= MAX_RATE:
+        raise ConfigError(f"--rate must be a number of records per second above 0 and at most "
+                          f"{MAX_RATE:g} (leave it out for no limit), not {options.rate!r}")
     return Selection(
         topics=tuple(settings.kafka.topics),
         start=None if options.start is None else parse_bound(options.start, "--from", now_ms),
@@ -116,7 +121,9 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
             dl = settings.dead_letter
             action = ThroughPlugin(
                 plugin, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
-                lambda: OutputProducer(producer_properties(settings)), settings.output.topic, topic,
+                lambda: OutputProducer(producer_properties(settings),
+                                       own_topics=(settings.output.topic, topic)),
+                settings.output.topic, topic,
                 max_message_bytes(settings), settings.output.delivery_timeout_s,
                 settings.workers.batch_max_records, settings.output.retry_backoff_s,
                 wait=lambda s: engine_wait[0](s), version=plugin_version(settings.workers.plugin))

@@ -288,7 +288,7 @@ class Redrive:
                 return
             if part.position is not None and offset < part.position:
                 continue  # already handled (a fetch response that overlaps the last one)
-            letter = read_letter(tp[1], offset, m.key(), m.value(), m.headers(), m.timestamp())
+            letter = _read(tp[1], offset, m)
             verdict = self.selection.judge(letter)
             if isinstance(verdict, Stop):
                 self.summary.left[verdict] += 1
@@ -313,11 +313,15 @@ class Redrive:
                 self._finish(part)
 
     def _pass_over(self, part: _Part, letter: Letter, reason: Skip) -> None:
-        detail = f"{letter.error_type} from {letter.source}" if letter.source is not None else \
-            (letter.problem or "")
+        detail = f"{letter.error_type} from {letter.source}" if letter.source is not None \
+            and not letter.malformed else (letter.problem or "")
         part.ledger.pass_over(letter.offset)
         part.position = letter.offset + 1
         self.summary.skip(reason, f"offset {letter.offset}: {detail}")
+        if reason is Skip.MALFORMED:
+            # One line per such letter: they are rare, and each is data someone must look at.
+            log.warning("dead letter passed over: a ringmaster.* header is out of bounds", extra={
+                "partition": part.tp[1], "offset": letter.offset, "problem": letter.problem})
         if part.position >= part.end:
             self._finish(part)
 
@@ -325,7 +329,8 @@ class Redrive:
         """The record the letter stands for: the letter itself when whole; read again from its
         source when truncated or a reference (None when no longer there)."""
         if letter.form is Form.WHOLE:
-            return Stored(m.key(), m.value(), m.headers(), m.timestamp())
+            # The letter's own fields as read once (_read): headers() is not called again.
+            return Stored(letter.key, letter.value, letter.headers, m.timestamp())
         src = letter.source
         assert src is not None
         if self.refetch is None:
@@ -412,3 +417,18 @@ class Redrive:
             for tp, offset in offsets.items():
                 self.parts[tp].committed = offset
         return ok
+
+
+def _read(partition: int, offset: int, m: Any) -> Letter:
+    """The letter ``m`` holds, its fields read once. The client cannot give every field of
+    every record (confluent-kafka raises from ``headers()`` for a header name that is not
+    UTF-8, which other tools can write, and caches a broken list that must not be touched
+    again: runtime/transport/packing.py): such a letter is malformed, passed over, and its
+    fields are not read again."""
+    try:
+        key, value, headers, timestamp = m.key(), m.value(), m.headers(), m.timestamp()
+    except Exception as exc:  # the client's SystemError/UnicodeDecodeError, whichever it raises
+        return Letter(partition, offset, None, None, [], None, "?", None, 0, None, Form.WHOLE,
+                      f"the Kafka client cannot read the letter ({type(exc).__name__}: "
+                      f"{str(exc)[:80]}; a header name that is not UTF-8?)", malformed=True)
+    return read_letter(partition, offset, key, value, headers, timestamp)

@@ -12,12 +12,23 @@ whether it still holds the whole record:
   copy back would feed the plugin a record that never existed, so the original is read again
   from its source coordinates, if the source topic still retains it (runtime/redrive/actions.py).
 
+Every field is read **bounded**, as the control topic's records are
+(runtime/ops/control_records.py): a letter is data anyone who can write to the topic (or to
+an input topic: a record's own ``ringmaster.redrive.count`` is carried into its letter) may
+have shaped. A number is canonical decimal within its Kafka type (a partition is an int32, an
+offset an int64), a topic a legal topic name, a text cut to a length a line can show. A letter
+with a field out of bounds gets a ``problem`` naming the field and is passed over
+(runtime/redrive/selection.py ``Skip.MALFORMED``): it stays in the dead-letter topic for a
+person to look at (``ringmaster tail --dead-letters``), the run counts it and commits past it,
+and nothing it holds reaches an int(), a produce() or a seek().
+
 Pure functions. Runs in: the CLI (``ringmaster redrive``).
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from runtime.worker.deadletter_format import HEADER_PREFIX, REDRIVE_COUNT
@@ -33,6 +44,19 @@ KEY_TRUNCATED = HEADER_PREFIX + "key.truncated"
 VALUE_TRUNCATED = HEADER_PREFIX + "value.truncated"
 HEADERS_DROPPED = HEADER_PREFIX + "headers.dropped"
 VALUE_OMITTED = HEADER_PREFIX + "value.omitted"
+
+# Kafka's own types: a partition id is an int32, an offset and a timestamp int64s.
+MAX_PARTITION = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+# 9999-12-31T23:59:59.999Z, as for the control records: every formatter handles it.
+MAX_MS = 253_402_300_799_999
+# A redrive count is raised by one per redrive: no real record comes near this.
+MAX_REDRIVE_COUNT = 2**31 - 1
+MAX_SIZE_BYTES = 2**63 - 1  # a size in a *.truncated header
+MAX_ERROR_TYPE_CHARS = 256  # an exception's class name; shown in summaries and logs
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# Canonical decimal, and never longer than the largest bound: int() never sees more digits.
+_DECIMAL = re.compile(rb"0|[1-9][0-9]{0,18}")
 
 
 class Form(enum.Enum):
@@ -54,8 +78,8 @@ class Source:
 @dataclass(frozen=True, slots=True)
 class Letter:
     """One record of the dead-letter topic, read. ``problem`` says why it cannot be redriven
-    at all (not written by ringmaster, or its headers are unreadable); the other fields are
-    then best effort."""
+    at all (not written by ringmaster, or a header out of bounds: ``malformed``); the other
+    fields are then best effort, and within their bounds."""
 
     partition: int  # of the dead-letter topic
     offset: int
@@ -69,6 +93,7 @@ class Letter:
     failed_at_ms: int | None
     form: Form
     problem: str | None = None
+    malformed: bool = False  # the problem is a ringmaster.* header out of bounds, not their absence
 
     @property
     def when_ms(self) -> int | None:
@@ -85,18 +110,27 @@ def _last(headers: Headers, name: str) -> bytes | None:
     return value
 
 
-def _natural(raw: bytes | None) -> int | None:
-    """A non-negative decimal integer, or None for anything else."""
-    if raw is None:
+def _natural(raw: bytes | None, maximum: int) -> int | None:
+    """A decimal integer 0 <= n <= maximum (surrounding blanks allowed), or None for anything
+    else: another form, a sign, more digits than an int64 has."""
+    if raw is None or len(raw) > 64:
         return None
-    text = raw.decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
+    text = raw.strip()
+    if _DECIMAL.fullmatch(text) is None:
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
+def _shown(raw: bytes | None) -> str:
+    """A header's value for a problem text: repr'd, cut at 40 characters."""
+    return f"{raw!r:.40}"
 
 
 def redrive_count(headers: Headers | None) -> int | None:
     """Times a record was redriven already (0 without the header); None if unreadable."""
     raw = _last(headers or [], REDRIVE_COUNT)
-    return 0 if raw is None else _natural(raw)
+    return 0 if raw is None else _natural(raw, MAX_REDRIVE_COUNT)
 
 
 def read_letter(partition: int, offset: int, key: bytes | None, value: bytes | None,
@@ -105,26 +139,49 @@ def read_letter(partition: int, offset: int, key: bytes | None, value: bytes | N
     ``timestamp`` is ``(type, ms)`` as confluent-kafka gives it (type 0: none)."""
     headers = list(headers or [])
     ts_ms = timestamp[1] if timestamp is not None and timestamp[0] != 0 else None
-    error_type = (_last(headers, ERROR_TYPE) or b"").decode("utf-8", "replace")
-    topic = _last(headers, SOURCE_TOPIC)
-    part, off = _natural(_last(headers, SOURCE_PARTITION)), _natural(_last(headers, SOURCE_OFFSET))
-    source = None if topic is None or part is None or off is None else \
-        Source(topic.decode("utf-8", "replace"), part, off)
+    error_type = (_last(headers, ERROR_TYPE) or b"")[:4 * MAX_ERROR_TYPE_CHARS] \
+        .decode("utf-8", "replace")[:MAX_ERROR_TYPE_CHARS]
+    raw_topic, raw_part, raw_off = (_last(headers, h)
+                                    for h in (SOURCE_TOPIC, SOURCE_PARTITION, SOURCE_OFFSET))
+    topic = raw_topic.decode("ascii", "replace") if raw_topic is not None and len(raw_topic) <= 249 else None
+    part, off = _natural(raw_part, MAX_PARTITION), _natural(raw_off, MAX_OFFSET)
+    source = None if topic is None or part is None or off is None or not _TOPIC.fullmatch(topic) \
+        else Source(topic, part, off)
     count = redrive_count(headers)
-    failed_at = _natural(_last(headers, FAILED_AT_MS))
+    raw_failed_at = _last(headers, FAILED_AT_MS)
+    failed_at = _natural(raw_failed_at, MAX_MS)
     if _last(headers, VALUE_OMITTED) is not None:
         form = Form.REFERENCE
     elif any(_last(headers, h) is not None for h in (VALUE_TRUNCATED, KEY_TRUNCATED, HEADERS_DROPPED)):
         form = Form.TRUNCATED
     else:
         form = Form.WHOLE
-    problem = None
-    if source is None or not error_type:
+    problem = malformed = None
+    if not error_type or raw_topic is None or raw_part is None or raw_off is None:
         problem = "no ringmaster.error.type and ringmaster.source.topic/partition/offset headers"
+    elif source is None:
+        malformed = _source_problem(raw_topic, raw_part, raw_off)
     elif count is None:
-        problem = f"unreadable {REDRIVE_COUNT} header {_last(headers, REDRIVE_COUNT)!r:.40}"
+        malformed = f"{REDRIVE_COUNT} {_shown(_last(headers, REDRIVE_COUNT))} is not an integer " \
+                    f"0..{MAX_REDRIVE_COUNT}"
+    elif raw_failed_at is not None and failed_at is None:
+        malformed = f"{FAILED_AT_MS} {_shown(raw_failed_at)} is not a time in ms 0..{MAX_MS}"
+    else:
+        for name in (KEY_TRUNCATED, VALUE_TRUNCATED):
+            raw = _last(headers, name)
+            if raw is not None and _natural(raw, MAX_SIZE_BYTES) is None:
+                malformed = f"{name} {_shown(raw)} is not a size in bytes"
+                break
     return Letter(partition, offset, key, value, headers, ts_ms, error_type or "?", source,
-                  count or 0, failed_at, form, problem)
+                  count or 0, failed_at, form, problem or malformed, malformed is not None)
+
+
+def _source_problem(topic: bytes, partition: bytes, offset: bytes) -> str:
+    if not _TOPIC.fullmatch(topic.decode("ascii", "replace")):
+        return f"{SOURCE_TOPIC} {_shown(topic)} is not a topic name ([a-zA-Z0-9._-], 1-249)"
+    if _natural(partition, MAX_PARTITION) is None:
+        return f"{SOURCE_PARTITION} {_shown(partition)} is not a partition 0..2**31-1"
+    return f"{SOURCE_OFFSET} {_shown(offset)} is not an offset 0..2**63-1"
 
 
 def original_headers(headers: Headers | None) -> Headers:
@@ -147,7 +204,7 @@ def stands_for(letter: Letter, key: bytes | None, value: bytes | None) -> bool:
         return True
     pairs = ((letter.key, key, KEY_TRUNCATED), (letter.value, value, VALUE_TRUNCATED))
     for kept, found, size_header in pairs:
-        size = _natural(_last(letter.headers, size_header))
+        size = _natural(_last(letter.headers, size_header), MAX_SIZE_BYTES)
         if size is None:  # this part was kept whole
             if kept != found:
                 return False

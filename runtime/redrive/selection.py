@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from runtime.errors import ConfigError
-from runtime.redrive.letters import Letter
+from runtime.ops.control_records import shown
+from runtime.redrive.letters import MAX_MS, MAX_OFFSET, MAX_PARTITION, Letter
 
 # The error type the supervisor gives a record that crashed or hung its worker
 # (runtime/supervisor/loop.py). In this process it would take the redrive down with it.
@@ -40,6 +41,7 @@ class Skip(enum.Enum):
 
     BEFORE_FROM = "before-from"
     NOT_A_DEAD_LETTER = "not-a-dead-letter"
+    MALFORMED = "malformed"
     OTHER_SOURCE = "other-source"
     NOT_SELECTED = "not-selected"
     MAX_REDRIVES = "max-redrives"
@@ -54,7 +56,9 @@ class Skip(enum.Enum):
 
 _MEANINGS = {
     Skip.BEFORE_FROM: "failed before --from",
-    Skip.NOT_A_DEAD_LETTER: "not a ringmaster dead letter (no or unreadable ringmaster.* headers)",
+    Skip.NOT_A_DEAD_LETTER: "not a ringmaster dead letter (no ringmaster.* headers)",
+    Skip.MALFORMED: "a ringmaster.* header out of bounds (a partition past int32, a count of "
+                    "thousands of digits): see it with `ringmaster tail --dead-letters`",
     Skip.OTHER_SOURCE: "from a topic this config does not read (kafka.topics)",
     Skip.NOT_SELECTED: "error type not given with --error-type",
     Skip.MAX_REDRIVES: "redriven --max-redrives times already",
@@ -88,35 +92,62 @@ class TimeBound:
 
 Bound = OffsetBound | TimeBound | None
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)(ms|s|m|h|d|w)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_OFFSET = r"(?:0|[1-9][0-9]{0,18})"  # canonical decimal, at most an int64's digits
+_PARTITION = r"(?:0|[1-9][0-9]{0,9})"
 
 
 def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
     """``--from``/``--to``: an offset (``1200``), offsets per partition (``0:1200,3:80``), a
     time ago (``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m``) or an ISO-8601 time
-    (``2026-11-21T14:00:00Z``; without a zone, local time, as kafka-consumer-groups reads it)."""
+    (``2026-11-21T14:00:00Z``; without a zone, local time, as kafka-consumer-groups reads it).
+    Bounded as the letters are (runtime/redrive/letters.py): an offset is an int64, a
+    partition an int32, a time between the epoch and year 9999; anything else is a
+    ConfigError (exit 2) naming the option."""
     raw = text.strip()
-    if re.fullmatch(r"\d+", raw):
-        return OffsetBound(every=int(raw))
-    if re.fullmatch(r"\d+:\d+(,\d+:\d+)*", raw):
+    if len(raw) > 65536:
+        raise ConfigError(f"{option}: {len(raw)} characters is not a bound (an offset, offsets per "
+                          "partition, a time ago or an ISO-8601 time)")
+    if re.fullmatch(r"[0-9]+", raw):
+        return OffsetBound(every=_offset(raw, option, text))
+    if re.fullmatch(r"[0-9]+:[0-9]+(,[0-9]+:[0-9]+)*", raw):
         pairs = [p.split(":") for p in raw.split(",")]
-        parts = {int(p): int(o) for p, o in pairs}
+        for p, _ in pairs:
+            if not re.fullmatch(_PARTITION, p) or int(p) > MAX_PARTITION:
+                raise ConfigError(f"{option} {shown(text)}: partition {shown(p, 24)} is not a partition "
+                                  "(0 to 2**31-1, plain decimal)")
+        parts = {int(p): _offset(o, option, text) for p, o in pairs}
         if len(parts) != len(pairs):
-            raise ConfigError(f"{option} {text!r}: a partition is given twice")
+            raise ConfigError(f"{option} {shown(text)}: a partition is given twice")
         return OffsetBound(partitions=parts)
     if raw and _DURATION.sub("", raw) == "":
         ago = sum(float(n) * _UNIT_MS[u] for n, u in _DURATION.findall(raw))
+        if not ago <= now_ms:
+            raise ConfigError(f"{option} {shown(text)}: that is before 1970 (the epoch); give a "
+                              "shorter time ago or an ISO-8601 time")
         return TimeBound(int(now_ms - ago))
     try:
         when = datetime.fromisoformat(raw.replace("z", "Z"))
+        if when.tzinfo is None:
+            when = when.astimezone()  # local time
+        ms = int(when.timestamp() * 1000)
     except ValueError:
-        raise ConfigError(f"{option} {text!r}: expected an offset (1200), offsets per partition "
+        raise ConfigError(f"{option} {shown(text)}: expected an offset (1200), offsets per partition "
                           "(0:1200,3:80), a time ago (90s, 15m, 2h, 1d) or an ISO-8601 time "
                           "(2026-11-21T14:00:00Z)") from None
-    if when.tzinfo is None:
-        when = when.astimezone()  # local time
-    return TimeBound(int(when.timestamp() * 1000))
+    except (OverflowError, OSError):
+        ms = -1
+    if not 0 <= ms <= MAX_MS:
+        raise ConfigError(f"{option} {shown(text)}: a time between 1970 and 9999")
+    return TimeBound(ms)
+
+
+def _offset(raw: str, option: str, text: str) -> int:
+    if not re.fullmatch(_OFFSET, raw) or int(raw) > MAX_OFFSET:
+        raise ConfigError(f"{option} {shown(text)}: offset {shown(raw, 24)} is not an offset "
+                          "(0 to 2**63-1, plain decimal)")
+    return int(raw)
 
 
 def _topic_matches(topic: str, patterns: Sequence[str]) -> bool:
@@ -152,6 +183,8 @@ class Selection:
                 return Skip.BEFORE_FROM
         if isinstance(self.start, TimeBound) and (when is None or when < self.start.ms):
             return Skip.BEFORE_FROM
+        if letter.malformed:
+            return Skip.MALFORMED
         if letter.problem is not None or letter.source is None:
             return Skip.NOT_A_DEAD_LETTER
         if not _topic_matches(letter.source.topic, self.topics):

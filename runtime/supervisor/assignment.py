@@ -13,6 +13,18 @@ of a partition's work, both fenced:
   failing record, an operator pause): hold the partition, and once every batch of it that
   was out in the rings has come back, read it again from its lowest unhandled offset. Not
   blocking: the loop goes on while the batch in progress finishes.
+
+**More partitions than slots** (``supervisor.max_partitions``, the size of the epoch table
+in shared memory) is a state the member lives with, never an exit (issue 29: one member's
+clean stop handed the survivor 12 partitions against 8 slots, and it exited 1 into the same
+rebalance for ever). A consumer group cannot decline a partition: the group's assignor gave
+it, and it stays this member's until the next rebalance. So the partitions that find no slot
+are held **over capacity**: paused in the client at once (nothing fetched, nothing
+committed; their committed offset stays where the last owner left it), re-paused every tick
+(librdkafka's pause state is not trusted across rebalances, invariant 4), reported (status
+``over_capacity``, ``ringmaster_partitions_over_capacity``, a warning naming them) and taken
+in, oldest first, as soon as a release frees a slot. Their lag grows meanwhile: the cure is
+a larger ``max_partitions``, more members, or fewer partitions.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from runtime.supervisor.intake import Intake
 from runtime.supervisor.partitions import Partition, Partitions, PauseReason, new_partition
 from runtime.supervisor.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer
-from runtime.tp import TP
+from runtime.tp import TP, tp_label
 from runtime.transport.board import EpochTable
 
 log = logging.getLogger("ringmaster.assignment")
@@ -43,10 +55,19 @@ class SlotTable:
         self._free = list(range(epochs.slots - 1, -1, -1))
         self._next_epoch = 1
 
+    @property
+    def size(self) -> int:
+        return self._epochs.slots
+
+    def free(self) -> int:
+        return len(self._free)
+
     def acquire(self) -> int:
+        """A free slot. The caller checks ``free()`` first (Assignment holds the partitions
+        that find none over capacity): none free here is a bug."""
         if not self._free:
-            raise RingmasterError(f"more than {self._epochs.slots} partitions assigned; "
-                                  "raise supervisor.max_partitions")
+            raise RingmasterError(f"no free slot of {self._epochs.slots} (a bug: the assignment room "
+                                  "holds partitions over supervisor.max_partitions over capacity)")
         return self._free.pop()
 
     def fence(self, slot: int) -> int:
@@ -72,6 +93,9 @@ class Assignment:
         self.clock = clock
         self.touched: set[TP] = set()  # partitions a rebalance callback changed this tick
         self.assigned_once = False
+        # Assigned by the group, held by nobody: no slot was free. TP -> clock time since. Paused
+        # in the client; taken in (adopt) when a release frees a slot. Written here only.
+        self.over_capacity: dict[TP, float] = {}
 
     # ------------------------------------------------------------------ rebalances
     def assign(self, tps: Iterable[TP]) -> list[Partition]:
@@ -80,13 +104,61 @@ class Assignment:
         self.touched.update(tps)
         now = self.clock()
         new = []
+        over = []
         for tp in tps:
-            if tp not in self.partitions:
-                slot = self.slots.acquire()
-                p = new_partition(tp, slot, self.slots.fence(slot), self.s.workers.batch_max_records, now)
-                self.partitions[tp] = p
-                new.append(p)
+            if tp in self.partitions or tp in self.over_capacity:
+                continue
+            if not self.slots.free():
+                self.over_capacity[tp] = now
+                over.append(tp)
+                continue
+            new.append(self._take(tp, now))
+        if over:
+            # INVARIANT (4): librdkafka starts every new assignment fetching; these must not.
+            self.consumer.pause(over)
+            log.warning(f"more partitions assigned than supervisor.max_partitions "
+                        f"({self.slots.size}): {len(self.over_capacity)} held over capacity, not read "
+                        "(paused: their lag grows) until a slot frees up; raise supervisor.max_partitions "
+                        "or add members", extra={"partitions": ",".join(tp_label(tp) for tp in over)})
         return new
+
+    def _take(self, tp: TP, now: float) -> Partition:
+        slot = self.slots.acquire()
+        p = new_partition(tp, slot, self.slots.fence(slot), self.s.workers.batch_max_records, now)
+        self.partitions[tp] = p
+        return p
+
+    def adopt(self) -> list[Partition]:
+        """Runs in: rebalance callback (after a release) or the loop. Partitions held over
+        capacity that now find a slot, oldest first: new to this member's table, to be read
+        from their committed offset (``touched``: settle seeks them there) once flow control
+        and operator holds have had their say (rebalance.py)."""
+        now = self.clock()
+        new = []
+        for tp in sorted(self.over_capacity, key=self.over_capacity.__getitem__):
+            if not self.slots.free():
+                break
+            del self.over_capacity[tp]
+            self.touched.add(tp)
+            new.append(self._take(tp, now))
+        if new:
+            log.info("partitions held over capacity taken in", extra={
+                "partitions": ",".join(p.label for p in new), "still_over_capacity": len(self.over_capacity)})
+        return new
+
+    def let_go_over_capacity(self, tps: Iterable[TP]) -> None:
+        """Runs in: rebalance callback. Revoked or lost while over capacity: never read, so
+        nothing to fence, wait for or commit."""
+        for tp in tps:
+            self.over_capacity.pop(tp, None)
+
+    def tick(self) -> None:
+        """The loop's step for this room: rewinds whose batches are back read again, and
+        partitions over capacity paused again (what the client was told about them is not
+        trusted across rebalances, invariant 4)."""
+        self.advance_rewinds()
+        if self.over_capacity:
+            self.consumer.pause(list(self.over_capacity))
 
     def fence(self, tps: Iterable[TP]) -> list[Partition]:
         """Runs in: rebalance callback (or shutdown). First step of a release: workers skip

@@ -26,7 +26,7 @@ run does not stop while one is out, unless nothing moves for ``caught_up_timeout
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,8 @@ class CaughtUp:
         self.stalled_s: float | None = None  # set when the run stops for want of progress
         self._next_check = 0.0
         self._mark: tuple[int, ...] | None = None  # None: the loop has not gone round yet
+        self._furthest: dict[TP, int] = {}  # per partition, the furthest a fetch has reached
+        self._new_ground = 0  # times a fetch went past it (a re-read after a rewind does not)
         self._progress_at = clock()
 
     # ------------------------------------------------------------------ every tick
@@ -100,6 +102,8 @@ class CaughtUp:
             return False
         if self.idle_s and now - self.intake.last_records_at < self.idle_s:
             return False
+        if self.assignment.over_capacity:
+            return False  # assigned and not read: not caught up (a release may free a slot for them)
         if not all(self._finished(p) for p in self.partitions.values()):
             return False
         if self._out():
@@ -119,19 +123,37 @@ class CaughtUp:
                 self.targets[p.tp] = max(seen)
 
     def _stalled(self, now: float) -> bool:
-        """Nothing moved for timeout_s: no record fetched or handled, no rebalance, no worker
-        in a batch, and no operator pause (a deliberate wait) on a held partition."""
+        """Nothing moved for timeout_s: no record fetched past where any fetch had reached, none
+        handled, no rebalance, no worker in a batch of a partition that is not in a streak of
+        deferrals, and no operator pause (a deliberate wait) on a held partition.
+
+        The bound holds whatever happens (issue 29): a batch deferred again and again (an
+        output no broker takes, a plugin's Backoff for ever) is read again and run again each
+        time, which is neither new ground nor work done, so it does not count as progress."""
         if not self.timeout_s:
             return False
-        mark = (self.intake.consumed, self.rebalances(), len(self.partitions),
+        for tp, p in self.partitions.items():
+            if p.intake.next_offset is not None and p.intake.next_offset > self._furthest.get(tp, -1):
+                self._furthest[tp] = p.intake.next_offset
+                self._new_ground += 1
+        mark = (self._new_ground, self.rebalances(), len(self.partitions),
                 sum(p.stats.records_done + p.stats.dead_letters for p in self.partitions.values()))
         if self._mark is None:
             self._mark, self._progress_at = mark, now  # the bound counts from the loop's start
-        if mark != self._mark or self.workforce.working() or any(
+        if mark != self._mark or self._working() or any(
                 PauseReason.OPERATOR in p.pause.holds for p in self.partitions.values()):
             self._mark, self._progress_at = mark, now
             return False
         return now - self._progress_at >= self.timeout_s
+
+    def _working(self) -> bool:
+        """A worker is in a batch that may still end done: some partition with batches out is
+        not deferring (a deferring partition's batches are tries that end deferred again)."""
+        if not self.workforce.working():
+            return False
+        scheduler = self.assignment.scheduler
+        out = [p for tp, p in self.partitions.items() if scheduler.has_out(tp)]
+        return not out or any(p.stats.deferrals == 0 for p in out)
 
     def _finished(self, p: Partition) -> bool:
         return (p.blocked is not None and not p.fence.rewinding) or self._reached(p, self.targets.get(p.tp))
@@ -139,11 +161,19 @@ class CaughtUp:
     @staticmethod
     def _reached(p: Partition, target: int | None) -> bool:
         """Everything below the target handled: the committable offset (or, with nothing done
-        since the assignment and nothing fetched, where reading started) is at the target."""
+        since the assignment and nothing fetched, where reading started) is at the target.
+        Or everything the consumer can see handled: the committable offset is at the end the
+        consumer last reported with nothing read after it. Under read_committed that end is
+        the last stable offset, below the high watermark while a transaction is open: its
+        records are not visible yet, so they are not work left (issue 29). Offsets the
+        consumer skips at the end (commit markers) are done by then (offsets.py skip_to)."""
         done = p.tracker.committable
         if done is None and p.intake.next_offset is None:
             done = p.intake.first_offset  # only an end-of-partition event: nothing to do
-        return target is not None and done is not None and done >= target
+        if done is None:
+            return False
+        visible_end = p.intake.eof_at
+        return (target is not None and done >= target) or (visible_end is not None and done >= visible_end)
 
     def _out(self) -> list[Release]:
         """Partitions let go of without an acknowledged commit, and not held again."""
@@ -164,8 +194,10 @@ class CaughtUp:
                 target if target is not None else self.consumer.high_watermark(p.tp), p.intake.first_offset)
 
     # ------------------------------------------------------------------ the exit status
-    def verdict(self, held: list[Partition], stopped_by: str | None) -> RingmasterError | None:
-        """After the final release (``held``: what was held when the stop began). None: exit 0."""
+    def verdict(self, held: list[Partition], stopped_by: str | None,
+                over_capacity: Sequence[TP] = ()) -> RingmasterError | None:
+        """After the final release (``held``: what was held when the stop began;
+        ``over_capacity``: what was assigned and never read for want of a slot). None: exit 0."""
         if not self.enabled:
             return None
         why = (f"no progress for {self.stalled_s:.0f} s (supervisor.caught_up_timeout_s)"
@@ -189,6 +221,8 @@ class CaughtUp:
                     blocked.append(r)
                 else:
                     left.append(self._describe(r, "not at its end"))
+        left += [f"{tp_label(tp)} assigned over supervisor.max_partitions and never read (no free slot)"
+                 for tp in sorted(over_capacity)]
         if left:
             shown = left[:_SHOWN] + ([f"and {len(left) - _SHOWN} more"] if len(left) > _SHOWN else [])
             shown += [f"{tp_label(r.tp)} stopped at a failing record: {r.blocked}" for r in blocked[:_SHOWN]]

@@ -93,6 +93,12 @@ class FlowControl:
             p.pause.paused = True
         self.consumer.pause([p.tp for p in paused])
 
+    def take_over(self, parts: list[Partition]) -> None:
+        """Partitions held over capacity (paused in the client, assignment.py) that now have a
+        slot: the same decision as for new ones, and the others resumed at once."""
+        self.new_partitions(parts)
+        self.consumer.resume([p.tp for p in parts if not p.pause.paused])
+
     def resize(self, workers: int) -> None:
         """The pool now aims at this many workers (a resize): the host's budget follows."""
         self.budget = self.w.pause_above * self.ring_capacity * workers

@@ -155,6 +155,7 @@ class Intake:
                 s.last_activity = now
                 if s.first_offset is None:
                     s.first_offset = offset
+                self._skip_invisible_tail(p, now)
 
     # ------------------------------------------------------------------ cutting
     def take_too_large(self) -> list[SetAside]:
@@ -194,6 +195,7 @@ class Intake:
             for i in range(0, len(run), step):
                 self._pack(p, bucket, run, i, min(i + step, len(run)), now, parts)
         self._register(p, msgs, parts, now)
+        self._skip_invisible_tail(p, now)
         s.batch_records = self._size(p)
         self.too_large += [x for x in parts if not isinstance(x, Batch)]
         return [x for x in parts if isinstance(x, Batch)]
@@ -269,6 +271,20 @@ class Intake:
             if n >= _HOT_KEY_SHARE * len(msgs):
                 shown = "null" if key is None else repr(key[:40])
                 s.hot_key = f"key {shown} is {n / len(msgs):.0%} of recent records (lane {bucket})"
+
+    def _skip_invisible_tail(self, p: Partition, now: float) -> None:
+        """The consumer reported the partition's end past the last record it handed over: the
+        offsets between hold no record it can see (a transaction's commit marker; under
+        read_committed, aborted records too), so they are done once the records before them
+        are (offsets.py ``skip_to``). INVARIANT (1): only when every record fetched since the
+        partition was last (re)positioned is registered – none waits uncut, none was dropped
+        (a rewind or a seek resets ``next_offset``, and records dropped while SEEKING leave it
+        behind) – so no record we were handed lies in the gap."""
+        s = p.intake
+        if (s.eof_at is None or s.next_offset is None or s.open_msgs or p.fence.rewinding
+                or PauseReason.SEEKING in p.pause.holds):
+            return
+        p.tracker.skip_to(s.next_offset, s.eof_at, now)
 
     # ------------------------------------------------------------------ called by other rooms
     def learn_cost(self, p: Partition, busy_ms: float, records: int) -> None:

@@ -146,7 +146,7 @@ class Supervisor(Generic[H]):
                 self.manage_workers()
                 self.commands.step()
                 self.results.deliver_dead_letters()
-                self.assignment.advance_rewinds()
+                self.assignment.tick()
                 self.flow.reconcile()
                 self.commits.commit_if_due()
                 self.report_if_due()
@@ -302,9 +302,9 @@ class Supervisor(Generic[H]):
             while self.dead_letters.pending() and self.clock() < until:
                 self.results.deliver_dead_letters()
                 time.sleep(0.02)
-        held = list(self.partitions.values())
-        self.rebalance.release(list(self.partitions), commit=True)
-        self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested)
+        held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
+        self.rebalance.release(list(self.partitions) + over, commit=True)  # over capacity: no slot taken
+        self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)
         error = self.exit_error
         final = Stopped(error.exit_code, str(error)) if error else Stopped(0, self.stop_reason)
         self.report_if_due(force=True, held=held, final=final)

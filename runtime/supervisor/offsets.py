@@ -11,6 +11,15 @@ is done when every batch of it is done; batches finish in any order (lanes, retr
 restarts). The committable offset is the end of the prefix of done spans: the lowest
 offset not yet handled across all lanes.
 
+Offsets that hold no record the consumer can see – a transaction's commit or abort marker,
+records of an aborted transaction under ``read_committed`` – are never handed out, so no batch
+can complete them. Between records they cost nothing (a span ends at its last record and the
+next starts at the next record read); at the **end** of what was read they would keep the
+committable offset one marker short for ever, and a batch run from finishing (issue 29).
+``skip_to`` closes that tail: once the consumer reports the partition's end at an offset past
+the last record it handed over, the offsets between are done (an empty span, done at once,
+after every span before it).
+
 Runs in: supervisor. Not thread-safe (the supervisor is single-threaded).
 """
 
@@ -74,6 +83,21 @@ class OffsetTracker:
             self._parts[bid] = _Part(span, f, lst)
         if self._base is None:
             self._base = first
+
+    def skip_to(self, after: int, end: int, at: float = 0.0) -> bool:
+        """Offsets [after, end) hold no record the consumer can see: the consumer reported the
+        partition's end at ``end`` and its last record was at ``after - 1``. They count as done
+        once every span before them is. Only when everything read was registered (the last
+        span ends at ``after - 1``, or the committable offset is ``after``): otherwise a record
+        fetched and not yet cut could lie in the gap. True if the gap was recorded."""
+        top = self._spans[-1].last + 1 if self._spans else self._committable
+        if top is None or top != after or end <= after:
+            return False
+        if not self._spans:
+            self._committable = end
+            return True
+        self._spans.append(_Span(after, end - 1, 0, 0, at))
+        return True
 
     # -- completing (results, dead letters) -----------------------------------------
     def complete(self, batch_id: int) -> bool:

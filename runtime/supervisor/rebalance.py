@@ -81,6 +81,7 @@ class Rebalance(Generic[H]):
 
     def release(self, tps: list[TP], commit: bool) -> list[Partition]:
         started = self.clock()
+        self.assignment.let_go_over_capacity(tps)
         parts = self.assignment.fence(tps)
         if not parts:
             return []
@@ -115,7 +116,16 @@ class Rebalance(Generic[H]):
             "partitions": [p.label for p in parts]}]
         log.info("partitions revoked" if commit else "partitions lost", extra={
             "partitions": ",".join(p.label for p in parts), "took_ms": took_ms})
+        self.take_in_over_capacity()
         return parts
+
+    def take_in_over_capacity(self) -> None:
+        """Slots freed by a release go to partitions held over capacity (assignment.py), which
+        start as any newly assigned partition does: operator holds and flow control first."""
+        adopted = self.assignment.adopt()
+        if adopted:
+            self.operator.hold_new(adopted)
+            self.flow.take_over(adopted)
 
     def _batches_in_progress(self, slots: set[int]) -> dict[int, int]:
         """Worker index -> the batch of one of these slots it is running (-1: unknown, the

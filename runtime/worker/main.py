@@ -332,7 +332,8 @@ def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
         if plugin.setup is not None:
             plugin.setup(context)
         # Always there, so that Output(topic=...) is delivered even without [output] topic.
-        return plugin, OutputProducer(spec.producer_props)
+        return plugin, OutputProducer(spec.producer_props,
+                                      own_topics=(spec.output_topic, spec.dead_letter_topic))
     except BaseException as exc:  # SystemExit too: sys.exit() in setup() is a setup failure
         if isinstance(exc, PluginError):
             detail = str(exc)
@@ -501,7 +502,8 @@ class BatchRunner:
         if self.producer.broken:
             log.warning("output producer hit a fatal error; creating a new one",
                         extra={"error": self.producer.fatal})
-            self.producer = OutputProducer(self.spec.producer_props)
+            self.producer = OutputProducer(self.spec.producer_props,
+                                           own_topics=(self.spec.output_topic, self.spec.dead_letter_topic))
 
     def close(self) -> None:
         if self.producer.flush(10):

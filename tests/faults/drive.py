@@ -15,6 +15,10 @@ Drivers:
 * ``caught_up_broker_away`` / ``caught_up_commit_unanswered`` / ``caught_up_broker_stall``:
   `--until-caught-up` against a broker of its own behind a proxy that cuts it, or swallows
   OffsetCommit requests.
+* ``transactions``: the row's records written in committed and aborted transactions, then
+  `--until-caught-up` under read_committed.
+* ``redrive_letters``: good and poisoned dead letters, `ringmaster redrive` twice, then the
+  daemon over what was redriven.
 
 String values in a row's ``sections`` may name the row's topics: ``{in}``, ``{out}``, ``{dlq}``.
 """
@@ -27,15 +31,20 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psutil
+from confluent_kafka import Producer
 from helpers import (
     FAST_GROUP,
+    PLUGINS,
+    ROOT,
     SHM_DIR,
     Ringmaster,
     base_config,
@@ -46,15 +55,17 @@ from helpers import (
     row_shm_dir,
     shm_segments,
     take_leftovers,
+    to_toml,
     unique,
     wait_for,
 )
 from proxy import OFFSET_COMMIT, PRODUCE, Proxy
 
 from runtime.ops.devbroker import DevBroker, free_port
+from runtime.worker.deadletter_format import dead_letter_headers
 from tests.wire import RawRecord, WireProducer
 
-from .matrix import Fault
+from .matrix import POISONS, REDRIVE_LETTERS, TRANSACTIONS, Fault
 
 TEST_PRODUCER = {"message.max.bytes": 4_000_000}
 
@@ -177,6 +188,107 @@ def batch(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         rm.close()
     obs.extra["config"] = rm.config_path
     return read_back(obs, rm)
+
+
+# ---- transactional input (issue 29): a transaction's marker takes an offset no consumer is handed
+def transactions(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The row's records written by a transactional producer, one transaction per entry of
+    ``TRANSACTIONS[fault.id]`` ((records, commit?)), record i to partition i % partitions,
+    then `ringmaster run --until-caught-up` with ``isolation.level = read_committed``.
+
+    ``counts`` becomes each partition's end (records plus one marker per transaction that
+    wrote to it): what a caught-up run must have committed. ``values`` are the committed
+    records only. Tansu delivers aborted records under read_committed (BROKER.md), so their
+    outputs are taken out of ``outputs`` into ``extra["aborted_outputs"]`` (none on Apache
+    Kafka): the row judges what holds on both brokers."""
+    obs, cfg = prepare(replace(fault, n=0, values={}), bootstrap, tmp)
+    obs.fault = fault
+    cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tx"), "linger.ms": 2,
+                  **TEST_PRODUCER})
+    p.init_transactions(30)
+    ends: dict[int, int] = {}
+    committed_values: list[bytes | None] = []
+    aborted: set[str] = set()
+    i = 0
+    for count, commit in TRANSACTIONS[fault.id]:
+        p.begin_transaction()
+        touched = set()
+        for _ in range(count):
+            value = fault.values.get(i, f"r{i}").encode()
+            part = i % fault.partitions
+            p.produce(obs.names["in"], value, key=str(i).encode(), partition=part)
+            ends[part] = ends.get(part, 0) + 1
+            touched.add(part)
+            (committed_values.append(value) if commit else aborted.add(value.decode().split(":")[-1]))
+            i += 1
+        assert p.flush(30) == 0
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+        for part in touched:
+            ends[part] += 1  # the transaction's commit or abort marker
+    obs.values, obs.counts = committed_values, ends
+    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"], env=dict(fault.env))
+    try:
+        obs.exit = rm.wait(fault.timeout_s)
+    finally:
+        rm.close()
+    read_back(obs, rm)
+    ids = [b["id"] for b in obs.bodies()]
+    obs.extra["aborted_outputs"] = [m for m, id_ in zip(obs.outputs, ids, strict=True) if id_ in aborted]
+    obs.outputs = [m for m, id_ in zip(obs.outputs, ids, strict=True) if id_ not in aborted]
+    return obs
+
+
+# ---- poisoned dead letters (issue 29): every field redrive reads from a letter is bounded
+def _letter(names: dict[str, str], i: int, poison: str | None) -> tuple[RawRecord, bool]:
+    """The dead letter of input record ``g<i>`` (in[0]@i), as a worker writes it, with one
+    field poisoned as ``POISONS`` names it (None: a good letter)."""
+    value = f"{'p' if poison else 'g'}{i}"
+    headers = [(k, v) for k, v in dead_letter_headers(
+        [("trace", b"t")], error_type="ValueError", message="m", traceback="", topic=names["in"],
+        partition=0, offset=i, attempts=1, worker="worker-0.1")]
+    raw: list[tuple[bytes, bytes | None]] = [(k.encode(), v) for k, v in headers]
+    if poison is not None:
+        raw = POISONS[poison](raw)
+    return RawRecord(value.encode(), f"k{i}".encode(), raw, 1_700_000_000_000 + i), False
+
+
+def redrive_letters(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The dead-letter topic holds good letters with the poisoned ones of
+    ``REDRIVE_LETTERS[fault.id]`` between them (written byte for byte: tests/wire.py);
+    `ringmaster redrive --json` runs twice (the second must find nothing left), then
+    `ringmaster run --until-caught-up` processes what was redriven. The observation is the
+    daemon's over the redriven copies (``values``: the good letters' records; ``dead``: dead
+    letters written after the planted ones), with the redrive's exits and summaries in
+    ``extra["redrive"]`` and its stderr in the log; ``exit`` is the first redrive's."""
+    obs, cfg = prepare(replace(fault, n=0, values={}), bootstrap, tmp)
+    obs.fault = fault
+    poisons, args = REDRIVE_LETTERS[fault.id]
+    rows = [_letter(obs.names, i, poisons.get(i)) for i in range(8)]
+    produce_raw_rows(bootstrap, obs.names["dlq"], rows, 1)
+    path = tmp / "redrive.toml"
+    path.write_text(to_toml(cfg))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "runtime.cli", "redrive", "-c", str(path), "--json",
+                               *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
+        runs.append((done.returncode, done.stdout, done.stderr))
+    obs.exit = runs[0][0]
+    obs.extra["redrive"] = runs
+    good = [r.value for i, (r, _) in enumerate(rows) if i not in poisons]
+    obs.values = list(good) if obs.exit == 0 else []
+    obs.counts = {0: len(obs.values)} if obs.values else {}
+    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"]) if obs.values else None
+    if rm is not None:
+        try:
+            obs.extra["daemon_exit"] = rm.wait(fault.timeout_s)
+        finally:
+            rm.close()
+    read_back(obs, rm)
+    obs.dead = obs.dead[len(rows):]  # the planted letters are the row's input, not its outcome
+    obs.log = "\n".join(err for _, _, err in runs) + obs.log
+    return obs
 
 
 def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observation:
@@ -530,6 +642,8 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,
     "caught_up_commit_unanswered": caught_up_commit_unanswered,
+    "transactions": transactions,
+    "redrive_letters": redrive_letters,
 }
 
 

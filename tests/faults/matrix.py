@@ -538,5 +538,131 @@ FAULTS += [
           partitions=2, dead={"r8": "Rejected", "r27": "Rejected"}, check="dead_letters_as_read"),
 ]
 
+# ---------------------------------------------------------------- transactional input (issue 29)
+# Transaction markers and aborted records take offsets no consumer is handed: a batch run must
+# not count them as work left, nor commit one short of them. Driver "transactions"
+# (tests/faults/drive.py): per row, the transactions written, (records, committed?).
+TRANSACTIONS: dict[str, list[tuple[int, bool]]] = {
+    "input-in-committed-transactions": [(10, True), (15, True), (15, True)],
+    "input-with-an-aborted-transaction": [(10, True), (10, False), (10, True)],
+    "input-ends-with-an-aborted-transaction": [(20, True), (10, False)],
+    "failing-record-in-a-transaction": [(20, True), (20, True)],
+}
+FAULTS += [
+    Fault("input-in-committed-transactions", "transactional input",
+          "the input was written in committed transactions (Kafka Streams, Flink, an exactly-once "
+          "producer): each leaves a commit marker no consumer is handed",
+          "every record processed; `--until-caught-up` ends at once, exit 0, committed at each "
+          "partition's end, past the last marker (it used to wait for the marker, then exit 9)",
+          driver="transactions", partitions=2),
+    Fault("input-with-an-aborted-transaction", "transactional input",
+          "the input holds an aborted transaction between committed ones",
+          "under `read_committed` (the default) its records are not processed (Tansu delivers "
+          "them anyway) and are no work left: exit 0, committed at the end",
+          driver="transactions", partitions=2),
+    Fault("input-ends-with-an-aborted-transaction", "transactional input",
+          "the input ends with an aborted transaction",
+          "the same: caught up past its records and its abort marker, exit 0",
+          driver="transactions"),
+    Fault("failing-record-in-a-transaction", "transactional input",
+          "a record of a committed transaction fails",
+          "dead-lettered as any other; the run ends caught up past the markers, exit 0",
+          driver="transactions", partitions=2, values=values(r7="raise", r33="raise"),
+          dead={"r7": "ValueError", "r33": "ValueError"}),
+]
+
+# ---------------------------------------------------------------- permanent delivery errors (issue 29)
+# An output that can never be delivered is its record's fault (dead-lettered after its retries),
+# not an outage: an invalid topic name, a topic the plugin routed to that does not exist (with
+# auto-creation off). The same refusal from a topic the configuration names is an outage (every
+# record would fail alike), and a batch run still ends within caught_up_timeout_s.
+NO_AUTO_CREATE = {"allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 1000}
+MISSING_TOPIC = "ringmaster-matrix-never-created"  # no row creates it
+FAULTS += [
+    Fault("output-routed-to-an-invalid-topic", "permanent delivery errors",
+          "the plugin routes an output to a topic name Kafka refuses (`Output(topic=\"no such topic!\")`)",
+          "the record is dead-lettered as `OutputRejected` (\"Broker: Invalid topic\") after its retries; "
+          "the others' outputs go out (those delivered before the refusal once more, at least once); "
+          "`--until-caught-up` ends, exit 0 (it used to defer the batch for ever)",
+          values={6: "route=no such topic!:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          sections={"supervisor": {"caught_up_timeout_s": 20.0}}, log=("Invalid topic",)),
+    Fault("output-routed-to-a-missing-topic", "permanent delivery errors",
+          "the plugin routes an output to a topic that does not exist, and topics are not created "
+          "automatically",
+          "the same: dead-lettered as `OutputRejected` (\"Unknown topic or partition\"), exit 0",
+          values={6: f"route={MISSING_TOPIC}:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          sections={"kafka": {"producer": NO_AUTO_CREATE}, "supervisor": {"caught_up_timeout_s": 20.0}}),
+    Fault("output-topic-missing", "permanent delivery errors",
+          "`[output] topic` does not exist, and topics are not created automatically",
+          "an outage, not the records' fault: nothing dead-lettered or committed, the batch waits and is "
+          "tried again; `--until-caught-up` exits 9 after `caught_up_timeout_s` without progress",
+          sections={"kafka": {"producer": NO_AUTO_CREATE}, "output": {"topic": MISSING_TOPIC},
+                    "supervisor": {"caught_up_timeout_s": 10.0}},
+          exit=9, log=("batch deferred", "did not catch up"), timeout_s=90),
+]
+
+# ------------------------------------------------- more partitions than max_partitions (issue 29)
+# The group may give a member more partitions than its epoch table has slots (a member left):
+# a state the member lives with (the rest held over capacity: paused, not read, reported),
+# never an exit. tests/integration/test_max_partitions.py covers a member leaving a live pair.
+FAULTS += [
+    Fault("more-partitions-than-max-partitions", "more partitions than `max_partitions`",
+          "the group assigns a member more partitions than `supervisor.max_partitions` (a member left)",
+          "it takes what fits and holds the rest over capacity: paused, not read, named in a warning, "
+          "status and `ringmaster_partitions_over_capacity`; taken in when a slot frees up (it used to "
+          "exit 1); a batch run ends exit 9 naming them",
+          partitions=6, n=60, sections={"supervisor": {"max_partitions": 4, "caught_up_timeout_s": 10.0}},
+          exit=9, log=("held over capacity, not read", "assigned over supervisor.max_partitions"),
+          check="over_capacity_untouched", timeout_s=90),
+]
+
+# ---------------------------------------------------------------- poisoned dead letters (issue 29)
+# Every field redrive reads from a letter is bounded, as the control records are: a letter
+# out of bounds is passed over as malformed (counted, committed past, left in the topic), the
+# good letters around it are redriven, and redrive never exits "internal error". Driver
+# "redrive_letters": per row, which of 8 letters (0-7) are poisoned and how, and the options.
+RawHeaders = list[tuple[bytes, bytes | None]]
+
+
+def _set(name: str, value: bytes) -> Callable[[RawHeaders], RawHeaders]:
+    return lambda h: [(k, value if k == f"ringmaster.{name}".encode() else v) for k, v in h]
+
+
+POISONS: dict[str, Callable[[RawHeaders], RawHeaders]] = {
+    "count-5000-digits": lambda h: [*h, (b"ringmaster.redrive.count", b"9" * 5000)],
+    "partition-2**32": _set("source.partition", str(2**32).encode()),
+    "offset-past-int64": _set("source.offset", str(2**63).encode()),
+    "offset-5000-digits": _set("source.offset", b"9" * 5000),
+    "failed-at-5000-digits": _set("failed_at_ms", b"9" * 5000),
+    "invalid-source-topic": _set("source.topic", b"no such topic!"),
+    "header-name-not-utf8": lambda h: [*h, (NOT_UTF8, b"x")],
+}
+REDRIVE_LETTERS: dict[str, tuple[dict[int, str], tuple[str, ...]]] = {
+    "dead-letters-with-fields-out-of-bounds": (
+        {1: "count-5000-digits", 3: "partition-2**32", 4: "offset-past-int64", 6: "offset-5000-digits"}, ()),
+    "dead-letters-unreadable-or-odd": (
+        {0: "header-name-not-utf8", 2: "failed-at-5000-digits", 7: "invalid-source-topic"}, ()),
+    "redrive-from-out-of-range": ({}, ("--from", "9" * 5000)),
+}
+FAULTS += [
+    Fault("dead-letters-with-fields-out-of-bounds", "poisoned dead letters (`ringmaster redrive`)",
+          "dead letters hold numbers no Kafka type takes (a 5,000-digit `redrive.count`, which any input "
+          "record can carry; a source partition of 2**32; an offset past int64)",
+          "each is passed over as `malformed` with a warning naming the header, counted, committed past and "
+          "left in the topic; the good letters around them are redriven once; exit 0 (it used to exit 1, "
+          "\"internal error\", every run)",
+          driver="redrive_letters", check="redrive_passed_over_malformed",
+          log=("dead letter passed over: a ringmaster.* header is out of bounds",)),
+    Fault("dead-letters-unreadable-or-odd", "poisoned dead letters (`ringmaster redrive`)",
+          "a dead letter has a header name that is not UTF-8, a 5,000-digit `failed_at_ms`, or a source "
+          "topic no broker accepts",
+          "the same: passed over as `malformed`, the rest redriven, exit 0",
+          driver="redrive_letters", check="redrive_passed_over_malformed"),
+    Fault("redrive-from-out-of-range", "poisoned dead letters (`ringmaster redrive`)",
+          "`redrive --from` is given a 5,000-digit offset (or a partition past int32, a `--rate` of 1e400)",
+          "exit 2 with one line naming the option; nothing read or sent",
+          driver="redrive_letters", exit=2, log=("is not an offset",), check="redrive_refused"),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

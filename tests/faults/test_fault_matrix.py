@@ -20,7 +20,7 @@ from helpers import journal
 from probe import headers_digest
 
 from . import drive
-from .matrix import BY_ID, FAULTS, NOT_UTF8, Fault, wire_field_rows
+from .matrix import BY_ID, FAULTS, NOT_UTF8, REDRIVE_LETTERS, Fault, wire_field_rows
 from .parallel import observe_selected
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(900)]
@@ -330,6 +330,41 @@ def dead_letters_as_read(obs: drive.Observation) -> None:
         assert 0 <= offset < obs.counts[partition], (partition, offset, obs.counts)
         where.add((partition, offset))
     assert len(where) == len(obs.dead), "each names its own record"
+
+
+def over_capacity_untouched(obs: drive.Observation) -> None:
+    """Partitions held over capacity are never read: nothing of them is output or committed;
+    the ones that fit are done and committed."""
+    status = obs.status or {}
+    over = {o["tp"] for o in status.get("over_capacity", [])} or {
+        line.split("partitions=")[1].split()[0] for line in obs.log.splitlines()
+        if "held over capacity" in line and "partitions=" in line}
+    held = {int(p) for p in obs.committed if obs.committed[p] == obs.counts[p]}
+    assert len(held) == 4, f"the 4 partitions that fit are done and committed: {obs.committed}"
+    assert len(obs.committed) == 6 and all(obs.committed[p] < 0 for p in obs.committed if p not in held), \
+        f"nothing committed for the partitions over capacity: {obs.committed} ({over})"
+    outputs = {b["id"] for b in obs.bodies()}
+    expected = {ident(v) for i, v in enumerate(obs.values) if i % 6 in held}
+    assert outputs == expected, f"outputs only of the partitions that fit: {sorted(outputs ^ expected)[:10]}"
+
+
+def redrive_passed_over_malformed(obs: drive.Observation) -> None:
+    """The poisoned letters are passed over as malformed and counted; the good ones redriven
+    once; a second run finds nothing left; the daemon then processed every redriven copy."""
+    (_, out, err), (code2, out2, _) = obs.extra["redrive"]
+    poisons, _ = REDRIVE_LETTERS[obs.fault.id]
+    first, second = json.loads(out), json.loads(out2)
+    assert "internal error" not in err and "Traceback" not in err, err[-2000:]
+    assert first["skipped"] == {"malformed": len(poisons)}, first
+    assert first["redriven_total"] == 8 - len(poisons) and first["ending"] == "end", first
+    assert code2 == 0 and second["ending"] == "nothing" and second["redriven_total"] == 0, second
+    assert obs.extra["daemon_exit"] == 0
+
+
+def redrive_refused(obs: drive.Observation) -> None:
+    (_, out, err), (code2, _, _) = obs.extra["redrive"]
+    assert out == "" and err.count("\n") == 1 and err.startswith("ringmaster: error: --from"), err
+    assert code2 == 2 and "daemon_exit" not in obs.extra
 
 
 CHECKS = {name: fn for name, fn in globals().items() if callable(fn) and name in {

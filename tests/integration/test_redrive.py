@@ -433,3 +433,59 @@ def test_partition_bounds_come_from_a_fetch_and_a_record_is_read_by_its_coordina
         assert fetcher.fetch(names["in"], 2, 0, 10) is None, "an empty partition"
     finally:
         fetcher.close()
+
+
+# ---------------------------------------------------------------------------- poisoned letters (issue 29)
+def test_poisoned_letters_are_passed_over_as_malformed_and_never_stop_a_redrive(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A letter whose redrive count has 5,000 digits (any input record can carry the header),
+    whose source partition is 2**32 or offset past int64, or whose header name is not UTF-8:
+    each used to stop every redrive with "internal error (a bug)", nothing committed, the
+    letters before it redriven again on every run. Now each is passed over as malformed and
+    counted, the good letters on both sides are redriven once, and the cursor moves past all."""
+    from tests.wire import RawRecord, WireProducer
+
+    bs = broker.bootstrap
+    make_topics(bs, 1, names["in"], names["dlq"], names["out"])
+    good = [letter(names["in"], 0, i, f"k{i}".encode(), f"ok:g{i}".encode()) for i in range(4)]
+    huge_count = letter(names["in"], 0, 10, b"k", b"ok:p0")
+    huge_count = (huge_count[0], huge_count[1], [*huge_count[2], (COUNT, b"9" * 5000)])
+    wide = letter(names["in"], 0, 11, b"k", b"ok:p1")
+    wide = (wide[0], wide[1], [(k, str(2**32).encode() if k.endswith("source.partition") else v)
+                               for k, v in wide[2]])
+    far = letter(names["in"], 0, 12, b"k", b"ok:p2")
+    far = (far[0], far[1], [(k, b"9" * 5000 if k.endswith("source.offset") else v) for k, v in far[2]])
+    produce_rows(bs, names["dlq"], [good[0], huge_count, good[1], wide, far, good[2]], 1)
+    unreadable = letter(names["in"], 0, 13, b"k", b"ok:p3")
+    with WireProducer(bs) as p:  # a header name the Python client cannot write (Go and C can)
+        p.produce(names["dlq"], 0, [RawRecord(unreadable[1], unreadable[0],
+                                              [(k.encode(), v) for k, v in unreadable[2]]
+                                              + [(b"\xff\xfebad-name", b"x")], 1_700_000_000_000)])
+    produce_rows(bs, names["dlq"], [good[3]], 1)
+    cfg = config(broker, names, tmp_path)
+
+    summary = redrive(cfg, tmp_path)
+    assert summary["ending"] == "end", summary
+    assert summary["redriven_total"] == 4 and summary["skipped"] == {"malformed": 4}, summary
+    assert "redrive.count" in summary["skipped_examples"]["malformed"]
+    again = redrive(cfg, tmp_path, name="again")
+    assert again["ending"] == "nothing" and again["redriven_total"] == 0, "the cursor moved past them all"
+    copies = read_all(bs, names["in"])
+    assert sorted(m.value() for m in copies) == sorted(f"ok:g{i}".encode() for i in range(4)), \
+        "each good letter redriven once, nothing of the malformed ones"
+    assert committed(bs, f"{names['group']}.redrive", names["dlq"], 1) == {0: 8}
+
+
+def test_cli_numbers_out_of_range_are_one_line_and_exit_2(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 1, names["in"], names["dlq"], names["out"])
+    cfg = config(broker, names, tmp_path)
+    for args in (["--from", "9" * 5000], ["--to", f"{2**32}:1"], ["--max-redrives", str(2**40)]):
+        r = Redrive(cfg, tmp_path, *args, as_json=False)
+        code = r.proc.wait(60)
+        r._err.close()
+        err = r.err_path.read_text()
+        assert code == 2, err
+        assert "Traceback" not in err and "internal error" not in err
+        assert err.count("\n") == 1 and err.startswith("ringmaster: error: "), err
+        r.err_path.unlink()

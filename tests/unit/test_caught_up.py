@@ -264,3 +264,95 @@ def test_the_bound_can_be_turned_off() -> None:
     sup, consumer, clock, _ = make(caught_up_timeout_s=0)
     assign(sup, consumer, [TP0])
     assert not tick(sup, clock, 10 * 3600)
+
+
+# ------------------------------------------------------------------ transactional input (issue 29)
+def _take(sup: Supervisor, consumer: FakeConsumer, tp: Any, offsets: range, eof: int | None,
+          high: int) -> None:
+    """One consume(): records at ``offsets`` and the partition's end event at ``eof``, through
+    the real intake (records first, then the end), cut into batches and done."""
+    from fakes import msgs
+
+    from runtime.kafka.consumer import Fetched
+
+    f = Fetched()
+    if offsets:
+        f.runs[tp] = msgs(tp, *offsets)
+        f.count = len(offsets)
+    if eof is not None:
+        f.eof[tp] = eof
+    consumer.high[tp] = high
+    sup.intake.take(f)
+    for batch in sup.intake.cut(worker_has_room=True):
+        sup.partitions[tp].tracker.complete(batch.batch_id)
+
+
+def test_a_committed_transaction_is_caught_up_past_its_commit_marker_and_commits_it() -> None:
+    """Ten records in one committed transaction: offsets 0-9, the commit marker at 10, the high
+    watermark 11. The consumer never hands over offset 10; its end event says 11."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    _take(sup, consumer, TP0, range(10), eof=None, high=11)
+    assert not tick(sup, clock), "the end is not reported yet"
+    _take(sup, consumer, TP0, range(0), eof=11, high=11)
+    assert tick(sup, clock), "the marker is no work left"
+    assert stop(sup) is None
+    assert consumer.commits[-1] == {TP0: 11}, "the commit moves past the marker: no lag left of one"
+
+
+def test_aborted_records_under_read_committed_and_an_open_transaction_are_no_work_left() -> None:
+    """read_committed: records 5-9 aborted (their marker at 10) are never handed over, and a
+    transaction open from 11 keeps the end reported (the last stable offset) below the high
+    watermark (20). Everything the consumer can see is done."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    _take(sup, consumer, TP0, range(5), eof=11, high=20)
+    assert tick(sup, clock)
+    assert stop(sup) is None
+    assert consumer.commits[-1] == {TP0: 11}
+
+
+def test_the_end_event_skips_nothing_while_records_before_it_are_not_done() -> None:
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    from fakes import msgs
+
+    from runtime.kafka.consumer import Fetched
+
+    f = Fetched()
+    f.runs[TP0], f.count, f.eof[TP0] = msgs(TP0, *range(10)), 10, 11
+    consumer.high[TP0] = 11
+    sup.intake.take(f)
+    batches = sup.intake.cut(worker_has_room=True)
+    tracker = sup.partitions[TP0].tracker
+    assert tracker.committable is None, "nothing is done: the marker's offset waits behind the records"
+    for b in batches:
+        tracker.complete(b.batch_id)
+    assert tracker.committable == 11
+    assert tick(sup, clock)
+
+
+def test_a_batch_deferred_again_and_again_is_no_progress_whatever_the_workers_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: an output no broker takes deferred its batch for ever; each try re-read the
+    partition and kept a worker busy, and `--until-caught-up` with a 20 s bound ran past 150 s."""
+    sup, consumer, clock, pool = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 100)
+    assert not tick(sup, clock)
+    h = pool.handles[0]
+    h.alive = True
+    monkeypatch.setattr(sup.assignment.scheduler, "has_out", lambda tp: tp == TP0)
+    p = sup.partitions[TP0]
+    p.stats.deferrals = 3  # deferred three times in a row (results.py)
+    stopped = False
+    for _ in range(int(TIMEOUT_S) + 2):
+        h.board.begin(7, 0)  # each try: a worker in the batch...
+        intake = p.intake
+        intake.next_offset = None  # ...after a rewind, the same records read again
+        stopped = stopped or tick(sup, clock, 0.5)
+        intake.next_offset = 100
+        h.board.end(0)
+        stopped = stopped or tick(sup, clock, 0.5)
+    assert stopped, "the bound holds"
+    assert isinstance(stop(sup), NotCaughtUp)

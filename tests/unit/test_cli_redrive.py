@@ -24,7 +24,14 @@ def config(tmp_path: Path, dead_letter: bool = True) -> str:
     (["--from", "yesterday"], True, "--from 'yesterday': expected an offset"),
     (["--to", "1:2,1:3"], True, "--to '1:2,1:3': a partition is given twice"),
     (["--rate", "0"], True, "--rate must be"),
-    (["--max-redrives", "0"], True, "--max-redrives must be at least 1"),
+    (["--max-redrives", "0"], True, "--max-redrives must be from 1"),
+    # Numbers out of every Kafka type's range (issue 29): exit 2 with one line, never a traceback.
+    (["--from", "9" * 5000], True, "is not an offset (0 to 2**63-1"),
+    (["--to", f"{2**32}:5"], True, "is not a partition (0 to 2**31-1"),
+    (["--from", "9" * 5000 + "s"], True, "expected an offset"),
+    (["--max-redrives", str(2**40)], True, "--max-redrives must be from 1"),
+    (["--rate", "1e400"], True, "--rate must be"),
+    (["--rate", "nan"], True, "--rate must be"),
 ])
 def test_a_bad_option_is_one_line_and_exit_2_before_kafka(tmp_path: Path, args: list[str], dead_letter: bool,
                                                           message: str) -> None:

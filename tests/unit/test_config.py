@@ -51,11 +51,12 @@ def test_env_overrides(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["0x1F", "1_000", "007", "true", "1e3", "[a]", '"quoted"', "a = b"])
-@pytest.mark.parametrize("var", ["RINGMASTER__OUTPUT__TOPIC", "RINGMASTER__KAFKA__GROUP_ID",
+@pytest.mark.parametrize("var", ["RINGMASTER__SUPERVISOR__STATUS_FILE", "RINGMASTER__KAFKA__GROUP_ID",
                                  "RINGMASTER__KAFKA__PRODUCER__SASL_PASSWORD"])
 def test_env_override_of_a_string_key_keeps_the_exact_string(tmp_path: Path, var: str, value: str) -> None:
     s = load_settings(write(tmp_path, GOOD), env={var: value})
-    got = {"RINGMASTER__OUTPUT__TOPIC": s.output.topic, "RINGMASTER__KAFKA__GROUP_ID": s.kafka.group_id,
+    got = {"RINGMASTER__SUPERVISOR__STATUS_FILE": s.supervisor.status_file,
+           "RINGMASTER__KAFKA__GROUP_ID": s.kafka.group_id,
            "RINGMASTER__KAFKA__PRODUCER__SASL_PASSWORD": s.kafka.producer.get("sasl.password")}[var]
     assert got == value
 
@@ -194,6 +195,9 @@ password = "p-456"
     (GOOD + '[admin]\nlisten = "host:port"\n', "admin.listen: 'host:port' is not HOST:PORT"),
     (GOOD.replace("processes = 2", "processes = 2\nmax_processes = 1"),
      "workers: max_processes (1) must be at least processes (2)"),
+    # A configured topic no broker accepts would fail every record alike (issue 29): refused at start.
+    (GOOD + '[output]\ntopic = "no such topic!"\n', "output.topic: String should match pattern"),
+    (GOOD + f'[dead_letter]\ntopic = "{"t" * 250}"\n', "dead_letter.topic: String should match pattern"),
 ])
 def test_bad_config_names_the_problem(tmp_path: Path, text: str, needle: str) -> None:
     with pytest.raises((ConfigError, PluginError)) as info:

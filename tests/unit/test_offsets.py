@@ -75,3 +75,28 @@ def test_needs_commit_tracks_what_was_sent() -> None:
     assert t.needs_commit()
     t.mark_committed(5)
     assert not t.needs_commit()
+
+
+# ---------------------------------------------------------------- offsets no consumer sees (issue 29)
+def test_a_tail_the_consumer_skipped_is_done_once_the_records_before_it_are() -> None:
+    t = OffsetTracker()
+    t.register(1, 0, 9)
+    assert t.skip_to(10, 11), "a commit marker at 10, the end reported at 11"
+    assert t.committable is None, "the records before it are not done"
+    t.register(2, 11, 14)
+    t.complete(1)
+    assert t.committable == 11
+    t.complete(2)
+    assert t.committable == 15
+
+
+def test_a_tail_is_skipped_only_right_after_everything_registered() -> None:
+    t = OffsetTracker()
+    assert not t.skip_to(10, 11), "nothing registered: where reading began is unknown"
+    t.register(1, 0, 9)
+    assert not t.skip_to(5, 11), "records 5-9 are registered: not a gap"
+    assert not t.skip_to(12, 14), "offsets 10-11 are not registered: a record may wait uncut there"
+    assert not t.skip_to(10, 10), "nothing to skip"
+    t.complete(1)
+    assert t.skip_to(10, 12) and t.committable == 12
+    assert not t.skip_to(10, 12), "a second end event changes nothing"

@@ -14,7 +14,14 @@ from confluent_kafka import KafkaError as CKError
 from confluent_kafka import KafkaException
 
 from runtime.errors import DeliveryFailed, OutputRejected
-from runtime.kafka.producer import PRODUCER_STATE_ERRORS, RECORD_ERRORS, OutputProducer, is_record_error
+from runtime.kafka.producer import (
+    PRODUCER_STATE_ERRORS,
+    RECORD_ERRORS,
+    TOPIC_ERRORS,
+    OutputProducer,
+    is_record_error,
+    is_records_fault,
+)
 
 
 class FakeMsg:
@@ -113,6 +120,67 @@ def test_size_and_validity_errors_are_the_records_fault_and_outages_are_not() ->
                  CKError.PRODUCER_FENCED):
         assert not is_record_error(err(code))
     assert not RECORD_ERRORS & PRODUCER_STATE_ERRORS
+
+
+# One test per class of delivery error (issue 29): what can never be delivered is the record's
+# fault; what a routed topic refuses is too; what the configured topics refuse, and anything
+# transient, is an outage.
+OWN = frozenset({"out", "dlq"})
+ROUTED = "elsewhere"
+
+
+@pytest.mark.parametrize("code", [CKError.MSG_SIZE_TOO_LARGE, CKError.RECORD_LIST_TOO_LARGE,
+                                  CKError.INVALID_RECORD, CKError.INVALID_TIMESTAMP,
+                                  CKError._UNKNOWN_PARTITION, CKError.TOPIC_EXCEPTION])
+def test_a_message_that_can_never_be_delivered_is_the_records_fault_whatever_the_topic(code: int) -> None:
+    for topic, own in (("out", OWN), (ROUTED, OWN), ("out", None)):
+        assert is_records_fault(err(code), topic, own)
+
+
+@pytest.mark.parametrize("code", [CKError.TOPIC_AUTHORIZATION_FAILED, CKError.UNKNOWN_TOPIC_OR_PART,
+                                  CKError._UNKNOWN_TOPIC])
+def test_a_topic_refusing_everything_is_the_records_fault_only_where_the_plugin_routed_it(code: int) -> None:
+    assert is_records_fault(err(code), ROUTED, OWN), "the plugin chose the topic"
+    assert not is_records_fault(err(code), "out", OWN), "the configured output topic: every record alike"
+    assert not is_records_fault(err(code), "dlq", OWN), "the dead-letter topic: an outage"
+    assert not is_records_fault(err(code), ROUTED, None), "no topics named: every topic is the config's"
+
+
+@pytest.mark.parametrize("code", [CKError._MSG_TIMED_OUT, CKError._TRANSPORT,
+                                  CKError.NOT_LEADER_FOR_PARTITION, CKError.LEADER_NOT_AVAILABLE,
+                                  CKError.REQUEST_TIMED_OUT,
+                                  CKError.NOT_ENOUGH_REPLICAS, CKError._ALL_BROKERS_DOWN,
+                                  CKError.PRODUCER_FENCED, CKError.THROTTLING_QUOTA_EXCEEDED])
+def test_transient_errors_are_outages_whatever_the_topic(code: int) -> None:
+    assert not is_records_fault(err(code), ROUTED, OWN)
+    assert not is_records_fault(err(code), "out", OWN)
+
+
+def test_the_classes_do_not_overlap() -> None:
+    assert not RECORD_ERRORS & TOPIC_ERRORS and not (RECORD_ERRORS | TOPIC_ERRORS) & PRODUCER_STATE_ERRORS
+
+
+def test_an_output_routed_to_a_topic_that_refuses_it_is_rejected_and_the_configured_ones_wait(
+        fake: FakeProducer) -> None:
+    p = OutputProducer({"bootstrap.servers": "127.0.0.1:9"}, own_topics=("out", None, "dlq"))
+    p._p = fake  # type: ignore[assignment]
+    fake.fate = lambda m: err(CKError.TOPIC_AUTHORIZATION_FAILED) if m.topic() != "ok" else None
+    p.produce(ROUTED, b"a")
+    p.produce("ok", b"b")
+    with pytest.raises(OutputRejected, match="may not write to the topic the plugin routed it to"):
+        p.deliver(5.0)
+    p.produce("out", b"c")
+    with pytest.raises(DeliveryFailed):
+        p.deliver(5.0)
+
+
+def test_an_invalid_topic_name_is_rejected_with_how_to_fix_it(fake: FakeProducer) -> None:
+    p = OutputProducer({"bootstrap.servers": "127.0.0.1:9"}, own_topics=("out",))
+    p._p = fake  # type: ignore[assignment]
+    fake.fate = lambda m: err(CKError.TOPIC_EXCEPTION)
+    p.produce("no such topic!", b"a")
+    with pytest.raises(OutputRejected, match="not a valid topic name"):
+        p.deliver(5.0)
 
 
 # ---------------------------------------------------------------------- deliver()

@@ -20,7 +20,7 @@ from runtime.redrive.engine import Redrive, Stopper
 from runtime.redrive.letters import Letter, read_letter
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.report import Ending, Mode, Summary
-from runtime.redrive.selection import OffsetBound, Selection
+from runtime.redrive.selection import OffsetBound, Selection, Skip
 from runtime.worker.deadletter_format import REDRIVE_COUNT, dead_letter_headers
 from runtime.worker.execution import RetryPolicy
 
@@ -188,6 +188,53 @@ def test_every_letter_up_to_the_end_seen_at_start_is_taken_and_the_cursor_moves_
     assert [o for _, o in action.taken] == [0, 1, 2, 3, 4]
     assert consumer.last_commit() == {TP0: 5} and consumer.commits[-1][1] is False, "the last commit is sync"
     assert TP0 in consumer.paused, "a partition at its end fetches no more"
+
+
+class Unreadable:
+    """A letter the client cannot read: headers() raises, as confluent-kafka does for a header
+    name that is not UTF-8; a second call would touch its broken cache."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset, self.header_calls = offset, 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def headers(self) -> None:
+        self.header_calls += 1
+        assert self.header_calls == 1, "headers() called again after it failed"
+        raise SystemError("<built-in method headers> returned a result with an exception set")
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 5)
+
+
+def test_a_poisoned_letter_is_passed_over_counted_and_committed_past_and_the_run_goes_on() -> None:
+    """Issue 29: one letter whose headers hold numbers no Kafka type takes (a 5,000-digit redrive
+    count, a source partition of 2**32) or that the client cannot read stops nothing."""
+    clock = Clock()
+    huge_count = dead(0, 1)
+    huge_count.set_headers([*huge_count.headers(), (REDRIVE_COUNT, b"9" * 5000)])
+    wide = dead(0, 2)
+    wide.set_headers([(k, str(2**32).encode() if k.endswith("source.partition") else v)
+                      for k, v in wide.headers()])
+    unreadable = Unreadable(3)
+    f = Fetched()
+    f.runs[TP0] = [dead(0, 0), huge_count, wide, unreadable, dead(0, 4)]
+    consumer = FakeConsumer(clock, [f])
+    action = FakeAction()
+    summary = engine(consumer, action, clock, {0: 5}).run()
+    assert summary.ending is Ending.END
+    assert [o for _, o in action.taken] == [0, 4], "the good letters on both sides are redriven"
+    assert summary.skipped[Skip.MALFORMED] == 3
+    assert consumer.last_commit() == {TP0: 5}, "the cursor moves past the malformed letters"
+    assert "redrive.count" in summary.examples[Skip.MALFORMED]
 
 
 def test_a_final_commit_the_broker_refuses_is_reported_not_counted_as_done() -> None:

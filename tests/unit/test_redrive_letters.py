@@ -4,6 +4,7 @@ again keeps the count in its dead letter, in every form; the next redrive raises
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -113,3 +114,50 @@ def test_a_truncated_letter_stands_for_its_source_record_only_if_sizes_and_prefi
     assert not stands_for(letter, None, value)
     whole = read_letter(0, 0, b"k", b"v", fail([]), (1, 1))
     assert whole.form is Form.WHOLE and stands_for(whole, b"anything", None)
+
+
+# ---------------------------------------------------------------------- bounded fields (issue 29)
+def _with(name: str, raw: bytes) -> Headers:
+    return [(k, v) for k, v in fail([]) if k != name] + [(name, raw)]
+
+
+@pytest.mark.parametrize(("name", "raw", "says"), [
+    (REDRIVE_COUNT, b"9" * 5000, "redrive.count"),
+    (REDRIVE_COUNT, str(2**31).encode(), "redrive.count"),
+    (REDRIVE_COUNT, b"+1", "redrive.count"),
+    (REDRIVE_COUNT, "\u0661".encode(), "redrive.count"),  # an Arabic-Indic one: a digit to str.isdigit
+    (HEADER_PREFIX + "source.partition", str(2**32).encode(), "source.partition"),
+    (HEADER_PREFIX + "source.partition", str(2**31).encode(), "source.partition"),
+    (HEADER_PREFIX + "source.partition", b"-1", "source.partition"),
+    (HEADER_PREFIX + "source.offset", b"9" * 5000, "source.offset"),
+    (HEADER_PREFIX + "source.offset", str(2**63).encode(), "source.offset"),
+    (HEADER_PREFIX + "source.offset", b"007", "source.offset"),
+    (HEADER_PREFIX + "source.topic", b"no such topic!", "source.topic"),
+    (HEADER_PREFIX + "source.topic", b"t" * 250, "source.topic"),
+    (HEADER_PREFIX + "failed_at_ms", b"9" * 5000, "failed_at_ms"),
+    (HEADER_PREFIX + "value.truncated", b"9" * 5000, "value.truncated"),
+])
+def test_a_header_out_of_its_bounds_makes_the_letter_malformed_naming_it(name: str, raw: bytes,
+                                                                          says: str) -> None:
+    letter = read_letter(0, 1, b"k", b"v", _with(name, raw), (1, 99))
+    assert letter.malformed and letter.problem is not None and says in letter.problem
+    assert len(letter.problem) < 200, "the problem is one short line, whatever the header held"
+    src = letter.source
+    assert src is None or (0 <= src.partition < 2**31 and 0 <= src.offset < 2**63)
+    assert 0 <= letter.count < 2**31
+
+
+@pytest.mark.parametrize(("name", "raw"), [
+    (REDRIVE_COUNT, str(2**31 - 1).encode()),
+    (HEADER_PREFIX + "source.partition", str(2**31 - 1).encode()),
+    (HEADER_PREFIX + "source.offset", str(2**63 - 1).encode()),
+    (HEADER_PREFIX + "source.topic", b"a.b_c-D9" + b"x" * 241),
+])
+def test_a_header_at_its_bound_is_read(name: str, raw: bytes) -> None:
+    letter = read_letter(0, 1, b"k", b"v", _with(name, raw), (1, 99))
+    assert letter.problem is None and not letter.malformed
+
+
+def test_a_long_error_type_is_cut_not_refused() -> None:
+    letter = read_letter(0, 1, b"k", b"v", _with(HEADER_PREFIX + "error.type", b"E" * 100_000), (1, 99))
+    assert letter.problem is None and len(letter.error_type) == 256

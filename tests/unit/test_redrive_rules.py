@@ -51,6 +51,30 @@ def test_a_bound_that_means_nothing_is_one_error_naming_the_option_and_the_forms
     assert "ISO-8601" in str(info.value) or "twice" in str(info.value)
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    ("9" * 5000, "not an offset"),  # more digits than int() takes (issue 29)
+    (str(2**63), "not an offset"),
+    (str(2**63 - 1) + "0", "not an offset"),
+    ("007", "not an offset"),
+    ("\u0661\u0662", "ISO-8601"),  # Arabic-Indic digits: \d and int() take them, Kafka does not
+    (f"{2**31}:5", "not a partition"),
+    ("0:" + "9" * 5000, "not an offset"),
+    ("9" * 5000 + "s", "ISO-8601"),  # a duration longer than the regex takes
+    ("999999999999w", "before 1970"),
+    ("0001-01-01T00:00:00Z", "between 1970 and 9999"),
+    ("x" * 100_000, "characters"),
+])
+def test_a_bound_out_of_range_is_one_short_config_error_not_a_crash(text: str, says: str) -> None:
+    with pytest.raises(ConfigError, match="--from") as info:
+        parse_bound(text, "--from", NOW)
+    assert says in str(info.value) and len(str(info.value)) < 300
+
+
+def test_the_largest_bounds_are_taken() -> None:
+    assert parse_bound(str(2**63 - 1), "--to", NOW) == OffsetBound(every=2**63 - 1)
+    assert parse_bound(f"{2**31 - 1}:0", "--to", NOW) == OffsetBound(partitions={2**31 - 1: 0})
+
+
 def test_an_offset_bound_per_partition_applies_to_those_partitions_only() -> None:
     b = OffsetBound(partitions={1: 10})
     assert (b.at(1), b.at(0)) == (10, None)
@@ -87,6 +111,8 @@ def test_a_letter_of_this_configs_topics_within_the_bounds_is_redriven() -> None
     (Selection(["in"], start=TimeBound(NOW)), {}, None),
     (Selection(["in"], start=TimeBound(NOW)), {"failed_at_ms": None}, Skip.BEFORE_FROM),  # record ts: NOW-1
     (Selection(["in"]), {"headers": False}, Skip.NOT_A_DEAD_LETTER),
+    (Selection(["in"]), {"count": 2**31}, Skip.MALFORMED),
+    (Selection(["in"], error_types=frozenset({"X"})), {"count": 2**40}, Skip.MALFORMED),
     (Selection(["in"]), {"topic": "elsewhere"}, Skip.OTHER_SOURCE),
     (Selection(["in"], error_types=frozenset({"KeyError"})), {}, Skip.NOT_SELECTED),
     (Selection(["in"], error_types=frozenset({"KeyError", "ValueError"})), {}, None),
