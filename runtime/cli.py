@@ -158,11 +158,21 @@ def check(config: str, shallow: bool) -> None:
     click.echo(json.dumps(redacted(settings), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
-    click.echo(f"hot paths: {speedups.describe([packing.PACK, worker.BUILD_RECORDS])}", err=True)
+    paths: list[speedups.HotPath[Any]] = [packing.PACK, worker.BUILD_RECORDS]
+    click.echo(f"hot paths: {speedups.describe(paths)}", err=True)
+    slow = speedups.python_warning(paths)
+    if slow is not None:
+        click.echo(f"warning: {slow}", err=True)
+    from runtime.errors import PluginError, SharedMemoryError
+    from runtime.supervisor.daemon import check_plugin_starts, host_problem, shm_report
+
+    click.echo(f"workers: {settings.workers.processes} ({settings.workers.processes_from})", err=True)
+    problem = host_problem(settings)
+    if problem is not None:  # the daemon would refuse to start here (exit 4), with this line
+        _fail(SharedMemoryError(problem))
+    click.echo(shm_report(settings)[0], err=True)
     if shallow:
         return
-    from runtime.errors import PluginError
-    from runtime.supervisor.daemon import check_plugin_starts
 
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="check")
     outcome = check_plugin_starts(settings)
