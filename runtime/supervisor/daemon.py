@@ -245,15 +245,19 @@ def shm_report(settings: Settings) -> tuple[str, bool]:
         free = free_bytes(sup.shm_dir)
     except OSError as exc:
         return f"{where} cannot be read: {exc.strerror}", False
-    figure = (f"{w.processes} workers + 1 for a reload, {_mib(segment_bytes(BOARD_BYTES + w.ring_bytes))} "
-              f"each (workers.ring_bytes), and the partition table")
+    figure = (f"{w.processes} worker{'s' if w.processes > 1 else ''} + 1 for a reload, "
+              f"{_mib(segment_bytes(BOARD_BYTES + w.ring_bytes))} each (workers.ring_bytes), and the "
+              "partition table")
     if free >= need:
         return f"{where} has {_mib(free)} free; the rings need {_mib(need)} ({figure})", True
     size = -(-need // 2**20) + 1
+    if os.path.realpath(sup.shm_dir) == "/dev/shm":
+        more = (f"docker run --shm-size={size}m; Kubernetes: an emptyDir with medium Memory and sizeLimit "
+                f"{size}Mi at /dev/shm, docs/deploy.md")
+    else:
+        more = f"a tmpfs of at least {size} MiB there"
     return (f"{where} has {_mib(free)} free but the rings need {_mib(need)} ({figure}): give it more "
-            f"(docker run --shm-size={size}m; Kubernetes: an emptyDir with medium Memory and sizeLimit "
-            f"{size}Mi at {sup.shm_dir}, docs/deploy.md), or lower workers.processes or workers.ring_bytes",
-            False)
+            f"({more}), or lower workers.processes or workers.ring_bytes", False)
 
 
 def host_problem(settings: Settings) -> str | None:

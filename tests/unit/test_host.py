@@ -263,3 +263,29 @@ def test_check_fails_with_exit_4_when_shm_is_too_small(tmp_path: Path) -> None:
     assert last.startswith("ringmaster: error: supervisor.shm_dir '/dev/shm' has "), last
     assert "but the rings need" in last and "--shm-size=" in last
     assert r.stderr.count("the rings need") == 1, "said once"
+
+
+def test_shm_elsewhere_names_no_docker_flag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(daemon, "free_bytes", lambda _d: 1 * MiB)
+    s = settings(processes=1)
+    s = s.model_copy(update={"supervisor": s.supervisor.model_copy(update={"shm_dir": str(tmp_path)})})
+    line, enough = daemon.shm_report(s)
+    assert not enough and "(1 worker + 1 for a reload" in line
+    assert "give it more (a tmpfs of at least 18 MiB there)" in line and "docker" not in line
+
+
+def test_run_refuses_too_little_shm_before_waiting_for_an_unreachable_cluster(tmp_path: Path) -> None:
+    """A real `ringmaster run` against a cluster that never answers (a daemon would wait for
+    it for ever): the shm check comes first, exit 4, one line, nothing left in shm_dir."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:1"\ngroup_id = "g"\ntopics = ["t"]\n'
+                   '[workers]\nplugin = "workers.enrich"\nprocesses = 2\nring_bytes = 1099511627776\n'
+                   '[supervisor]\ncontrol_socket = ""\n')
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RINGMASTER")}
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", "run", "--no-progress", "-c", str(cfg)],
+                       capture_output=True, text=True, timeout=120, env=base)
+    assert r.returncode == 4, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ringmaster: error: supervisor.shm_dir '/dev/shm' has "), last
+    assert "but the rings need 3145728 MiB (2 workers + 1 for a reload" in last
+    assert "Kafka" not in r.stderr and "cluster" not in r.stderr, "the cluster was never waited for"
