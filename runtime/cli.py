@@ -148,8 +148,11 @@ def _exit(code: int, consumer_abandoned: bool) -> None:
 def check(config: str, shallow: bool) -> None:
     """Validate a config, print the effective settings (librdkafka properties included,
     secrets redacted), then start the plugin in a throw-away worker: import, setup(),
-    teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Exit 2: the
-    config is invalid; exit 3: the plugin cannot start (one line says why)."""
+    teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Also says
+    whether the C speedups are on, how many workers and why, and the shared memory the rings
+    need against what is free. Exit 2: the config is invalid; exit 3: the plugin cannot start
+    (one line says why); exit 4: this host cannot run it (too little shared memory, or a CPU
+    other than x86-64 without the C speedups)."""
     settings = _load(config)
     import runtime.kafka.consumer  # noqa: F401  binds the message type: the packer's C path is known
     from runtime.transport import packing, speedups
