@@ -148,8 +148,11 @@ def _exit(code: int, consumer_abandoned: bool) -> None:
 def check(config: str, shallow: bool) -> None:
     """Validate a config, print the effective settings (librdkafka properties included,
     secrets redacted), then start the plugin in a throw-away worker: import, setup(),
-    teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Exit 2: the
-    config is invalid; exit 3: the plugin cannot start (one line says why)."""
+    teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Also says
+    whether the C speedups are on, how many workers and why, and the shared memory the rings
+    need against what is free. Exit 2: the config is invalid; exit 3: the plugin cannot start
+    (one line says why); exit 4: this host cannot run it (too little shared memory, or a CPU
+    other than x86-64 without the C speedups)."""
     settings = _load(config)
     import runtime.kafka.consumer  # noqa: F401  binds the message type: the packer's C path is known
     from runtime.transport import packing, speedups
@@ -158,11 +161,21 @@ def check(config: str, shallow: bool) -> None:
     click.echo(json.dumps(redacted(settings), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
-    click.echo(f"hot paths: {speedups.describe([packing.PACK, worker.BUILD_RECORDS])}", err=True)
+    paths: list[speedups.HotPath[Any]] = [packing.PACK, worker.BUILD_RECORDS]
+    click.echo(f"hot paths: {speedups.describe(paths)}", err=True)
+    slow = speedups.python_warning(paths)
+    if slow is not None:
+        click.echo(f"warning: {slow}", err=True)
+    from runtime.errors import PluginError, SharedMemoryError
+    from runtime.supervisor.daemon import check_plugin_starts, host_problem, shm_report
+
+    click.echo(f"workers: {settings.workers.processes} ({settings.workers.processes_from})", err=True)
+    problem = host_problem(settings)
+    if problem is not None:  # the daemon would refuse to start here (exit 4), with this line
+        _fail(SharedMemoryError(problem))
+    click.echo(shm_report(settings)[0], err=True)
     if shallow:
         return
-    from runtime.errors import PluginError
-    from runtime.supervisor.daemon import check_plugin_starts
 
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="check")
     outcome = check_plugin_starts(settings)

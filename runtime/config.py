@@ -19,6 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from runtime.errors import ConfigError, PluginError
+from runtime.host import cpu_budget
 
 ENV_PREFIX = "RINGMASTER__"
 # Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
@@ -90,7 +91,10 @@ class KafkaSettings(_Section):
 
 class WorkerSettings(_Section):
     plugin: str = Field(min_length=1, description="importable module path of the plugin")
-    processes: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=512)
+    processes: int = Field(
+        default_factory=lambda: cpu_budget().count, ge=1, le=512, description="worker processes; "
+        "default: the CPUs this process may use (the smallest of the affinity mask, the cgroup CPU "
+        "quota rounded down, and the CPU count)")
     max_processes: int = Field(
         default=0, ge=0, le=512, description="the most workers `ringmaster scale` (or SIGTTIN) may run "
         "(0: processes). Fixed for the run: key ordering's lanes per partition, and each worker slot "
@@ -145,6 +149,14 @@ class WorkerSettings(_Section):
             raise ValueError(f"max_processes ({self.max_processes}) must be at least processes "
                              f"({self.processes})")
         return self
+
+    @property
+    def processes_from(self) -> str:
+        """What set ``processes``: the key, or what bounds the CPUs this process may use."""
+        if "processes" in self.model_fields_set:
+            return "workers.processes"
+        budget = cpu_budget()
+        return budget.why if budget.count == self.processes else "the CPUs this process may use"
 
     @property
     def process_limit(self) -> int:

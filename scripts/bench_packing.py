@@ -47,7 +47,7 @@ def baseline(rev: str, tmp: Path) -> tuple[Any, Callable[..., bytes]]:
     assert spec is not None and spec.loader is not None
     native = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(native)
-    native.bind(Message)
+    native.bind(Message, UnreadableRecord)
     py_src = subprocess.run(["git", "show", f"{rev}:runtime/transport/packing.py"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout
     old = types.ModuleType("baseline_packing")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
-from runtime.errors import RingmasterError
+from runtime.errors import RingmasterError, SharedMemoryError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.ops.admin_server import AdminServer
@@ -30,8 +30,11 @@ from runtime.supervisor.loop import Supervisor
 from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_plugin
 from runtime.supervisor.signals import SignalQueue
 from runtime.supervisor.snapshots import PluginSources
-from runtime.transport.board import EpochTable
-from runtime.transport.shm import SegmentSet, check_space, reclaim_stale
+from runtime.transport.board import BOARD_BYTES, EpochTable
+from runtime.transport.ordered import ordering_problem
+from runtime.transport.packing import PACK
+from runtime.transport.shm import SegmentSet, check_space, free_bytes, reclaim_stale, segment_bytes
+from runtime.transport.speedups import python_warning
 from runtime.worker.main import WorkerSpec
 
 log = logging.getLogger("ringmaster.supervisor")
@@ -120,6 +123,12 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     sources = PluginSources()
     try:
         status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
+        # What this host cannot give is said before Kafka is touched (exit 4, one line): a
+        # segment of a dead run of ours still counts against what is free until reclaimed.
+        reclaim_stale(sup.shm_dir)
+        problem = host_problem(settings)
+        if problem is not None:
+            raise SharedMemoryError(problem)
         with _stop_requests() as stop_requested:
             # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
             # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
@@ -140,9 +149,8 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                 log.warning("another daemon of this group runs on this host: this one serves its own "
                             "control socket only (no admin endpoint, no status file)",
                             extra={"control_socket": str(control.path), "first": str(socket_path)})
-        reclaim_stale(sup.shm_dir)
+        reclaim_stale(sup.shm_dir)  # again: a run that died while we waited for the cluster
         w = settings.workers
-        check_space(sup.shm_dir, w.processes * (w.ring_bytes + 4096) + 8 * sup.max_partitions)
         _warn_if_no_room_to_grow(settings)
         segments = SegmentSet(sup.shm_dir)
         epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
@@ -174,6 +182,12 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                                 request_timeout_s=settings.admin.request_timeout_s).start()
         if on_started is not None:
             on_started(supervisor)
+        if "processes" not in settings.workers.model_fields_set:
+            log.info("workers sized to the CPUs this process may use", extra={
+                "workers": settings.workers.processes, "bound_by": settings.workers.processes_from})
+        slow = python_warning([PACK])  # said at every start, beside the start-up line
+        if slow is not None:
+            log.warning(slow)
         code = supervisor.run()
         return RunResult(code, supervisor.final_status, consumer.abandoned)
     except RingmasterError as exc:
@@ -212,8 +226,56 @@ def _warn_if_no_room_to_grow(settings: Settings) -> None:
     reload runs one worker more than the pool while it replaces them); say at start if shm_dir
     could not hold them all (the resize or reload would then fail with this message)."""
     w, sup = settings.workers, settings.supervisor
-    need = (w.process_limit + 1) * (w.ring_bytes + 4096) + 8 * sup.max_partitions
+    need = shm_needed(settings, w.process_limit + 1)
     try:
         check_space(sup.shm_dir, need)
     except RingmasterError as exc:
         log.warning("workers.max_processes may not be reachable", extra={"error": str(exc)})
+
+
+def shm_needed(settings: Settings, workers: int) -> int:
+    """Bytes of supervisor.shm_dir that ``workers`` worker slots take: each a segment of its
+    board and ring (whole pages), plus the run's epoch table."""
+    w, sup = settings.workers, settings.supervisor
+    return workers * segment_bytes(BOARD_BYTES + w.ring_bytes) + segment_bytes(8 * sup.max_partitions)
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**20:.2f} MiB"
+
+
+def shm_report(settings: Settings) -> tuple[str, bool]:
+    """One line on supervisor.shm_dir against what the configuration needs, and whether it is
+    enough. Needed at start: workers.processes slots and one more, which a reload's first new
+    worker takes while the old ones still run (a reload that found no room would fail)."""
+    w, sup = settings.workers, settings.supervisor
+    need = shm_needed(settings, w.processes + 1)
+    where = f"supervisor.shm_dir {sup.shm_dir!r}"
+    if not os.path.isdir(sup.shm_dir):
+        return f"{where} is not a directory", False
+    try:
+        free = free_bytes(sup.shm_dir)
+    except OSError as exc:
+        return f"{where} cannot be read: {exc.strerror}", False
+    figure = (f"{w.processes} worker{'s' if w.processes > 1 else ''} + 1 for a reload, "
+              f"{_mib(segment_bytes(BOARD_BYTES + w.ring_bytes))} each (workers.ring_bytes), and the "
+              "partition table")
+    if free >= need:
+        return f"{where} has {_mib(free)} free; the rings need {_mib(need)} ({figure})", True
+    size = -(-need // 2**20) + 1
+    if os.path.realpath(sup.shm_dir) == "/dev/shm":
+        more = (f"docker run --shm-size={size}m; Kubernetes: an emptyDir with medium Memory and sizeLimit "
+                f"{size}Mi at /dev/shm, docs/deploy.md")
+    else:
+        more = f"a tmpfs of at least {size} MiB there"
+    return (f"{where} has {_mib(free)} free but the rings need {_mib(need)} ({figure}): give it more "
+            f"({more}), or lower workers.processes or workers.ring_bytes", False)
+
+
+def host_problem(settings: Settings) -> str | None:
+    """The one line that says why this host cannot run the configuration, or None. Exit 4."""
+    problem = ordering_problem()
+    if problem is not None:
+        return problem
+    line, enough = shm_report(settings)
+    return None if enough else line

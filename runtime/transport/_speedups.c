@@ -19,6 +19,12 @@
  *           copy_records(Record, records) -> list[Record]
  *       Copies of Records for the plugin (runtime/worker/execution.py), slot by slot.
  *
+ *   both: load_acquire(buffer, index) -> int, store_release(buffer, index, value)
+ *       One aligned 8-byte word of a shared-memory table (ring positions, a worker's board)
+ *       read with acquire / written with release ordering (runtime/transport/ordered.py): a
+ *       reader that sees a published position sees every byte written before it, on any CPU
+ *       (x86-64 orders plain stores and loads this way by itself; arm64 does not).
+ *
  * The msgpack written here is byte-for-byte what msgpack-python's packb(use_bin_type=True)
  * writes for the same Python values (smallest integer form, bin for bytes, str for str).
  *
@@ -713,6 +719,45 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ ordered words */
+
+/* The word at `index` of a writable buffer viewed as 8-byte words; NULL (an exception set)
+ * when it is out of range or not 8-byte aligned (an atomic access must be). */
+static int64_t *word_at(Py_buffer *b, Py_ssize_t index) {
+    if (index < 0 || index > b->len / 8 - 1) {
+        PyErr_SetString(PyExc_IndexError, "word index out of range");
+        return NULL;
+    }
+    char *p = (char *)b->buf + index * 8;
+    if (((uintptr_t)p & 7) != 0) {
+        PyErr_SetString(PyExc_ValueError, "word not 8-byte aligned");
+        return NULL;
+    }
+    return (int64_t *)p;
+}
+
+static PyObject *load_acquire(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "w*n", &b, &index)) return NULL;
+    int64_t *w = word_at(&b, index);
+    PyObject *out = w == NULL ? NULL : PyLong_FromLongLong(__atomic_load_n(w, __ATOMIC_ACQUIRE));
+    PyBuffer_Release(&b);
+    return out;
+}
+
+static PyObject *store_release(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    Py_ssize_t index;
+    long long value;
+    if (!PyArg_ParseTuple(args, "w*nL", &b, &index, &value)) return NULL;
+    int64_t *w = word_at(&b, index);
+    if (w != NULL) __atomic_store_n(w, (int64_t)value, __ATOMIC_RELEASE);
+    PyBuffer_Release(&b);
+    if (w == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -726,6 +771,10 @@ static PyMethodDef methods[] = {
      "ts_types, timestamps) -> list of Record."},
     {"copy_records", copy_records, METH_VARARGS,
      "copy_records(Record, records) -> list of Record: copies with headers lists of their own."},
+    {"load_acquire", load_acquire, METH_VARARGS,
+     "load_acquire(buffer, index) -> int: the 8-byte word at index, read with acquire ordering."},
+    {"store_release", store_release, METH_VARARGS,
+     "store_release(buffer, index, value): the 8-byte word at index, written with release ordering."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,9 @@
 * :class:`EpochTable` – one per run: the current epoch of each partition slot. Written by
   the supervisor (fencing on revoke), read by workers before they start a batch.
 
-All fields are native 8-byte words, written with single aligned stores.
+All fields are native 8-byte words, written with single aligned stores. A word that tells the
+reader the others are valid (the batch in progress, the phase) is written last with release
+and read first with acquire ordering (ordered.py); the fence's words are also under BoardLock.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import fcntl
 import os
 import time
 from pathlib import Path
+
+from runtime.transport.ordered import ordered_access
 
 BOARD_BYTES = 128
 (_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
@@ -26,6 +30,7 @@ PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
 class Board:
     def __init__(self, region: memoryview) -> None:
         self._w = region[:BOARD_BYTES].cast("q")
+        self._acquire, self._publish = ordered_access(self._w)
 
     # worker side
     def begin(self, batch_id: int, slot: int) -> None:
@@ -34,12 +39,12 @@ class Board:
         self._w[_PHASE_NS] = now
         self._w[_PHASE] = PHASE_CALL
         self._w[_CURRENT_SLOT] = slot
-        self._w[_CURRENT_BATCH] = batch_id
+        self._publish(_CURRENT_BATCH, batch_id)  # the batch's other words are seen with it
 
     def set_phase(self, phase: int) -> None:
         # The time is stored before the phase: a reader that sees the new phase sees its time.
         self._w[_PHASE_NS] = time.monotonic_ns()
-        self._w[_PHASE] = phase
+        self._publish(_PHASE, phase)
 
     def end(self, records: int) -> None:
         self._w[_CURRENT_BATCH] = 0
@@ -64,24 +69,25 @@ class Board:
     @property
     def current(self) -> tuple[int, int]:
         """(batch_id, slot) in progress; batch_id 0 when idle."""
-        return self._w[_CURRENT_BATCH], self._w[_CURRENT_SLOT]
+        batch = self._acquire(_CURRENT_BATCH)
+        return batch, self._w[_CURRENT_SLOT]
 
     @property
     def busy_for_s(self) -> float:
         """Since the batch in progress began (0 when idle)."""
-        if self._w[_CURRENT_BATCH] == 0:
+        if self._acquire(_CURRENT_BATCH) == 0:
             return 0.0
         return (time.monotonic_ns() - self._w[_STARTED_NS]) / 1e9
 
     def in_phase_for_s(self, phase: int) -> float:
         """How long the worker has been in ``phase`` of its current batch (0 if it is not)."""
-        if self._w[_CURRENT_BATCH] == 0 or self._w[_PHASE] != phase:
+        if self._acquire(_CURRENT_BATCH) == 0 or self._acquire(_PHASE) != phase:
             return 0.0
         return max(0.0, (time.monotonic_ns() - self._w[_PHASE_NS]) / 1e9)
 
     @property
     def phase(self) -> int:
-        return self._w[_PHASE] if self._w[_CURRENT_BATCH] else 0
+        return self._acquire(_PHASE) if self._acquire(_CURRENT_BATCH) else 0
 
     @property
     def heartbeat_age_s(self) -> float:

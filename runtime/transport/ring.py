@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from runtime.errors import FrameTooLarge
+from runtime.transport.ordered import ordered_access
 
 HEADER_BYTES = 128
 _WRITE = 0  # index in the header viewed as 8-byte words
@@ -42,19 +43,21 @@ class Ring:
         if len(region) < HEADER_BYTES + 64:
             raise ValueError("ring region too small")
         # Native 'Q' items are stored with one aligned 8-byte move, so the other process
-        # never sees a torn position.
+        # never sees a torn position. The other side's position is read with acquire and ours
+        # published with release ordering (ordered.py: what the CPU needs for it).
         self._pos = region[:HEADER_BYTES].cast("Q")
+        self._acquire, self._publish = ordered_access(self._pos)
         self._data = region[HEADER_BYTES:]
         self.capacity = len(self._data) & ~7
         # Largest frame that always fits once the ring is empty, wherever the writer is.
         self.max_frame = self.capacity // 2 - 8
-        self._w = self._pos[_WRITE]
-        self._r = self._pos[_READ]
+        self._w = self._acquire(_WRITE)
+        self._r = self._acquire(_READ)
         self._peeked = 0
 
     # -- writer side (supervisor) -------------------------------------------------
     def used_bytes(self) -> int:
-        return self._w - self._pos[_READ]
+        return self._w - self._acquire(_READ)
 
     def fill(self) -> float:
         return self.used_bytes() / self.capacity
@@ -66,7 +69,8 @@ class Ring:
             raise FrameTooLarge(f"frame of {n} bytes exceeds the ring's limit of {self.max_frame}")
         need = _align8(4 + n)
         w = self._w
-        used = w - self._pos[_READ]
+        # Acquire: the reader released this room after it was done with the bytes in it.
+        used = w - self._acquire(_READ)
         off = w % self.capacity
         tail = self.capacity - off
         if need > tail:
@@ -81,10 +85,11 @@ class Ring:
         self._data[off:off + 4] = n.to_bytes(4, "little")
         self._data[off + 4:off + 4 + n] = payload
         self._w = w + need
-        # INVARIANT: the position is published only after the payload is written, so the
-        # reader never sees a frame before its bytes (the doorbell's semaphore then orders
-        # memory between the processes).
-        self._pos[_WRITE] = self._w
+        # INVARIANT: the position is published only after the payload is written, with
+        # release ordering, so a reader that sees it (acquire) sees the frame's bytes, on any
+        # CPU; a reader spinning on the ring never waits for the doorbell's syscalls to order
+        # memory for it.
+        self._publish(_WRITE, self._w)
         return True
 
     def write_position(self) -> int:
@@ -95,19 +100,19 @@ class Ring:
         asleep on its doorbell. RACE: asked after publishing the frames written since
         ``position``; a reader that has not reached it yet will read them on its way without
         sleeping (it compares positions before it sleeps), so no wake-up is needed."""
-        return self._pos[_READ] >= position
+        return self._acquire(_READ) >= position
 
     def reset(self) -> None:
         """Forget every frame. Only when no reader is attached (its worker is dead)."""
-        self._pos[_READ] = 0
-        self._pos[_WRITE] = 0
+        self._publish(_READ, 0)
+        self._publish(_WRITE, 0)
         self._w = 0
 
     # -- reader side (worker) -----------------------------------------------------
     def peek(self) -> memoryview | None:
         """The next frame's payload without consuming it, or None when empty."""
         r = self._r
-        if r == self._pos[_WRITE]:
+        if r == self._acquire(_WRITE):  # acquire: a frame's bytes are seen with its position
             return None
         off = r % self.capacity
         tail = self.capacity - off
@@ -122,7 +127,8 @@ class Ring:
         """Release the frame returned by the last peek (its view must no longer be used)."""
         self._r += self._peeked
         self._peeked = 0
-        self._pos[_READ] = self._r
+        # Release: the writer may reuse the room only after every read of the frame is done.
+        self._publish(_READ, self._r)
 
     def release(self) -> None:
         self._pos.release()

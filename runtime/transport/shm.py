@@ -104,6 +104,17 @@ class SegmentSet:
         return what in self._segments
 
 
+def segment_bytes(size: int) -> int:
+    """What a segment of ``size`` bytes takes in a tmpfs: whole pages."""
+    return -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def free_bytes(shm_dir: str | os.PathLike[str]) -> int:
+    """What an unprivileged process may still allocate in ``shm_dir`` (OSError if unreadable)."""
+    st = os.statvfs(shm_dir)
+    return st.f_bavail * st.f_frsize
+
+
 def check_space(shm_dir: str | os.PathLike[str], needed_bytes: int) -> None:
     """Fail with a clear message rather than a bus error when /dev/shm is too small."""
     path = Path(shm_dir)

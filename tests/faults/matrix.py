@@ -664,5 +664,18 @@ FAULTS += [
           driver="redrive_letters", exit=2, log=("is not an offset",), check="redrive_refused"),
 ]
 
+# What the host cannot give (issue 28): checked at start, before the cluster is touched, one line
+# with the figure and the fix, exit 4 (systemd restarts it: space freed up is picked up).
+FAULTS += [
+    Fault("shm-too-small-at-start", "the host",
+          "`supervisor.shm_dir` has less free than `(processes + 1)` rings need (Docker's 64 MiB "
+          "`/dev/shm` and 8 workers of 8 MiB)",
+          "exit 4 at start, before Kafka is touched or a worker started: one line with what is free, "
+          "what the rings need and the fix (`--shm-size`, an `emptyDir` of medium `Memory`, fewer or "
+          "smaller rings); nothing read, nothing committed, nothing left in `shm_dir`",
+          workers={"processes": 2, "ring_bytes": 1 << 40}, exit=4,
+          log=("but the rings need 3145728 MiB (2 workers + 1 for a reload", "give it more")),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

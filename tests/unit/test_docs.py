@@ -15,7 +15,8 @@ from runtime.config import config_keys
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-PAGES = ["design.md", "operations.md", "spark.md", "performance.md", "guarantees.md", "mutation.md"]
+PAGES = ["design.md", "operations.md", "spark.md", "performance.md", "guarantees.md", "mutation.md",
+         "deploy.md"]
 
 
 def documented_keys() -> dict[str, set[str]]:

@@ -149,3 +149,65 @@ def test_the_writer_knows_when_the_reader_may_be_asleep_and_needs_its_doorbell()
     reader.advance()
     assert not writer.reader_reached(start + 8 + 8), "still before 'b''s end"
     assert writer.reader_reached(start)
+
+
+class OrderSpy:
+    """Stands in for the C speedups' ordered words: plain accesses that note, at each
+    publication, what the ring's data held at that moment."""
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.published: list[tuple[int, int, bytes]] = []  # (word, value, data at that moment)
+        self.acquired: list[int] = []
+
+    def load_acquire(self, words: memoryview, index: int) -> int:
+        self.acquired.append(index)
+        return int(words[index])
+
+    def store_release(self, words: memoryview, index: int, value: int) -> None:
+        self.published.append((index, value, bytes(self.data)))
+        words[index] = value
+
+
+def test_positions_are_published_with_release_after_the_frame_and_read_with_acquire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invariant the C ordering serves (ordered.py): a writer publishes its position
+    (release) only once the frame's bytes are in the ring, and every position of the other
+    side is read with acquire; the reader publishes its position only after the frame."""
+    from runtime.transport import speedups
+    region = memoryview(bytearray(HEADER_BYTES + 256))
+    spy = OrderSpy(region[HEADER_BYTES:])
+    monkeypatch.setattr(speedups, "native", spy)
+    writer, reader = Ring(region), Ring(region)
+    assert writer.try_write(b"frame-1")
+    [(word, value, data)] = spy.published
+    assert (word, value) == (0, 16) and data[4:11] == b"frame-1", "published after the bytes"
+    spy.acquired.clear()
+    view = reader.peek()
+    assert view is not None and bytes(view) == b"frame-1"
+    assert spy.acquired == [0], "the writer's position read with acquire"
+    reader.advance()
+    assert spy.published[-1][:2] == (8, 16), "the reader's position published with release"
+    spy.acquired.clear()
+    assert writer.used_bytes() == 0 and spy.acquired == [8]
+
+
+def test_a_boards_phase_and_batch_are_published_after_the_words_they_vouch_for(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.transport import speedups
+    from runtime.transport.board import BOARD_BYTES, PHASE_CALL, PHASE_DELIVER, Board
+    region = memoryview(bytearray(BOARD_BYTES))
+    words = region.cast("q")
+    spy = OrderSpy(region)
+    monkeypatch.setattr(speedups, "native", spy)
+    board = Board(region)
+    board.begin(batch_id=7, slot=3)
+    (_, batch, at_batch), = [p for p in spy.published if p[0] == 0]
+    seen = memoryview(at_batch).cast("q")
+    assert batch == 7 and seen[1] == 3 and seen[2] > 0 and seen[7] == PHASE_CALL, \
+        "slot, start time and phase are in place when the batch is published"
+    board.set_phase(PHASE_DELIVER)
+    index, phase, at_phase = spy.published[-1]
+    assert (index, phase) == (7, PHASE_DELIVER) and memoryview(at_phase).cast("q")[8] == words[8] > 0
+    spy.acquired.clear()
+    assert board.phase == PHASE_DELIVER and spy.acquired == [0, 7]
