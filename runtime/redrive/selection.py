@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from runtime import durations
 from runtime.errors import ConfigError
 from runtime.redrive.letters import Letter
 
@@ -88,13 +89,10 @@ class TimeBound:
 
 Bound = OffsetBound | TimeBound | None
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-
-
 def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
     """``--from``/``--to``: an offset (``1200``), offsets per partition (``0:1200,3:80``), a
-    time ago (``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m``) or an ISO-8601 time
+    time ago in the one duration grammar (runtime/durations.py: ``90s``, ``15m``, ``1h30m``,
+    ``1d``, ``1w``) or an ISO-8601 time
     (``2026-11-21T14:00:00Z``; without a zone, local time, as kafka-consumer-groups reads it)."""
     raw = text.strip()
     if re.fullmatch(r"\d+", raw):
@@ -105,14 +103,13 @@ def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
         if len(parts) != len(pairs):
             raise ConfigError(f"{option} {text!r}: a partition is given twice")
         return OffsetBound(partitions=parts)
-    if raw and _DURATION.sub("", raw) == "":
-        ago = sum(float(n) * _UNIT_MS[u] for n, u in _DURATION.findall(raw))
-        return TimeBound(int(now_ms - ago))
+    if durations.is_duration(raw):
+        return TimeBound(int(now_ms - durations.parse_duration(raw) * 1000))
     try:
         when = datetime.fromisoformat(raw.replace("z", "Z"))
     except ValueError:
         raise ConfigError(f"{option} {text!r}: expected an offset (1200), offsets per partition "
-                          "(0:1200,3:80), a time ago (90s, 15m, 2h, 1d) or an ISO-8601 time "
+                          f"(0:1200,3:80), a time ago ({durations.EXAMPLES}) or an ISO-8601 time "
                           "(2026-11-21T14:00:00Z)") from None
     if when.tzinfo is None:
         when = when.astimezone()  # local time

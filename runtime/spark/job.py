@@ -189,7 +189,7 @@ def run_stream(settings: Settings) -> int:
     writer = (out.writeStream.format(NAME).options(**sink_options(settings))
               .option("checkpointLocation", checkpoint).queryName(sp.app_name))
     writer = writer.trigger(availableNow=True) if sp.trigger == "availableNow" \
-        else writer.trigger(processingTime=sp.trigger)
+        else writer.trigger(processingTime=f"{sp.trigger_ms()} milliseconds")
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: stop.append(s))
