@@ -265,7 +265,9 @@ def reload(config: str, timeout: float, as_json: bool, show_status: bool) -> Non
     (workers.plugin and [workers.settings]). If that worker cannot start – the import or
     setup() fails, it takes longer than workers.setup_timeout_s, or it dies before it has
     finished its first batch – the reload is rolled back: no old worker was touched and the
-    daemon keeps its old code. Otherwise the old workers are replaced one at a time: each
+    daemon keeps its old code. With no traffic the new worker waits for its first batch (the
+    old workers keep running; this command may then end at --timeout, exit 12, while the
+    reload goes on). Once it has finished one, the old workers are replaced one at a time: each
     takes no more batches, finishes those in its ring and stops while its partitions move to
     the new workers. Nothing is lost or reordered within a partition or key, and the consumer
     group does not rebalance. Other settings changed in the file need a restart: the answer
@@ -667,9 +669,13 @@ def _fail_if_spark_extra_missing(exc: ImportError) -> None:
 
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
-@click.option("--until-caught-up", is_flag=True, help='Use trigger "availableNow": stop at the end.')
+@click.option("--until-caught-up", is_flag=True,
+              help='Use trigger "availableNow" and stop at the end of every partition as it was at the '
+                   "start: exit 0 once the group has committed it, exit "
+                   f"{NotCaughtUp.exit_code} (one line says what is left) otherwise.")
 def spark_run(config: str, until_caught_up: bool) -> None:
-    """Structured Streaming over the input topics; commits the group's offsets per batch."""
+    """Structured Streaming over the input topics; commits the group's offsets per batch.
+    Prints a summary at the end (records read, micro-batches)."""
     settings = _load(config)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
@@ -678,12 +684,18 @@ def spark_run(config: str, until_caught_up: bool) -> None:
     try:
         from runtime.spark.job import run_stream
 
-        sys.exit(run_stream(settings))
+        result = run_stream(settings)
     except RingmasterError as exc:
         _fail(exc)
+        return
     except ImportError as exc:
         _fail_if_spark_extra_missing(exc)
         raise
+    done = "; caught up: the group committed the end of every partition" \
+        if settings.spark.trigger == "availableNow" and result.error is None else ""
+    click.echo(result.line() + done, err=True)
+    if result.error is not None:
+        _fail(result.error)
 
 
 @spark.command("backfill")

@@ -241,7 +241,10 @@ class SparkSettings(_Section):
     trigger: str = Field(default="5 seconds", description='"availableNow" or a processing-time interval '
                          '(a duration: 5s, 1m30s, 5 seconds)')
     max_records_per_trigger: int = Field(default=100_000, ge=0, description="0: no limit")
-    end_offsets: Literal["list", "fetch"] = "list"
+    end_offsets: Literal["checked", "list", "fetch"] = Field(
+        default="checked", description="how a partition's end is found: checked (ListOffsets, then "
+        "one fetch there: never short of the end, whatever the broker), list (ListOffsets alone), "
+        "fetch (a fetch from the low watermark)")
     ordering_tasks: int = Field(default=0, ge=0, description="workers.ordering key/unordered: tasks "
                                 "records are spread over (0: Spark's default parallelism)")
     conf: dict[str, LibrdkafkaValue] = Field(default_factory=dict)

@@ -134,8 +134,6 @@ def run_spark(bootstrap: str, config: Path, workdir: Path, args: argparse.Namesp
 master = "local[{args.processes}]"
 trigger = "availableNow"
 max_records_per_trigger = 50000
-# The embedded broker's ListOffsets is stale: read partition ends from fetch responses.
-end_offsets = "fetch"
 checkpoint_location = "{workdir / 'spark-checkpoint'}"
 """)
     import shutil
