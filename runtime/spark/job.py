@@ -265,17 +265,25 @@ def run_stream(settings: Settings) -> StreamResult:
     log.info("spark query started", extra={"master": sp.master, "trigger": sp.trigger,
                                            "checkpoint": checkpoint})
     try:
-        while query.isActive and not stop:
-            query.awaitTermination(0.5)
-        if stop:
-            log.info("stop requested; stopping the query")
-            query.stop()
-        query.awaitTermination()
+        try:
+            while query.isActive and not stop:
+                query.awaitTermination(0.5)
+            if stop:
+                log.info("stop requested; stopping the query")
+                query.stop()
+            query.awaitTermination()
+        except Exception as exc:
+            # awaitTermination raises the query's failure (StreamingQueryException): one line
+            # and exit 1, as below, not a traceback through the CLI.
+            if type(exc).__name__ != "StreamingQueryException":
+                raise
         status.query_active = False
         failure = query.exception()  # each of these is a call into Spark's JVM: once
         if failure is not None:
             status.failure = str(failure)
-            raise RingmasterError(f"the Spark query failed: {failure}")
+            first = str(failure).strip().splitlines()[0] if str(failure).strip() else repr(failure)
+            log.error("the Spark query failed", extra={"failure": str(failure)})
+            raise RingmasterError(f"the Spark query failed: {first} (the log above has the whole of it)")
         # The listener is asynchronous: make sure the last batch's offsets are committed.
         last = query.lastProgress
         committer.commit_progress(last and _Progress(last))
