@@ -89,7 +89,8 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for 
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True,
               help="TOML config file (RINGMASTER__SECTION__KEY variables override it).")
 @click.option("--progress/--no-progress", default=None,
-              help="Live progress display (default: on when stderr is a terminal).")
+              help="Live progress display (default: on when stderr is a terminal), drawn only while "
+                   "the daemon is the terminal's foreground job (not after & or Ctrl-Z, bg).")
 @click.option("--until-caught-up", is_flag=True,
               help="Stop by itself once every partition it holds is processed to the end its first "
                    "fetch saw and committed (the broker acknowledged it): exit 0. Exit "
