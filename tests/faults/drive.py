@@ -523,13 +523,28 @@ def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observati
     return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
 
 
+def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """A batch run whose ``admin.listen`` port another process holds."""
+    import socket
+
+    holder = socket.create_server(("127.0.0.1", 0))
+    try:
+        f = Fault(fault.id, fault.group, fault.when, fault.then, exit=fault.exit, log=fault.log,
+                  sections={"admin": {"listen": f"127.0.0.1:{holder.getsockname()[1]}"}})
+        obs = batch(f, bootstrap, tmp)
+    finally:
+        holder.close()
+    obs.fault = fault
+    return obs
+
+
 DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
     "status_dir_removed": status_dir_removed, "idle_cpu": idle_cpu, "signals": signals,
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,
-    "caught_up_commit_unanswered": caught_up_commit_unanswered,
+    "caught_up_commit_unanswered": caught_up_commit_unanswered, "admin_port_held": admin_port_held,
 }
 
 
