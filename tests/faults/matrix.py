@@ -354,8 +354,8 @@ FAULTS: list[Fault] = [
           driver="dead_letter_outage", dead={"r7": "ValueError"}, check="outage_recovered", timeout_s=180),
     Fault("plugin-backoff", "outputs",
           "the plugin raises `Backoff(seconds)` (its downstream is failing)",
-          "the partition pauses that long, then the same batch runs again in order; nothing is "
-          "dead-lettered",
+          "the partition pauses that long (up to 1.5 times: jitter), then the same batch runs again in "
+          "order; nothing is dead-lettered",
           values={9: "backoff=1:r9"}, settings={"journal_dir": "JOURNAL"}, check="in_order_once_backed_off"),
     # ------------------------------------------------------------------ deployment
     Fault("forkserver", "deployment",
