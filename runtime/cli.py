@@ -21,7 +21,18 @@ from typing import Any
 import click
 
 from runtime.config import Settings, load_settings, redacted
-from runtime.errors import ConfigError, RingmasterError
+from runtime.errors import (
+    AdminListenFailed,
+    ConfigError,
+    KafkaError,
+    KafkaUnreachable,
+    NotCaughtUp,
+    PartitionsBlocked,
+    PluginError,
+    RingmasterError,
+    SharedMemoryError,
+    WorkerCrashLoop,
+)
 from runtime.ops.logs import configure_command_logging, configure_logging
 
 log = logging.getLogger("ringmaster")
@@ -59,16 +70,34 @@ def main() -> None:
     """Turn a Kafka topic into CPU-bound work on every core, without losing a record."""
 
 
-@main.command()
+_RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for code, meaning in (
+    (0, "stopped cleanly (TERM, INT, QUIT; with --until-caught-up: caught up and committed)"),
+    (1, "an internal error (a bug: the log has the traceback)"),
+    (ConfigError.exit_code, "the configuration is invalid (not restarted by the systemd unit)"),
+    (PluginError.exit_code, "the plugin cannot start: import or setup() failed (not restarted)"),
+    (SharedMemoryError.exit_code, "shared memory cannot be created"),
+    (KafkaError.exit_code, "the Kafka client reported a fatal error"),
+    (WorkerCrashLoop.exit_code, "workers die during start-up without saying why"),
+    (PartitionsBlocked.exit_code, "--until-caught-up: partitions blocked at a failing record"),
+    (KafkaUnreachable.exit_code, "the cluster did not answer within kafka.connect_timeout_s"),
+    (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
+    (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
+))
+
+
+@main.command(epilog=_RUN_EXIT_CODES)
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True,
               help="TOML config file (RINGMASTER__SECTION__KEY variables override it).")
 @click.option("--progress/--no-progress", default=None,
-              help="Live progress display (default: on when stderr is a terminal).")
+              help="Live progress display (default: on when stderr is a terminal), drawn only while "
+                   "the daemon is the terminal's foreground job (not after & or Ctrl-Z, bg).")
 @click.option("--until-caught-up", is_flag=True,
               help="Stop by itself once every partition it holds is processed to the end its first "
-                   "fetch saw and committed (the broker acknowledged it): exit 0. Exit 8 (one line "
-                   "says what is left) if a partition is lost and not back, a commit is refused, "
-                   "nothing moves for supervisor.caught_up_timeout_s, or a signal comes first.")
+                   "fetch saw and committed (the broker acknowledged it): exit 0. Exit "
+                   f"{NotCaughtUp.exit_code} (one line says what is left) if a partition is lost and "
+                   "not back, a commit is refused, nothing moves for supervisor.caught_up_timeout_s, "
+                   f"or a signal comes first; exit {PartitionsBlocked.exit_code} if partitions are "
+                   "blocked at a failing record.")
 @click.option("--summary", "summary", is_flag=True, help="Print a summary table at the end.")
 @click.option("--summary-json", type=click.Path(dir_okay=False), default=None,
               help="Write the final status snapshot as JSON to this file.")
@@ -79,9 +108,11 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     """Run the supervisor daemon.
 
     Signals: TERM, INT and QUIT stop it gracefully (the batches in progress finish, what is
-    done is committed, exit 0; 8 with --until-caught-up before the end); USR1 logs a one-line
-    status; HUP, TTIN and TTOU are logged and change nothing yet; USR2, WINCH and PIPE are
-    ignored. Workers ignore all but TERM."""
+    done is committed, exit 0; with --until-caught-up before the end, the exit status for
+    not caught up); HUP reloads the plugin (as `ringmaster reload`); TTIN and TTOU add and
+    remove one worker (as `ringmaster scale -n +1`/`-n -1`, up to workers.max_processes);
+    USR1 logs a one-line status; USR2, WINCH and PIPE are ignored. Workers ignore all but
+    TERM."""
     from runtime.supervisor.signals import SignalQueue
 
     signals = SignalQueue().install()  # before anything else: no signal finds its default action
@@ -118,7 +149,7 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
         if display:
             display.close()
     if result.error is not None:
-        log.critical(str(result.error))
+        # Once, here, and nowhere before: the rooms return the error rather than log it.
         click.echo(f"ringmaster: error: {result.error}", err=True)
     final = result.final_status
     if summary and final is not None:
@@ -267,7 +298,9 @@ def reload(config: str, timeout: float, as_json: bool, show_status: bool) -> Non
     (workers.plugin and [workers.settings]). If that worker cannot start – the import or
     setup() fails, it takes longer than workers.setup_timeout_s, or it dies before it has
     finished its first batch – the reload is rolled back: no old worker was touched and the
-    daemon keeps its old code. Otherwise the old workers are replaced one at a time: each
+    daemon keeps its old code. With no traffic the new worker waits for its first batch (the
+    old workers keep running; this command may then end at --timeout, exit 12, while the
+    reload goes on). Once it has finished one, the old workers are replaced one at a time: each
     takes no more batches, finishes those in its ring and stops while its partitions move to
     the new workers. Nothing is lost or reordered within a partition or key, and the consumer
     group does not rebalance. Other settings changed in the file need a restart: the answer
@@ -378,7 +411,8 @@ def _reach_cluster(settings: Settings) -> dict[str, int]:
 @click.option("--reason", default="",
               help="Shown in status and logs of every member (at most 1 KiB, one line).")
 @click.option("--for", "duration", default=None,
-              help="The pause ends by itself after this: 90s, 10m, 2h, 1d (1 s to 366 days).")
+              help="The pause ends by itself after this duration: 90s, 10m, 1h30m, 2d, 1w (1 s to 366 "
+                   "days).")
 def pause(config: str, topic: str | None, partition: int | None, reason: str, duration: str | None) -> None:
     """Pause processing group-wide and durably: every member on every host stops within about
     2 s (batches in progress finish and commit), across rebalances, restarts and new members,
@@ -524,32 +558,32 @@ def _daemons_on_host(settings: Settings) -> list[dict[str, Any]]:
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between refreshes.")
 def top(config: str, interval: float) -> None:
-    """A live view of the daemon (Ctrl-C to leave): rates, lag, pauses, workers; never imports
-    the plugin. While there is nothing to read it keeps trying, and says why and what to do; a
-    daemon that stopped or died is shown with its last snapshot until it runs again."""
-    import time as _time
-
+    """A live view of the daemon (q or Ctrl-C to leave): rates, lag, pauses, workers; never
+    imports the plugin. While there is nothing to read it keeps trying, and says why and what
+    to do; a daemon that stopped or died is shown with its last snapshot until it runs again."""
     from rich.console import Console
     from rich.live import Live
     from rich.text import Text
 
+    from runtime.ops.keys import QUIT_KEYS, Keys
     from runtime.ops.views import NoDaemon, NothingToRead, fit_to_content, read_snapshot, render
 
     settings = _operator_settings(config)
     console = Console()
     try:
-        with Live(console=console, auto_refresh=False, screen=console.is_terminal) as live:
+        with Keys() as keys, Live(console=console, auto_refresh=False, screen=console.is_terminal) as live:
             while True:
                 try:
                     view: Any = render(read_snapshot(settings))
                 except NothingToRead as exc:
                     _fail(exc)  # nothing will ever appear: waiting would be forever
                 except NoDaemon as exc:
-                    view = Text(f"waiting for the daemon (retrying every {interval:g} s; Ctrl-C to leave): "
+                    view = Text(f"waiting for the daemon (retrying every {interval:g} s; q to leave): "
                                 f"{exc}", style="yellow")
                 fit_to_content(console, view)
                 live.update(view, refresh=True)
-                _time.sleep(interval)
+                if keys.wait(interval) in QUIT_KEYS:
+                    return
     except KeyboardInterrupt:
         pass
 
@@ -558,6 +592,7 @@ _REDRIVE_EPILOG = """\b
 Exit codes:
   0  done: the end of the dead-letter topic as seen at the start (or --to) was reached, or the
      group's cursor was there already
+  1  an internal error (a bug: the log has the traceback)
   2  invalid config or option (no [dead_letter] topic, a bad --from)
   3  --through-plugin: the plugin cannot be imported or its setup() failed
   5  Kafka: a fatal client error, a delivery that failed (an outage), a source record that
@@ -581,7 +616,7 @@ Examples:
                    "are this config's.")
 @click.option("--from", "start", default=None, metavar="WHEN",
               help="Pass over letters before this: an offset of the dead-letter topic (1200), offsets "
-                   "per partition (0:1200,3:80), a time ago (90s, 15m, 2h, 1d) or an ISO-8601 time. "
+                   "per partition (0:1200,3:80), a time ago (90s, 15m, 1h30m, 2d, 1w) or an ISO-8601 time. "
                    "Times are when the record failed (its ringmaster.failed_at_ms header).")
 @click.option("--to", "end", default=None, metavar="WHEN",
               help="End the run at this letter (exclusive), same forms as --from; later letters "
@@ -696,9 +731,13 @@ def _fail_if_spark_extra_missing(exc: ImportError) -> None:
 
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
-@click.option("--until-caught-up", is_flag=True, help='Use trigger "availableNow": stop at the end.')
+@click.option("--until-caught-up", is_flag=True,
+              help='Use trigger "availableNow" and stop at the end of every partition as it was at the '
+                   "start: exit 0 once the group has committed it, exit "
+                   f"{NotCaughtUp.exit_code} (one line says what is left) otherwise.")
 def spark_run(config: str, until_caught_up: bool) -> None:
-    """Structured Streaming over the input topics; commits the group's offsets per batch."""
+    """Structured Streaming over the input topics; commits the group's offsets per batch.
+    Prints a summary at the end (records read, micro-batches)."""
     settings = _load(config)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
@@ -707,12 +746,18 @@ def spark_run(config: str, until_caught_up: bool) -> None:
     try:
         from runtime.spark.job import run_stream
 
-        sys.exit(run_stream(settings))
+        result = run_stream(settings)
     except RingmasterError as exc:
         _fail(exc)
+        return
     except ImportError as exc:
         _fail_if_spark_extra_missing(exc)
         raise
+    done = "; caught up: the group committed the end of every partition" \
+        if settings.spark.trigger == "availableNow" and result.error is None else ""
+    click.echo(result.line() + done, err=True)
+    if result.error is not None:
+        _fail(result.error)
 
 
 @spark.command("backfill")
@@ -806,29 +851,41 @@ def produce(config: str, topic: str | None, key_separator: str | None, partition
 @click.option("--topic", default=None, help="Default: the config's [output] topic.")
 @click.option("--dead-letters", is_flag=True, help="Read the [dead_letter] topic: each line says where "
               "the record came from and why it failed.")
-@click.option("-n", "--max", "max_records", type=int, default=None, help="Stop after this many records.")
+@click.option("-n", "--lines", "last", type=click.IntRange(min=0), default=None, metavar="N",
+              help="The last N records of each partition, partition by partition in offset order, "
+                   "then exit (as Unix tail -n; with -f, go on following).")
+@click.option("-f", "--follow", is_flag=True, help="With -n: after the last N, print what arrives.")
+@click.option("--max", "max_records", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop after N records, waiting for them (from the beginning, or after -n's).")
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="Give up (exit 1) when --max records have not come within this many seconds.")
 @click.option("--keys", is_flag=True, help="Print the key, a tab, then the value.")
-def tail(config: str, topic: str | None, dead_letters: bool, max_records: int | None,
-         timeout_s: float | None, keys: bool) -> None:
-    """Print a topic's records, one per line, from its beginning, then as they come (Ctrl-C to
-    leave): by default what the plugin produced. Joins no group, commits nothing."""
+def tail(config: str, topic: str | None, dead_letters: bool, last: int | None, follow: bool,
+         max_records: int | None, timeout_s: float | None, keys: bool) -> None:
+    """Print a topic's records, one per line: by default what the plugin produced. Without -n,
+    every record from the beginning, then as they come (Ctrl-C to leave). Joins no group,
+    commits nothing. Kafka orders records within a partition only: records of different
+    partitions come in an order that may differ from run to run, except with -n."""
     from runtime.ops import devtools
 
+    if follow and last is None:
+        _fail(ConfigError("-f/--follow goes with -n N (without -n, tail follows from the beginning)"))
     settings = _operator_settings(config)
     seen = 0
     try:
         name = devtools.output_topic(settings, topic, dead_letters)
         _reach_cluster(settings)
-        for line in devtools.tail_lines(settings, name, keys, max_records, timeout_s):
+        lines = devtools.tail_lines(settings, name, keys, max_records, timeout_s, last=last,
+                                    follow=follow or last is None)
+        for line in lines:
             click.echo(line)
             seen += 1
     except RingmasterError as exc:
         _fail(exc)
     except KeyboardInterrupt:
         return
-    if max_records is not None and seen < max_records:  # --timeout passed first
+    following = follow or last is None
+    if following and max_records is not None and seen < max_records:  # --timeout passed first
         _fail(RingmasterError(f"only {seen} of {max_records} record(s) from {name!r} within {timeout_s:g} s"))
 
 

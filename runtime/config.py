@@ -18,7 +18,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runtime.errors import ConfigError, PluginError
+from runtime import durations
+from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginError
 from runtime.host import cpu_budget
 
 ENV_PREFIX = "RINGMASTER__"
@@ -49,8 +50,8 @@ class KafkaSettings(_Section):
     topics: list[str] = Field(min_length=1)
     connect_timeout_s: float = Field(
         default=30.0, gt=0, le=3600, description="how long `run --until-caught-up` and the operator "
-        "commands (pause, resume) wait for the cluster to answer before giving up with exit 8; "
-        "the daemon waits as long as it takes")
+        "commands (pause, resume) wait for the cluster to answer before giving up with exit "
+        f"{KafkaUnreachable.exit_code}; the daemon waits as long as it takes")
     consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
 
@@ -118,7 +119,7 @@ class WorkerSettings(_Section):
     batch_timeout_s: float = Field(default=300.0, gt=0, description="plugin time per call")
     setup_timeout_s: float = Field(default=120.0, gt=0, description="import + setup() of a worker")
     start_attempts: int = Field(default=3, ge=1, le=100, description="failed first starts before "
-                                "the daemon stops with exit 3")
+                                f"the daemon stops with exit {PluginError.exit_code}")
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="a worker silent this long "
                                        "(SIGSTOPped, or holding the GIL) is replaced")
     max_rss_mb: int = Field(default=0, ge=0, description="0 disables RSS recycling")
@@ -193,8 +194,9 @@ class SupervisorSettings(_Section):
     stop_when_caught_up: bool = False
     caught_up_idle_s: float = Field(default=0.0, ge=0)
     caught_up_timeout_s: float = Field(
-        default=300.0, ge=0, description="--until-caught-up: stop with exit 9 after this long without "
-        "progress (records fetched or handled, batches in workers, rebalances; a batch deferred again "
+        default=300.0, ge=0, description="--until-caught-up: stop with exit "
+        f"{NotCaughtUp.exit_code} after this long without progress (records fetched or handled, "
+        "batches in workers, rebalances; a batch deferred again "
         "and again is not progress; an operator pause waits); 0: wait for ever")
     status_file: str | None = None
     status_interval_s: float = Field(default=1.0, gt=0)
@@ -255,9 +257,13 @@ class SparkSettings(_Section):
     master: str = "local[*]"
     app_name: str = "ringmaster"
     checkpoint_location: str | None = None  # default: run/spark/<group_id>
-    trigger: str = Field(default="5 seconds", description='"availableNow" or a processing-time interval')
+    trigger: str = Field(default="5 seconds", description='"availableNow" or a processing-time interval '
+                         '(a duration: 5s, 1m30s, 5 seconds)')
     max_records_per_trigger: int = Field(default=100_000, ge=0, description="0: no limit")
-    end_offsets: Literal["list", "fetch"] = "list"
+    end_offsets: Literal["checked", "list", "fetch"] = Field(
+        default="checked", description="how a partition's end is found: checked (ListOffsets, then "
+        "one fetch there: never short of the end, whatever the broker), list (ListOffsets alone), "
+        "fetch (a fetch from the low watermark)")
     ordering_tasks: int = Field(default=0, ge=0, description="workers.ordering key/unordered: tasks "
                                 "records are spread over (0: Spark's default parallelism)")
     conf: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
@@ -265,10 +271,21 @@ class SparkSettings(_Section):
     @field_validator("trigger")
     @classmethod
     def _trigger(cls, v: str) -> str:
-        if v != "availableNow" and not re.fullmatch(r"\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|"
-                                                    r"minutes?|min)", v.strip()):
-            raise ValueError('expected "availableNow" or an interval like "5 seconds"')
+        if v != "availableNow":
+            try:
+                seconds = durations.parse_duration(v)
+            except ValueError as exc:
+                raise ValueError(f'expected "availableNow" or an interval: {exc}') from None
+            if seconds <= 0:
+                raise ValueError('expected "availableNow" or an interval above 0, like "5s"')
         return v
+
+    def trigger_ms(self) -> int | None:
+        """The processing-time trigger in milliseconds (what Spark is given, whatever the unit
+        written); None for "availableNow"."""
+        if self.trigger == "availableNow":
+            return None
+        return max(1, round(durations.parse_duration(self.trigger) * 1000))
 
 
 class Settings(_Section):

@@ -17,6 +17,9 @@ Exit codes of ``ringmaster run`` (the systemd unit keeps 2 and 3 from restarting
 9     ``--until-caught-up`` ended before it caught up: a partition lost and not back, a commit
       the broker refused, no progress for ``supervisor.caught_up_timeout_s``, or a stop by
       signal first; one line names each partition left and the records left in it
+13    ``admin.listen`` cannot be bound because its address is in use (another process, or
+      this one's previous run, still holds the port) or not available yet: a condition that
+      passes, so unlike 2 the systemd unit restarts it
 ====  =====================================================================================
 
 Exit codes of ``ringmaster redrive``:
@@ -96,6 +99,14 @@ class KafkaUnreachable(KafkaError):
     and the operator commands give up after ``kafka.connect_timeout_s``."""
 
     exit_code = 8
+
+
+class AdminListenFailed(RingmasterError):
+    """``admin.listen``'s address is in use or not available yet: not the configuration's
+    fault (the same config works once the port is free), so not ConfigError's exit 2, which
+    the systemd unit does not restart."""
+
+    exit_code = 13
 
 
 class WorkerCrashLoop(RingmasterError):

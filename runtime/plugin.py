@@ -81,8 +81,9 @@ _MAX_BACKOFF_DOUBLINGS = 6
 
 def backoff_wait(seconds: float, raised_before: int) -> float:
     """How long a Backoff waits, raised again ``raised_before`` times in a row for the same
-    batch: doubling each time, at most 2**6 times what the plugin asked (both backends)."""
-    return backoff_s(seconds, raised_before, max_doublings=_MAX_BACKOFF_DOUBLINGS)
+    batch: doubling each time, at most 2**6 times what the plugin asked (both backends), never
+    less than that and up to 1.5 times it (jitter: runtime/backoff.py)."""
+    return backoff_s(seconds, raised_before, max_doublings=_MAX_BACKOFF_DOUBLINGS, jitter_up=True)
 
 
 class Backoff(BatchDeferred):

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import time
@@ -23,6 +24,18 @@ from runtime.kafka.admin import ensure_topics  # noqa: E402
 from runtime.ops.devbroker import DevBroker  # noqa: E402
 
 console = Console(stderr=True)
+RINGMASTER = ROOT / ".venv" / "bin" / "ringmaster"
+
+
+def shown(cmd: list[str]) -> str:
+    """``cmd`` as a line that can be pasted into a shell at the clone's root (where
+    ./scripts/demo runs it): the ringmaster of the clone's .venv, paths under the clone relative,
+    every argument quoted as the shell needs."""
+    def rel(arg: str) -> str:
+        path = Path(arg)
+        return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else arg
+
+    return "$ " + shlex.join(rel(a) for a in cmd)
 CITIES = ["Lyon", "Osaka", "Denver", "Porto", "Leeds", "Quito", "Tartu", "Perth", "Bergen", "Accra",
           "Hanoi", "Tucson", "Graz", "Cork", "Malmo", "Recife"]
 ACTORS = ["city council", "regional court", "transit authority", "university board", "health agency",
@@ -121,14 +134,12 @@ def run_spark(bootstrap: str, config: Path, workdir: Path, args: argparse.Namesp
 master = "local[{args.processes}]"
 trigger = "availableNow"
 max_records_per_trigger = 50000
-# The embedded broker's ListOffsets is stale: read partition ends from fetch responses.
-end_offsets = "fetch"
 checkpoint_location = "{workdir / 'spark-checkpoint'}"
 """)
     import shutil
     shutil.rmtree(workdir / "spark-checkpoint", ignore_errors=True)
-    cmd = [str(ROOT / ".venv" / "bin" / "ringmaster"), "spark", "run", "-c", str(spark_cfg)]
-    console.print("$ " + " ".join(cmd[1:]))
+    cmd = [str(RINGMASTER), "spark", "run", "-c", str(spark_cfg)]
+    console.print(shown(cmd), markup=False, highlight=False)
     t0 = time.monotonic()
     code = subprocess.call(cmd, cwd=ROOT)
     if code == 0:
@@ -191,10 +202,10 @@ topic = "news.dead-letter"
 status_interval_s = 0.5
 """)
         summary = workdir / "summary.json"
-        cmd = [str(ROOT / ".venv" / "bin" / "ringmaster"), "run", "-c", str(config),
+        cmd = [str(RINGMASTER), "run", "-c", str(config),
                "--until-caught-up", "--progress", "--summary", "--summary-json", str(summary),
                "--expect-records", str(args.records)]
-        console.print("$ " + " ".join(cmd[1:]))
+        console.print(shown(cmd), markup=False, highlight=False)
         code = subprocess.call(cmd, cwd=ROOT)
         if code != 0:
             console.print(f"[red]ringmaster exited with {code}[/]")

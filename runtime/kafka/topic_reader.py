@@ -11,6 +11,7 @@ from fetch responses, never from a ListOffsets answer (stale on some brokers).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -211,12 +212,24 @@ class Item:
     headers: list[tuple[str, bytes | None]]
 
 
+# librdkafka's logical offset "n records before the end" is RD_KAFKA_OFFSET_TAIL_BASE - n
+# (confluent-kafka does not export it). It is resolved with ListOffsets, which some brokers
+# answer stale (low): ``last`` then starts earlier and reads more, never fewer.
+_OFFSET_TAIL_BASE = -2000
+
+
 def tail(topic: str, props: Mapping[str, Any], stop: Callable[[], bool],
-         poll_s: float = 0.2) -> Iterator[Item]:
-    """Every record of ``topic`` from its beginning, then whatever arrives, until ``stop()``
-    says so (checked between polls). Assign-only: no group is joined, nothing committed.
-    Waits for the topic to exist (it may be created by the first output). Runs in: the CLI."""
-    consumer = Consumer({**props, "enable.partition.eof": False})
+         poll_s: float = 0.2, last: int | None = None, follow: bool = True) -> Iterator[Item]:
+    """The records of ``topic``, until ``stop()`` says so (checked between polls).
+    Assign-only: no group is joined, nothing committed. Waits for the topic to exist (it may
+    be created by the first output). Runs in: the CLI.
+
+    ``last`` None: every record from the beginning, then whatever arrives. ``last`` N: the
+    last N records of each partition as of now, partition by partition in offset order (Kafka
+    orders records within a partition only, so this order is the same on every run), then,
+    with ``follow``, whatever arrives. "Now" is each partition's end as its first fetch
+    answers it."""
+    consumer = Consumer({**props, "enable.partition.eof": last is not None})
     try:
         parts: list[int] = []
         while not parts and not stop():
@@ -225,7 +238,28 @@ def tail(topic: str, props: Mapping[str, Any], stop: Callable[[], bool],
             parts = sorted(meta.partitions) if meta is not None and meta.error is None else []
             if not parts:
                 time.sleep(poll_s)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        start = OFFSET_BEGINNING if last is None else _OFFSET_TAIL_BASE - last
+        consumer.assign([TopicPartition(topic, p, start) for p in parts])
+        if last is not None:
+            kept: dict[int, deque[Item]] = {p: deque(maxlen=last) for p in parts}
+            later: list[Item] = []  # arrived in a partition after its end: after the last N
+            at_end: set[int] = set()
+            while len(at_end) < len(parts) and not stop():
+                for m in consumer.consume(500, poll_s):
+                    err = m.error()
+                    if err is None:
+                        item = Item(partition_of(m), offset_of(m), m.key(), m.value(),
+                                    list(headers_of(m) or []))
+                        (later.append if item.partition in at_end else kept[item.partition].append)(item)
+                    elif err.code() == _CKError._PARTITION_EOF:
+                        at_end.add(partition_of(m))
+                    elif err.fatal():
+                        raise KafkaError(f"reading {topic!r}: {err}")
+            for p in parts:
+                yield from kept[p]
+            if not follow:
+                return
+            yield from later
         while not stop():
             for m in consumer.consume(500, poll_s):
                 err = m.error()

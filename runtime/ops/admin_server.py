@@ -55,7 +55,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from runtime.config import parse_listen
-from runtime.errors import ConfigError
+from runtime.errors import AdminListenFailed, ConfigError
 from runtime.ops.metrics import RuntimeMetrics
 from runtime.ops.status import StatusSnapshot
 
@@ -98,6 +98,14 @@ class AdminServer:
         try:
             self._listener = socket.create_server((host, port), family=family, backlog=128)
         except OSError as exc:
+            # In use (a previous run's socket in TIME_WAIT is no problem: create_server sets
+            # SO_REUSEADDR), or an address not on this host (yet: an interface that comes up
+            # after the daemon at boot), may pass by itself: restartable, exit 13. Anything else
+            # (EACCES below port 1024) is the configuration's: exit 2.
+            if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                raise AdminListenFailed(f"admin.listen: cannot listen on {host}:{port}: {exc.strerror} "
+                                        "(another process holds it? `ss -ltnp` says which; the "
+                                        "daemon exits 13 and systemd restarts it)") from None
             raise ConfigError(f"admin.listen: cannot listen on {host}:{port}: {exc.strerror}") from None
         self._listener.setblocking(False)
         self.address = f"{host}:{self._listener.getsockname()[1]}"

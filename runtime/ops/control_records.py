@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime import durations
 from runtime.errors import ConfigError, InvalidControlRecord
 
 ALL = "*"
@@ -233,12 +234,12 @@ def parse_record(key: bytes | None, value: bytes | None) -> Pause:
 
 # ---------------------------------------------------------------------- what the CLI writes
 def parse_duration(text: str) -> float:
-    """'90', '90s', '10m', '2h', '1d' -> seconds, between MIN_FOR_S and MAX_FOR_S."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*", text)
-    if not m:
-        raise ConfigError(f"--for {text!r}: expected a duration like 90s, 10m, 2h or 1d")
-    unit = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2)]
-    seconds = float(m.group(1)) * unit
+    """``--for``: a duration in the one grammar (runtime/durations.py: 90s, 10m, 1h30m, 2d,
+    1w; a bare number is seconds) -> seconds, between MIN_FOR_S and MAX_FOR_S."""
+    try:
+        seconds = durations.parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"--for {text!r}: {exc}") from None
     if not MIN_FOR_S <= seconds <= MAX_FOR_S:
         raise ConfigError(f"--for {text!r}: a pause lasts from {MIN_FOR_S:g} s to {MAX_FOR_S / 86400:g} days "
                           "(without --for it lasts until `ringmaster resume`)")

@@ -93,9 +93,11 @@ def _text(b: bytes | None) -> str:
 
 
 def tail_lines(settings: Settings, topic: str, keys: bool, max_records: int | None,
-               timeout_s: float | None, clock: Callable[[], float] = time.monotonic) -> Iterator[str]:
-    """The topic's records as lines, from its beginning, following it; stops after
-    ``max_records`` or once ``timeout_s`` passes without reaching them."""
+               timeout_s: float | None, clock: Callable[[], float] = time.monotonic,
+               last: int | None = None, follow: bool = True) -> Iterator[str]:
+    """The topic's records as lines: from its beginning, following it; or (``last``) the last
+    N of each partition, partition by partition, then following it only with ``follow``.
+    Stops after ``max_records`` or once ``timeout_s`` passes without reaching them."""
     deadline = None if timeout_s is None else clock() + timeout_s
     seen = 0
 
@@ -103,6 +105,6 @@ def tail_lines(settings: Settings, topic: str, keys: bool, max_records: int | No
         return (max_records is not None and seen >= max_records) or \
             (deadline is not None and clock() > deadline)
 
-    for item in tail(topic, reader_properties(settings), stop):
+    for item in tail(topic, reader_properties(settings), stop, last=last, follow=follow):
         seen += 1
         yield describe(item, keys)

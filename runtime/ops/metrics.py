@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -68,11 +68,17 @@ class RuntimeMetrics:
         self.revocation_seconds = revocations.labels(group)
         live = LiveCollector(loop_age or (lambda: None), group)
         families = SnapshotCollector(snapshot, partition_metrics, group)
-        for collector in (live, batches, revocations, families):
+        # The supervisor's own process_* series (CPU seconds, memory, open fds, start time), as
+        # every Prometheus client exports them, read from /proc at each scrape (cheap). Standard
+        # names without the group label: dashboards join them on instance. The workers' CPU and
+        # busy seconds come from the snapshot (ringmaster_worker_*_seconds_total).
+        process = ProcessCollector(registry=None)
+        for collector in (live, process, batches, revocations, families):
             self.registry.register(collector)
         for collector in (batches, revocations, families):
             self._per_snapshot.register(collector)
         self._live.register(live)
+        self._live.register(process)
         self._rendered: tuple[StatusSnapshot | None, bytes] | None = None
 
     def exposition(self) -> bytes:
@@ -287,6 +293,13 @@ class SnapshotCollector(_Grouped, Collector):
         rss = self._gauge("ringmaster_worker_rss_bytes", "Resident memory of a worker", ["worker"])
         version = self._gauge("ringmaster_worker_plugin_info", "The plugin version a worker runs",
                               ["worker", "version"])
+        # CPU over busy says where a worker's time goes: near 1, the plugin computes; well below,
+        # it waits (on I/O, on the broker's acknowledgements).
+        cpu = self._counter("ringmaster_worker_cpu_seconds_total", "CPU time (user and system) of a "
+                            "worker's process; from 0 again when the worker is replaced (rate() takes "
+                            "that as a counter reset)", ["worker"])
+        busy = self._counter("ringmaster_worker_busy_seconds_total", "Time a worker's batches took, plugin "
+                             "and delivery (all its incarnations)", ["worker"])
         for w in s.workers:
             i = str(w.index)
             fill.add([i], w.ring_fill)
@@ -300,7 +313,10 @@ class SnapshotCollector(_Grouped, Collector):
                 rss.add([i], float(w.rss))
             if w.plugin_version is not None:
                 version.add([i, w.plugin_version], 1.0)
-        yield from (f.family for f in (fill, beat, alive, records, exits, rss, version))
+            if w.cpu_s is not None:
+                cpu.add([i], w.cpu_s)
+            busy.add([i], w.busy_s)
+        yield from (f.family for f in (fill, beat, alive, records, exits, rss, version, cpu, busy))
         if s.supervisor_rss is not None:
             sup = self._gauge("ringmaster_supervisor_rss_bytes", "Resident memory of the supervisor")
             sup.add([], float(s.supervisor_rss))

@@ -3,32 +3,93 @@ snapshots at ``supervisor.status_interval_s``; never decides anything."""
 
 from __future__ import annotations
 
+import os
+import termios
+from collections.abc import Callable
+from typing import IO
+
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
 from runtime.ops.status import StatusSnapshot
 
+_SHOW_CURSOR = "\x1b[?25h"
+
+
+def in_foreground(stream: IO[str]) -> bool:
+    """Whether this process may draw on ``stream``'s terminal: it is in the terminal's
+    foreground process group. False for a daemon started with ``&`` or sent to the background
+    (Ctrl-Z, ``bg``): drawing then would redraw over the shell and what the user types. True
+    when ``stream`` is no terminal of ours (a file, a pipe, someone else's tty): nothing to
+    draw over there."""
+    try:
+        return os.tcgetpgrp(stream.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def _tostop(stream: IO[str]) -> bool:
+    """Whether the terminal stops background writers (``stty tostop``): it would then send
+    SIGTTOU, which the supervisor reads as "one worker fewer" (signals.py)."""
+    try:
+        return bool(termios.tcgetattr(stream.fileno())[3] & termios.TOSTOP)
+    except (OSError, ValueError, AttributeError, termios.error):
+        return True  # unknown: do not write
+
 
 class ProgressDisplay:
-    def __init__(self, total: int | None = None, console: Console | None = None) -> None:
+    """The live view of ``ringmaster run`` on its terminal, drawn only while the process is in
+    the terminal's foreground (``foreground``, injected for tests): in the background it writes
+    nothing, and it starts a fresh view below the shell's lines when brought back (``fg``)."""
+
+    def __init__(self, total: int | None = None, console: Console | None = None,
+                 foreground: Callable[[], bool] | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.total = total
-        self._live = Live(console=self.console, auto_refresh=False, transient=False)
+        self.foreground = foreground or (lambda: in_foreground(self.console.file))
+        self._live = self._new_live()
         self._started = False
 
+    def _new_live(self) -> Live:
+        return Live(console=self.console, auto_refresh=False, transient=False)
+
     def update(self, snap: StatusSnapshot) -> None:
+        if not self.foreground():
+            self._leave_quietly()
+            return
         if not self._started:
             self._live.start()
             self._started = True
         self._live.update(self.render(snap), refresh=True)
 
-    def close(self) -> None:
-        if self._started:
+    def _leave_quietly(self) -> None:
+        """Stop the view without drawing its last frame over what the shell now shows; only the
+        cursor, hidden while the view ran, is shown again, where the terminal lets a background
+        process write without stopping it."""
+        if not self._started:
+            return
+        self.console.quiet = True
+        try:
             self._live.stop()
-            self._started = False
-            if not self.console.is_terminal:
-                self.console.line()
+        finally:
+            self.console.quiet = False
+        self._started = False
+        self._live = self._new_live()  # the next view starts afresh, below what is there then
+        if self.console.is_terminal and not _tostop(self.console.file):
+            self.console.file.write(_SHOW_CURSOR)
+            self.console.file.flush()
+
+    def close(self) -> None:
+        if not self._started:
+            return
+        if not self.foreground():
+            self._leave_quietly()
+            return
+        self._live.stop()
+        self._started = False
+        if not self.console.is_terminal:
+            self.console.line()
 
     def render(self, snap: StatusSnapshot) -> Group:
         head = Table.grid(padding=(0, 2))

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -143,34 +144,61 @@ def _rate(v: Any) -> str:
 
 
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[str | Text]],
-           text_columns: Sequence[str]) -> Table:
+           text_columns: Sequence[str], name_columns: Sequence[str] = ()) -> Table:
     """A table whose number columns are as wide as their widest cell, so rich never shrinks
-    them (it would cut "13,567" to "13,5…"); only ``text_columns`` fold."""
-    t = Table(title=title, title_justify="left", show_edge=False)
+    them (it would cut "13,567" to "13,5…"); a header may wrap between its words ("in
+    flight"). ``text_columns`` (prose) wrap between words; ``name_columns`` (a topic name with
+    its partition: no words) fold, down to ``_NAME_MIN`` characters."""
+    t = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False,
+              padding=(0, 1), collapse_padding=True)
     for i, col in enumerate(columns):
+        longest_word = max(len(w) for w in col.split())
         if col in text_columns:
-            t.add_column(col, justify="left", overflow="fold")
-        else:
+            t.add_column(col, justify="left", overflow="fold", min_width=max(longest_word, _WORD_MIN))
+        elif col in name_columns:
             widest = max([len(col), *(len(str(r[i])) for r in rows)])
-            t.add_column(col, justify="right" if i else "left", min_width=widest, no_wrap=True)
+            t.add_column(col, justify="left", overflow="fold", min_width=min(widest, _NAME_MIN))
+        else:
+            widest = max([longest_word, *(len(str(r[i])) for r in rows)])
+            t.add_column(col, justify="right" if i else "left", min_width=widest)
+    names = [i for i, col in enumerate(columns) if col in name_columns]
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(_Name(str(c)) if i in names else c for i, c in enumerate(r)))
     return t
 
 
+class _Name(Text):
+    """A name without words (``orders-eu-west[11]``): as long as a word, rich would measure
+    its column's minimum as the whole name and widen the view to it; it folds instead, so it
+    asks for at most ``_NAME_MIN`` columns."""
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        m = super().__rich_measure__(console, options)
+        return Measurement(min(m.minimum, _NAME_MIN), m.maximum)
+
+
+# A prose column is never narrower than this (a narrower one would fold most words); a name
+# column folds down to this.
+_WORD_MIN = 10
+_NAME_MIN = 10
+
+
 def _grid(rows: Sequence[Sequence[str | Text]]) -> Table:
-    """Label/value pairs; every cell as wide as its column's widest (never cut), except the
-    last column (the state, which can be a sentence), which folds."""
+    """Label/value pairs, every cell as wide as its column's widest (never cut): short values
+    only; a sentence goes on a line of its own (``_line``)."""
     grid = Table.grid(padding=(0, 2))
-    last = len(rows[0]) - 1
     for i in range(len(rows[0])):
-        if i == last:
-            grid.add_column(overflow="fold")
-        else:
-            grid.add_column(min_width=max(len(str(r[i])) for r in rows), no_wrap=True)
+        grid.add_column(min_width=max(len(str(r[i])) for r in rows), no_wrap=True)
     for r in rows:
         grid.add_row(*r)
     return grid
+
+
+def _line(label: str, text: str, style: str = "") -> Text:
+    """A labelled sentence under a table or the summary (the last reload, a worker's last
+    exit): in a cell it would make its column as wide as itself; on its own line it wraps
+    between words at the terminal's width, indented under its label."""
+    return Text.assemble((label, "bold"), " ", (text, style))
 
 
 def render(reading: Reading) -> Group:
@@ -179,23 +207,24 @@ def render(reading: Reading) -> Group:
     recent = snap.get("recent_rate")
     rate = f"{recent:,.0f}/s" if recent is not None else f"{snap.get('rate', 0):,.0f}/s (average)"
     head_rows: list[list[str | Text]] = [
-        ["group", str(snap.get("group")), "pid", str(snap.get("pid")), "state",
-         Text(reading.state, style="" if reading.running else "bold red")],
-        ["records", _n(snap.get("records")), "rate", rate, "lag", _n(snap.get("lag"))],
-        ["outputs", _n(snap.get("outputs")), "dead letters", _n(snap.get("dead_letters")),
-         "deferred", _n(snap.get("deferred"))],
-        ["ordering", str(snap.get("ordering")), "restarts", _n(snap.get("restarts")),
-         "rebalances", _n(snap.get("rebalances"))],
-        ["plugin", f"{snap.get('plugin', '')} {snap.get('plugin_version') or ''}".strip(),
-         "workers", f"{len(snap.get('workers', []))} (aim {snap.get('workers_target', '-')}, "
-                    f"max {snap.get('workers_max', '-')})", "", ""]]
+        ["group", str(snap.get("group")), "pid", str(snap.get("pid"))],
+        ["records", _n(snap.get("records")), "rate", rate],
+        ["lag", _n(snap.get("lag")), "outputs", _n(snap.get("outputs"))],
+        ["dead letters", _n(snap.get("dead_letters")), "deferred", _n(snap.get("deferred"))],
+        ["ordering", str(snap.get("ordering")), "restarts", _n(snap.get("restarts"))],
+        ["rebalances", _n(snap.get("rebalances")), "workers",
+         f"{len(snap.get('workers', []))} (aim {snap.get('workers_target', '-')}, "
+         f"max {snap.get('workers_max', '-')})"]]
+    sentences = [_line("state:", reading.state, "" if reading.running else "bold red"),
+                 _line("plugin:", f"{snap.get('plugin', '')} {snap.get('plugin_version') or ''}".strip())]
+    head = _grid(head_rows)
+    operations: list[Text] = sentences
     for kind in ("reload", "scale"):
         op = snap.get(kind)
         if op:
             style = "red" if op["state"] == "failed" else ""
             text = f"{op['state']} ({op['requested_by']}, {_when_ms(op['started_ms'])}): {op['message']}"
-            head_rows.append([f"last {kind}", Text(text, style=style), "", "", "", ""])
-    head = _grid(head_rows)
+            operations.append(_line(f"last {kind}:", text, style))
     rows: list[list[str | Text]] = []
     for p in snap.get("partitions", []):
         why = ", ".join(f"{r}: {p['holds'][r]}" if r in p.get("holds", {}) else r for r in p["pause_reasons"])
@@ -211,18 +240,28 @@ def render(reading: Reading) -> Group:
                      Text("over capacity: not read (more partitions than supervisor.max_partitions)",
                           style="red")])
     parts = _table("partitions", ("partition", "worker", "committed", "high", "lag", "rate/s",
-                                  "oldest waiting", "paused because"), rows, ("paused because",))
+                                  "oldest waiting", "paused because"), rows, ("paused because",),
+                   ("partition",))
     rows = []
+    exits: list[Text] = []
+    # A worker's plugin version differs from the daemon's during a reload only: the column is
+    # shown then, and saves its width otherwise (the summary says the daemon's version).
+    versions = {w.get("plugin_version") for w in snap.get("workers", [])}
+    by_version = bool(versions - {snap.get("plugin_version")})
     for w in snap.get("workers", []):
         beat = "-" if w.get("heartbeat_age_s") is None else f"{w['heartbeat_age_s']:.1f} s"
-        last = w.get("start_failure") or w.get("last_exit") or ""
         rows.append([str(w["index"]), str(w.get("pid") or "-"), w.get("state", ""),
-                     str(w.get("plugin_version") or "-"), _n(w["records"]),
+                     *([str(w.get("plugin_version") or "-")] if by_version else []), _n(w["records"]),
                      f"{w['ring_fill']:.0%}", _n(w["in_flight"]), beat, _n(w["restarts"]),
-                     f"{(w.get('rss') or 0) / 2**20:,.0f}", Text(last, style="red" if last else "")])
-    workers = _table("workers", ("worker", "pid", "state", "version", "records", "ring", "in flight",
-                                 "heartbeat", "restarts", "rss MiB", "last exit"), rows, ("last exit",))
-    items: list[Any] = [Text(f"ringmaster — {reading.source}", style="bold"), head, parts, workers]
+                     f"{(w.get('rss') or 0) / 2**20:,.0f}"])
+        if w.get("start_failure"):
+            exits.append(_line(f"worker {w['index']} failed to start:", w["start_failure"], "red"))
+        elif w.get("last_exit"):
+            exits.append(_line(f"worker {w['index']} last exit:", w["last_exit"], "red"))
+    workers = _table("workers", ("worker", "pid", "state", *(["version"] if by_version else []), "records",
+                                 "ring", "in flight", "beat", "restarts", "rss MiB"), rows, ())
+    items: list[Any] = [Text(f"ringmaster — {reading.source}", style="bold"), head, *operations, parts,
+                        workers, *exits]
     pauses = snap.get("operator_pauses") or []
     if pauses:
         rows = [[p["scope"], p["reason"], p["by"], _when_ms(p["since_ms"]), _when_ms(p.get("until_ms"))]

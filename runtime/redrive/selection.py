@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from runtime import durations
 from runtime.errors import ConfigError
 from runtime.ops.control_records import shown
 from runtime.redrive.letters import MAX_MS, MAX_OFFSET, MAX_PARTITION, Letter
@@ -92,15 +93,14 @@ class TimeBound:
 
 Bound = OffsetBound | TimeBound | None
 
-_DURATION = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)(ms|s|m|h|d|w)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _OFFSET = r"(?:0|[1-9][0-9]{0,18})"  # canonical decimal, at most an int64's digits
 _PARTITION = r"(?:0|[1-9][0-9]{0,9})"
 
 
 def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
     """``--from``/``--to``: an offset (``1200``), offsets per partition (``0:1200,3:80``), a
-    time ago (``90s``, ``15m``, ``2h``, ``1d``, ``1w``, ``1h30m``) or an ISO-8601 time
+    time ago in the one duration grammar (runtime/durations.py: ``90s``, ``15m``, ``1h30m``,
+    ``1d``, ``1w``) or an ISO-8601 time
     (``2026-11-21T14:00:00Z``; without a zone, local time, as kafka-consumer-groups reads it).
     Bounded as the letters are (runtime/redrive/letters.py): an offset is an int64, a
     partition an int32, a time between the epoch and year 9999; anything else is a
@@ -121,8 +121,8 @@ def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
         if len(parts) != len(pairs):
             raise ConfigError(f"{option} {shown(text)}: a partition is given twice")
         return OffsetBound(partitions=parts)
-    if raw and _DURATION.sub("", raw) == "":
-        ago = sum(float(n) * _UNIT_MS[u] for n, u in _DURATION.findall(raw))
+    if durations.is_duration(raw):
+        ago = durations.parse_duration(raw) * 1000
         if not ago <= now_ms:
             raise ConfigError(f"{option} {shown(text)}: that is before 1970 (the epoch); give a "
                               "shorter time ago or an ISO-8601 time")
@@ -134,7 +134,7 @@ def parse_bound(text: str, option: str, now_ms: int) -> OffsetBound | TimeBound:
         ms = int(when.timestamp() * 1000)
     except ValueError:
         raise ConfigError(f"{option} {shown(text)}: expected an offset (1200), offsets per partition "
-                          "(0:1200,3:80), a time ago (90s, 15m, 2h, 1d) or an ISO-8601 time "
+                          f"(0:1200,3:80), a time ago ({durations.EXAMPLES}) or an ISO-8601 time "
                           "(2026-11-21T14:00:00Z)") from None
     except (OverflowError, OSError):
         ms = -1

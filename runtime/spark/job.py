@@ -14,11 +14,12 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
-from runtime.errors import RingmasterError
+from runtime.errors import NotCaughtUp, RingmasterError
 from runtime.spark.progress import SparkStatus
 from runtime.worker.execution import RetryPolicy
 
@@ -109,10 +110,12 @@ class GroupCommitter:
         self._c = driver_client(settings)
         self._lock = threading.Lock()
         self.committed: dict[str, dict[str, int]] = {}
+        self.rows: dict[Any, int] = {}  # input rows by micro-batch id, for the summary
 
     def commit_progress(self, progress: Any) -> None:
         if progress is None:
             return
+        self.rows[progress.batchId] = int(progress.numInputRows or 0)  # the last one comes twice
         for src in progress.sources:
             end = src.endOffset
             offsets = json.loads(end) if isinstance(end, str) else end
@@ -150,14 +153,78 @@ def arrange(df: Any, settings: Settings) -> Any:
     return df.repartition(tasks).sortWithinPartitions("topic", "partition", "offset")
 
 
-def run_stream(settings: Settings) -> int:
+@dataclass(frozen=True)
+class StreamResult:
+    """How `ringmaster spark run` ended: the records its micro-batches read, and for an
+    availableNow run (``--until-caught-up``) whether the group's committed offsets reached the
+    end of every partition as it was when the run began (``error`` says what is left)."""
+
+    records: int
+    batches: int
+    error: RingmasterError | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.error is None else self.error.exit_code
+
+    def line(self) -> str:
+        return f"spark run: {self.records:,} record(s) in {self.batches} micro-batch(es)"
+
+
+def batch_target(settings: Settings) -> dict[str, dict[str, int]]:
+    """The end of every partition of the input topics now, as ``spark.end_offsets`` finds it:
+    what an availableNow run must have committed to say it caught up."""
+    from runtime.spark import offsets as ko
+
+    c = driver_client(settings)
+    try:
+        return ko.latest(c, ko.partitions_of(c, settings.kafka.topics), settings.spark.end_offsets)
+    finally:
+        c.close()
+
+
+def caught_up(settings: Settings, target: dict[str, dict[str, int]],
+              stopped_by: str | None) -> NotCaughtUp | None:
+    """None when the group's committed offsets (as the broker answers now) reach ``target`` on
+    every partition; else the error naming each partition left and the records left in it."""
+    from runtime.spark import offsets as ko
+
+    c = driver_client(settings)
+    try:
+        tps = [(t, int(p)) for t, ps in target.items() for p in ps]
+        done = ko.committed(c, tps)
+    finally:
+        c.close()
+    left = []
+    for t, ps in sorted(target.items()):
+        for p, end in sorted(ps.items(), key=lambda x: int(x[0])):
+            at = done.get(t, {}).get(p)
+            if at is None or at < end:
+                got = "nothing committed" if at is None else f"committed up to offset {at:,}"
+                more = f" ({end - at:,} records left)" if at is not None else ""
+                left.append(f"{t}[{p}] {got} of {end:,}{more}")
+    if not left:
+        return None
+    why = f"stopped by {stopped_by}" if stopped_by else \
+        "the query ended short of the end (an operator pause holds a partition, or the source stopped)"
+    shown = left[:10] + ([f"and {len(left) - 10} more"] if len(left) > 10 else [])
+    return NotCaughtUp(f"--until-caught-up did not catch up: {why}; {len(left)} partition(s) left: "
+                       + "; ".join(shown) + ". Nothing past what is committed counts as done: run again to "
+                       "finish")
+
+
+def run_stream(settings: Settings) -> StreamResult:
     from pyspark.sql.streaming import StreamingQueryListener
 
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
-    spark = session(settings)
     sp = settings.spark
+    # INVARIANT: an availableNow run reports success only when the group has committed the
+    # end of every partition as it was before the query started (checked with the broker
+    # afterwards), whatever the source or the broker's ListOffsets said meanwhile.
+    target = batch_target(settings) if sp.trigger == "availableNow" else None
+    spark = session(settings)
     checkpoint = sp.checkpoint_location or str(Path("run") / "spark" / settings.kafka.group_id)
     committer = GroupCommitter(settings)
 
@@ -189,7 +256,7 @@ def run_stream(settings: Settings) -> int:
     writer = (out.writeStream.format(NAME).options(**sink_options(settings))
               .option("checkpointLocation", checkpoint).queryName(sp.app_name))
     writer = writer.trigger(availableNow=True) if sp.trigger == "availableNow" \
-        else writer.trigger(processingTime=sp.trigger)
+        else writer.trigger(processingTime=f"{sp.trigger_ms()} milliseconds")
     stop: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: stop.append(s))
@@ -198,17 +265,25 @@ def run_stream(settings: Settings) -> int:
     log.info("spark query started", extra={"master": sp.master, "trigger": sp.trigger,
                                            "checkpoint": checkpoint})
     try:
-        while query.isActive and not stop:
-            query.awaitTermination(0.5)
-        if stop:
-            log.info("stop requested; stopping the query")
-            query.stop()
-        query.awaitTermination()
+        try:
+            while query.isActive and not stop:
+                query.awaitTermination(0.5)
+            if stop:
+                log.info("stop requested; stopping the query")
+                query.stop()
+            query.awaitTermination()
+        except Exception as exc:
+            # awaitTermination raises the query's failure (StreamingQueryException): one line
+            # and exit 1, as below, not a traceback through the CLI.
+            if type(exc).__name__ != "StreamingQueryException":
+                raise
         status.query_active = False
         failure = query.exception()  # each of these is a call into Spark's JVM: once
         if failure is not None:
             status.failure = str(failure)
-            raise RingmasterError(f"the Spark query failed: {failure}")
+            first = str(failure).strip().splitlines()[0] if str(failure).strip() else repr(failure)
+            log.error("the Spark query failed", extra={"failure": str(failure)})
+            raise RingmasterError(f"the Spark query failed: {first} (the log above has the whole of it)")
         # The listener is asynchronous: make sure the last batch's offsets are committed.
         last = query.lastProgress
         committer.commit_progress(last and _Progress(last))
@@ -219,7 +294,10 @@ def run_stream(settings: Settings) -> int:
             admin.close()
         committer.close()
         spark.stop()
-    return 0
+    error = None
+    if target is not None:
+        error = caught_up(settings, target, signal.Signals(stop[0]).name if stop else None)
+    return StreamResult(sum(committer.rows.values()), len(committer.rows), error)
 
 
 def _admin(settings: Settings, status: SparkStatus) -> Any:

@@ -2,12 +2,14 @@
 
 Offsets travel as ``{"topic": {"partition": next_offset}}`` (JSON-safe strings as keys).
 
-End offsets come from ListOffsets (``get_watermark_offsets``) by default: correct on Apache
-Kafka. ``end_offsets = "fetch"`` instead reads each partition's high watermark from a fetch
-response (the cached watermark), for brokers whose ListOffsets answer is wrong (the embedded
-Tansu broker returns the base offset of the last batch). It is a switch, never the default.
-Start offsets of partitions nobody has read yet are their low watermark (ListOffsets
-"earliest", right on Tansu too), as in Spark's own Kafka source.
+End offsets (``spark.end_offsets``): by default (``"checked"``) ListOffsets answers, then one
+fetch at that answer per partition says whether records lie beyond it: the fetch response's
+high watermark is the end (on Apache Kafka it is the same offset, and the fetch returns no
+record; the embedded Tansu broker answers ListOffsets with the base offset of the last batch,
+short of the end, and the fetch corrects it). So no broker's stale answer makes a batch run
+stop short and report success. ``"list"`` trusts ListOffsets alone (no fetch); ``"fetch"``
+fetches from the low watermark. Start offsets of partitions nobody has read yet are their low
+watermark (ListOffsets "earliest", right on Tansu too), as in Spark's own Kafka source.
 
 Every function that plans reading covers every partition it is given, or fails naming the
 ones it cannot place: a partition is never skipped silently.
@@ -16,6 +18,7 @@ ones it cannot place: a partition is never skipped silently.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -23,6 +26,8 @@ from typing import Any
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
 from runtime.errors import RingmasterError
+
+log = logging.getLogger("ringmaster.spark")
 
 Offsets = dict[str, dict[str, int]]
 Range = tuple[str, int, int, int]  # topic, partition, start, end (exclusive)
@@ -52,28 +57,38 @@ def earliest(c: Consumer, tps: Iterable[tuple[str, int]]) -> Offsets:
 
 
 def latest(c: Consumer, tps: list[tuple[str, int]], mode: str) -> Offsets:
-    if mode == "list":
-        return _pack({tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps})
-    if not tps:
-        return {}
-    # "fetch": assign at the low watermark and wait until every partition returned a record
-    # or an EOF event: only then does librdkafka's cached high watermark come from a fetch
-    # response (before that it may hold the stale ListOffsets answer).
+    """The end of every partition of ``tps`` (the offset after its last record), by ``mode``
+    (the module docstring says how each finds it)."""
+    listed = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps}
+    if mode == "list" or not tps:
+        return _pack(listed)
+    # Assign, and wait until every partition returned a record or an EOF event: only then does
+    # librdkafka's cached high watermark come from a fetch response (before that it may hold
+    # the ListOffsets answer).
     wanted = set(tps)
-    lows = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[0] for tp in tps}
-    c.assign([TopicPartition(t, p, lows[(t, p)]) for t, p in tps])
+    at = ({tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[0] for tp in tps} if mode == "fetch"
+          else {tp: max(o, 0) for tp, o in listed.items()})
+    c.assign([TopicPartition(t, p, at[(t, p)]) for t, p in tps])
     fetched: set[tuple[str, int]] = set()
     deadline = time.monotonic() + 30
-    while fetched != wanted and time.monotonic() < deadline:
-        for m in c.consume(1000, 0.2):
-            tp = (m.topic(), m.partition())
-            if tp in wanted:  # a client-level error event names no partition
-                fetched.add(tp)
-    highs = {tp: c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in fetched}
-    c.unassign()
+    try:
+        while fetched != wanted and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                tp = (m.topic(), m.partition())
+                if tp in wanted:  # a client-level error event names no partition
+                    fetched.add(tp)
+        highs = {tp: c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1] for tp in fetched}
+    finally:
+        c.unassign()
     if fetched != wanted:
         raise RingmasterError(f"no fetch response within 30 s for {_names(wanted - fetched)} "
-                              '(end_offsets = "fetch")')
+                              f'(spark.end_offsets = "{mode}"; "list" trusts ListOffsets alone)')
+    if mode == "checked":
+        stale = {tp: (listed[tp], highs[tp]) for tp in tps if highs[tp] > listed[tp]}
+        if stale:
+            log.info("the broker's ListOffsets answer is short of the end; the fetch's high watermark "
+                     "is used", extra={"partitions": _names(stale), "example": next(iter(stale.values()))})
+        highs = {tp: max(highs[tp], listed[tp]) for tp in tps}
     return _pack(highs)
 
 

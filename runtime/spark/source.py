@@ -116,7 +116,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.topics = options["topics"].split(",")
-        self.mode = options.get("endoffsets", "list")
+        self.mode = options.get("endoffsets", "checked")
         self.max_rows = int(options.get("maxrecordspertrigger", "0"))
         self._target: ko.Offsets | None = None
         self._client: Any = None
@@ -212,7 +212,7 @@ class KafkaBatchReader(DataSourceReader):
         c = ko.client(_props(options))
         try:
             tps = ko.partitions_of(c, options["topics"].split(","))
-            start, end = ko.plan(c, tps, options.get("endoffsets", "list"),
+            start, end = ko.plan(c, tps, options.get("endoffsets", "checked"),
                                  options.get("startingoffsets", "earliest"),
                                  options.get("endingoffsets", "latest"),
                                  what=("startingOffsets", "endingOffsets"))

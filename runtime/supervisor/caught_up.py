@@ -95,8 +95,9 @@ class CaughtUp:
         self._take_targets()
         if self._stalled(now):
             self.stalled_s = now - self._progress_at
-            log.error(f"--until-caught-up: no progress for {self.stalled_s:.0f} s "
-                      "(supervisor.caught_up_timeout_s); stopping")
+            # What is left is said once, by the verdict, as the run's last line.
+            log.warning("--until-caught-up: stopping, nothing moved for supervisor.caught_up_timeout_s",
+                        extra={"stalled_s": round(self.stalled_s)})
             return True
         if not self.assignment.assigned_once:
             return False
@@ -206,7 +207,6 @@ class CaughtUp:
             err: RingmasterError = NotCaughtUp(
                 f"--until-caught-up did not catch up: no partition was ever assigned to this member "
                 f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")
-            log.error(str(err))
             return err
         final = {p.tp for p in held}
         left, blocked = [], []
@@ -236,7 +236,8 @@ class CaughtUp:
                 + ". Fix the plugin or configure [dead_letter] topic, then run again")
         else:
             return None
-        log.error(str(err))
+        # Not logged here: the error is the exit status's, and `ringmaster run` prints it once,
+        # as its last line (the final status carries it too).
         return err
 
     def _describe(self, r: Release, why: str) -> str:

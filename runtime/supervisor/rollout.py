@@ -8,7 +8,8 @@ not move, no partition is revoked. Runs in: supervisor, once per tick (through c
                                           │ a crash on its first batch, setup_timeout_s)
                                           │   ─▶ rolled back: no old worker was touched; the
                                           │      daemon keeps its old code; reported as failed
-                                          ▼ ready, and its first batch done (or none given)
+                                          ▼ ready, and its first batch done (an idle topic:
+                                            it waits for one; the old workers run meanwhile)
               one at a time, until every worker runs the new code:
               start a new worker in a spare slot ─▶ ready ─▶ retire an old one (it takes no more
               batches, finishes those in its ring, exits; its lanes move to other workers)
@@ -20,8 +21,12 @@ set up the plugin again. Anything else that changed in the file needs a restart;
 names it. ``workers.processes`` is the resize's business (``ringmaster scale``).
 
 "Crashes on start", the condition for a rollback, is: the canary dies before it has finished
-a batch, or is ready with none to do. A new version that fails later (a crash on a record
-after its first batch, after the switch) goes the existing crash path: restart, isolation.
+a batch. Ready is not enough: with no traffic, the canary waits for its first batch (however
+long: the old workers serve every other lane meanwhile), so a plugin that imports and sets up
+but crashes on its first record is rolled back before it reaches any other worker. A new
+version that fails later (a crash on a record after its first batch, after the switch) goes
+the existing crash path: restart, isolation. A resize's new workers run the daemon's current
+code: ready with nothing to do passes them.
 
 Owns: the target (how many workers, which code), the operation in progress and the outcome
 of the last ones. The workforce starts and retires workers; the scheduler keeps each lane on
@@ -245,7 +250,16 @@ class Rollout:
                 f"the new plugin code cannot start: {life.start_failure}; rolled back: the daemon keeps "
                 f"plugin {self.code.plugin!r} version {self.version}; {holds}"))
             return False
-        if not self._passed(op.canary):
+        # INVARIANT: the canary passes on a real batch finished, never on being idle: with no
+        # traffic, setup() is all it proved, and a plugin that crashes on its first record must
+        # not reach every worker before it met one. Meanwhile the old workers keep running.
+        if not self._passed(op.canary, idle_passes=False):
+            if life.state is State.READY and not op.message:
+                op.message = (f"the new code (version {life.version}) started in worker {op.canary}, which "
+                              "waits for its first batch: the old workers keep running until it has "
+                              "finished one")
+                log.info("reload: the canary is ready and waits for its first batch", extra={
+                    "worker": op.canary, "version": life.version})
             return False
         op.to_version = life.version
         self.code = op.code
@@ -265,16 +279,17 @@ class Rollout:
             elif self._passed(i):
                 op.probation.discard(i)
 
-    def _passed(self, i: int) -> bool:
-        """A new worker on probation passes once ready and its first batch is done, or ready
-        with nothing to do (an idle topic: no batch waits). The scheduler gives it a lane as
-        soon as it is ready (its probe), so under load the first batch comes at once."""
+    def _passed(self, i: int, idle_passes: bool = True) -> bool:
+        """A new worker on probation passes once ready and its first batch is done, or (a
+        resize's, ``idle_passes``: it runs the code the daemon already runs) ready with nothing
+        to do (an idle topic: no batch waits). The scheduler gives it a lane as soon as it is
+        ready (its probe), so under load the first batch comes at once."""
         life = self.workforce.lives[i]
         if not life.probation:
             return life.state is State.READY
         if life.state is not State.READY or life.version is None:
             return False
-        idle = not self.scheduler.count(i) and not self.scheduler.waiting_for_room()
+        idle = idle_passes and not self.scheduler.count(i) and not self.scheduler.waiting_for_room()
         if self.workforce.finished_batches(i) > 0 or idle:
             self.workforce.confirm(i)
             return True

@@ -635,6 +635,21 @@ def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observati
     return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
 
 
+def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """A batch run whose ``admin.listen`` port another process holds."""
+    import socket
+
+    holder = socket.create_server(("127.0.0.1", 0))
+    try:
+        f = Fault(fault.id, fault.group, fault.when, fault.then, exit=fault.exit, log=fault.log,
+                  sections={"admin": {"listen": f"127.0.0.1:{holder.getsockname()[1]}"}})
+        obs = batch(f, bootstrap, tmp)
+    finally:
+        holder.close()
+    obs.fault = fault
+    return obs
+
+
 DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
@@ -644,6 +659,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "caught_up_commit_unanswered": caught_up_commit_unanswered,
     "transactions": transactions,
     "redrive_letters": redrive_letters,
+    "admin_port_held": admin_port_held,
 }
 
 

@@ -354,8 +354,8 @@ FAULTS: list[Fault] = [
           driver="dead_letter_outage", dead={"r7": "ValueError"}, check="outage_recovered", timeout_s=180),
     Fault("plugin-backoff", "outputs",
           "the plugin raises `Backoff(seconds)` (its downstream is failing)",
-          "the partition pauses that long, then the same batch runs again in order; nothing is "
-          "dead-lettered",
+          "the partition pauses that long (up to 1.5 times: jitter), then the same batch runs again in "
+          "order; nothing is dead-lettered",
           values={9: "backoff=1:r9"}, settings={"journal_dir": "JOURNAL"}, check="in_order_once_backed_off"),
     # ------------------------------------------------------------------ deployment
     Fault("forkserver", "deployment",
@@ -428,6 +428,18 @@ FAULTS += [
           "HEAD is answered like GET without a body; other methods get 405 with `Allow: GET, HEAD`, "
           "malformed requests 400, oversized ones 431; the daemon goes on",
           driver="admin_odd", check="admin_held_up"),
+    # ------------------------------------------------------------------ the admin listener's address
+    # (issue 28: a port in use was exit 2, a configuration error systemd does not restart)
+    Fault("admin-port-in-use", "admin endpoint",
+          "`admin.listen`'s port is held by another process when the daemon starts",
+          "exit 13 (systemd restarts it: the port may be free then), one line naming the address; "
+          "nothing consumed, shared memory released",
+          driver="admin_port_held", exit=13, log=("Address already in use",), check="one_error_line"),
+    Fault("admin-address-not-here", "admin endpoint",
+          "`admin.listen` names an address this host does not have (yet: an interface not up)",
+          "the same: exit 13, one line naming the address",
+          sections={"admin": {"listen": "192.0.2.1:9464", "allow_remote": True}}, exit=13,
+          log=("cannot listen on 192.0.2.1:9464",), check="one_error_line"),
     # ------------------------------------------------------------------ configurations
     Fault("output-topic-is-an-input", "configuration",
           "`[output] topic` is one of the input topics",

@@ -274,6 +274,14 @@ def admin_held_up(obs: drive.Observation) -> None:
         assert a["malformed"][0] == 400 and a["huge"][0] == 431, a
 
 
+def one_error_line(obs: drive.Observation) -> None:
+    """The daemon could not start its admin endpoint: one line says why, and nothing of the
+    group was touched (no commit, no output)."""
+    errors = [line for line in obs.log.splitlines() if line.startswith("ringmaster: error: admin.listen")]
+    assert len(errors) == 1, obs.log[-2000:]
+    assert all(o < 0 for o in obs.committed.values()) and not obs.outputs, "nothing committed or produced"
+
+
 def refused_before_kafka(obs: drive.Observation) -> None:
     import subprocess
     import sys

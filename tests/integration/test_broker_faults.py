@@ -125,6 +125,8 @@ def test_a_batch_run_whose_broker_stays_away_exits_9_naming_what_is_left(
     (line,) = [x for x in log.splitlines()
                if x.startswith("ringmaster: error: --until-caught-up did not catch up")]
     assert "partition(s) left" in line and f"{names['in']}[" in line and "records left" in line, line
+    said = [x for x in log.splitlines() if "did not catch up" in x or "records left" in x]
+    assert said == [line], f"said once (issue 28): {said}"
     got = committed(broker.bootstrap, names["g"], names["in"], 4)
     assert got != counts, "not everything was committed: that is why it is not caught up"
     committed_is_processed(broker, names, got)

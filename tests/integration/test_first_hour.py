@@ -96,13 +96,40 @@ def test_produce_and_tail_move_test_records_in_and_out(broker: Any, names: dict[
     made = cli("produce", "-c", str(cfg), "--key-separator", "\t", stdin="k1\tone\nk2\ttwo\nthree\n")
     assert made.returncode == 0, made.stderr
     assert f"produced 3 record(s) to '{names['in']}' (created it with 4 partitions)" in made.stderr
-    read = cli("tail", "-c", str(cfg), "--topic", names["in"], "-n", "3", "--keys", "--timeout", "30")
+    read = cli("tail", "-c", str(cfg), "--topic", names["in"], "--max", "3", "--keys", "--timeout", "30")
     assert read.returncode == 0, read.stderr
     assert sorted(read.stdout.splitlines()) == sorted(["k1\tone", "k2\ttwo", "\tthree"])
-    short = cli("tail", "-c", str(cfg), "--topic", names["in"], "-n", "5", "--timeout", "3")
+    short = cli("tail", "-c", str(cfg), "--topic", names["in"], "--max", "5", "--timeout", "3")
     assert short.returncode == 1 and len(short.stdout.splitlines()) == 3
     assert "only 3 of 5 record(s)" in short.stderr and len(short.stderr.strip().splitlines()) == 1
     again = cli("produce", "-c", str(cfg), "four")
     assert again.returncode == 0 and "created" not in again.stderr, "an existing topic is written to"
     no_dlq = cli("tail", "-c", str(cfg), "--dead-letters")
     assert no_dlq.returncode == 2 and "no [dead_letter] topic" in no_dlq.stderr
+
+
+def test_tail_n_prints_the_last_n_records_of_each_partition_in_the_same_order_every_time(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Issue 28: `tail -n N` returned the first N records, unlike Unix tail."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[kafka]\nbootstrap_servers = "{broker.bootstrap}"\ngroup_id = "{names["group"]}"\n'
+                   f'topics = ["{names["in"]}"]\n[workers]\nplugin = "workers.enrich"\n')
+    # keys a, d: two partitions (librdkafka's CRC32 partitioner), five records each, in order
+    lines = "".join(f"{k}={k}{i}\n" for i in range(5) for k in "ad")
+    made = cli("produce", "-c", str(cfg), "--key-separator", "=", "--partitions", "2", stdin=lines)
+    assert made.returncode == 0, made.stderr
+    runs = [cli("tail", "-c", str(cfg), "--topic", names["in"], "-n", "2", "--keys") for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    got = runs[0].stdout.splitlines()
+    assert runs[1].stdout.splitlines() == got, "the same order every time"
+    assert len(got) == 4, got
+    first, second = got[:2], got[2:]
+    for pair in (first, second):
+        key = pair[0].split("\t")[0]
+        assert pair == [f"{key}\t{key}3", f"{key}\t{key}4"], "the last two of one partition, in offset order"
+    assert [first[0][0], second[0][0]] == ["d", "a"], "partition 0 (d) first, then 1 (a)"
+    none = cli("tail", "-c", str(cfg), "--topic", names["in"], "-n", "0")
+    assert none.returncode == 0 and none.stdout == ""
+    more = cli("tail", "-c", str(cfg), "--topic", names["in"], "-n", "99")
+    assert more.returncode == 0 and len(more.stdout.splitlines()) == 10, "fewer than N: all of them"

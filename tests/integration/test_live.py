@@ -139,10 +139,13 @@ def test_two_reloads_under_load_replace_every_worker_without_a_rebalance(
 
         write_plugin(plugin_dir, V3)
         rm.proc.send_signal(signal.SIGHUP)
+        # The backlog may be over by now: the new code's canary waits for a batch before it
+        # replaces the old workers (issue 28), so a few records come for it.
+        produce_rows(broker.bootstrap, names["in"], rows(9000, 300), PARTITIONS)
         s = rm.wait_status(lambda s: s["plugin_version"] == V3 and s["reload"]["state"] == "succeeded"
                            and s["reload"]["requested_by"] == "SIGHUP", 100, "the SIGHUP reload")
         assert {w["plugin_version"] for w in s["workers"]} == {V3} and len(s["workers"]) == 2
-        produce_rows(broker.bootstrap, names["in"], rows(9000, 3000), PARTITIONS)
+        produce_rows(broker.bootstrap, names["in"], rows(9300, 2700), PARTITIONS)
         s = rm.wait_status(lambda s: s["records"] >= 12000 and not s["dead_letters_waiting"], 120,
                            "every record")
         assert group_state(s) == group, "no rebalance: the group never saw the reloads"
@@ -157,7 +160,9 @@ def test_two_reloads_under_load_replace_every_worker_without_a_rebalance(
     assert_versions_never_go_back(seqs)
     versions = {v for seq in seqs.values() for _, v in seq}
     assert versions == {V1, V2, V3} or versions == {V1, V3}, versions
-    assert all(v == V3 for seq in seqs.values() for o, v in seq if o >= 3000), \
+    after = [m for m in read_all(broker.bootstrap, names["out"])
+             if int(json.loads(m.value())["id"][1:]) >= 9300]
+    assert after and all(dict(m.headers())[VERSION_HEADER].decode() == V3 for m in after), \
         "records produced after the last reload: the newest version only"
     letters = read_all(broker.bootstrap, names["dlq"])
     assert len(letters) == 12000 // POISON_EVERY

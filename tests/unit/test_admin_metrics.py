@@ -235,8 +235,30 @@ _SELECTOR = re.compile(r"\b((?:ringmaster|kafka)_[a-z_]+)\b(\{[^}]*\})?")
 def test_every_ringmaster_series_carries_the_group_label() -> None:
     m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5, group="g")
     for name, samples in scrape(m).items():
+        if name.startswith("process_"):  # the process collector's standard series: joined on instance
+            continue
         for sample in samples:
             assert sample.labels.get("group") == "g", (name, sample.labels)
+
+
+def test_worker_cpu_and_busy_seconds_and_the_supervisors_process_series_are_scraped() -> None:
+    """Issue 28: where a worker's time goes (CPU over busy) and the supervisor's own CPU."""
+    import os
+
+    snap = snapshot()
+    workers = [WorkerStatus(**{**w.__dict__, "cpu_s": 3.5 + w.index, "busy_s": 7.25 + w.index})
+               for w in snap.workers]
+    m = RuntimeMetrics(lambda: StatusSnapshot(**{**snap.__dict__, "workers": workers}), group="g")
+    got: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(m.exposition().decode()):  # what /metrics answers
+        for sample in fam.samples:
+            got.setdefault(sample.name, []).append(sample)
+    assert value(got, "ringmaster_worker_cpu_seconds_total", group="g", worker="0") == 3.5
+    assert value(got, "ringmaster_worker_cpu_seconds_total", group="g", worker="1") == 4.5
+    assert value(got, "ringmaster_worker_busy_seconds_total", group="g", worker="1") == 8.25
+    if os.path.exists("/proc/self/stat"):  # prometheus_client reads /proc (Linux)
+        assert got["process_cpu_seconds_total"][0].value > 0
+        assert got["process_resident_memory_bytes"][0].value > 0
 
 
 def test_counters_that_can_be_zero_are_there_with_zero_from_the_first_scrape() -> None:

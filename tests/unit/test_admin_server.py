@@ -326,3 +326,29 @@ def test_admin_settings_are_validated() -> None:
 
 def test_the_module_names_its_paths() -> None:
     assert admin_module.PATHS == ("/metrics", "/healthz", "/readyz", "/status")
+
+
+def test_a_port_in_use_is_exit_13_which_systemd_restarts_not_a_configuration_error() -> None:
+    """Issue 28: a port in use at admin.listen was a configuration error (exit 2), which the
+    systemd unit does not restart; it passes by itself once the port is free."""
+    from runtime.errors import AdminListenFailed, ConfigError
+
+    holder = socket.create_server(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    m = RuntimeMetrics(lambda: None, group="g")
+    try:
+        with pytest.raises(AdminListenFailed) as info:
+            AdminServer(f"127.0.0.1:{port}", False, m, lambda: None, lambda: None, lambda: False)  # type: ignore[arg-type]
+    finally:
+        holder.close()
+    assert info.value.exit_code == 13 and not isinstance(info.value, ConfigError)
+    text = str(info.value)
+    assert text.startswith(f"admin.listen: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert "exits 13 and systemd restarts it" in text
+    from pathlib import Path
+
+    unit = (Path(__file__).resolve().parents[2] / "config" / "ringmaster.service").read_text()
+    prevented = next(line for line in unit.splitlines() if line.startswith("RestartPreventExitStatus="))
+    assert "13" not in prevented.split("=", 1)[1].split()
+    server = AdminServer(f"127.0.0.1:{port}", False, m, lambda: None, lambda: None, lambda: False)  # type: ignore[arg-type]
+    server.close()  # free again: the same config works

@@ -356,3 +356,21 @@ def test_a_batch_deferred_again_and_again_is_no_progress_whatever_the_workers_do
         stopped = stopped or tick(sup, clock, 0.5)
     assert stopped, "the bound holds"
     assert isinstance(stop(sup), NotCaughtUp)
+
+
+def test_what_is_left_is_said_once_by_the_verdict_and_never_logged_before(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 28: "did not catch up" was printed three times (the room's log, the CLI's log,
+    the CLI's line). The room returns it; `ringmaster run` prints it, once
+    (test_cli_run.py)."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 10, high=20)
+    caplog.set_level("DEBUG")
+    assert not tick(sup, clock, 1.0)
+    clock.now += TIMEOUT_S
+    assert tick(sup, clock, 1.0)
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp)
+    assert not [r for r in caplog.records if "did not catch up" in r.getMessage()
+                or "records left" in r.getMessage()], "logged before the verdict's one line"

@@ -53,3 +53,54 @@ def test_an_unrelated_import_error_keeps_its_traceback(tmp_path: Path) -> None:
     r = run_without("rich", tmp_path, "backfill")
     assert r.returncode != 0
     assert "Traceback" in r.stderr and "No module named 'rich'" in r.stderr
+
+
+# --- a batch run on Spark reports success only at the end (issue 28) ---------------------------
+
+def test_a_batch_run_is_caught_up_only_when_the_group_committed_the_end_of_every_partition(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_spark_offsets import FakeClient
+
+    import runtime.spark.job as job
+    from runtime.config import load_settings
+    from runtime.errors import NotCaughtUp
+
+    settings = load_settings(None, env={"RINGMASTER__KAFKA__BOOTSTRAP_SERVERS": "x:1",
+                                        "RINGMASTER__KAFKA__GROUP_ID": "g", "RINGMASTER__KAFKA__TOPICS": "in",
+                                        "RINGMASTER__WORKERS__PLUGIN": "workers.enrich"}, check_plugin=False)
+    client = FakeClient({"in": 2}, highs={}, commits={("in", 0): 8, ("in", 1): 3})
+    monkeypatch.setattr(job, "driver_client", lambda s: client)
+    target = {"in": {"0": 8, "1": 5}}
+    err = job.caught_up(settings, target, None)
+    assert isinstance(err, NotCaughtUp) and err.exit_code == 9
+    assert "1 partition(s) left: in[1] committed up to offset 3 of 5 (2 records left)" in str(err)
+    assert "in[0]" not in str(err)
+    stopped = job.caught_up(settings, target, "SIGTERM")
+    assert stopped is not None and "stopped by SIGTERM" in str(stopped)
+    client.commits[("in", 1)] = 5
+    assert job.caught_up(settings, target, None) is None
+
+
+def test_spark_run_prints_a_summary_and_exits_9_short_of_the_end(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    import runtime.spark.job as job
+    from runtime.cli import main
+    from runtime.errors import NotCaughtUp
+
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG.replace("workers.fingerprint", "workers.enrich"))
+    outcome: list[job.StreamResult] = [job.StreamResult(16, 2)]
+    monkeypatch.setattr(job, "run_stream", lambda settings: outcome[0])
+    ok = CliRunner().invoke(main, ["spark", "run", "-c", str(config), "--until-caught-up"])
+    assert ok.exit_code == 0
+    assert ok.output.strip().splitlines()[-1] == \
+        "spark run: 16 record(s) in 2 micro-batch(es); caught up: the group committed the end of every " \
+        "partition"
+    outcome[0] = job.StreamResult(13, 2, NotCaughtUp("--until-caught-up did not catch up: ...; in[1] ..."))
+    short = CliRunner().invoke(main, ["spark", "run", "-c", str(config), "--until-caught-up"])
+    assert short.exit_code == 9
+    lines = short.output.strip().splitlines()
+    assert lines[-2] == "spark run: 13 record(s) in 2 micro-batch(es)"
+    assert lines[-1].startswith("ringmaster: error: --until-caught-up did not catch up")

@@ -97,3 +97,13 @@ def test_links_between_pages_resolve(page: str) -> None:
 def test_no_page_points_at_a_design_file_outside_the_repository() -> None:
     for path in [README, *(DOCS / p for p in PAGES)]:
         assert "DESIGN.md" not in path.read_text(), f"{path.name} mentions DESIGN.md"
+
+
+def test_the_readmes_quick_start_config_can_scale_up_without_a_restart() -> None:
+    """Issue 28: the five-minute config could not `ringmaster scale` up (max_processes)."""
+    import tomllib
+
+    text = (ROOT / "README.md").read_text()
+    body = text.split("`hello.toml`, its config:", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    workers = tomllib.loads(body)["workers"]
+    assert workers.get("max_processes", 0) > workers["processes"]

@@ -79,16 +79,24 @@ class Rig:
     def stopped_by_frame(self, i: int) -> bool:
         return STOP_FRAME in self.pool.handles[i].ring.frames
 
+    def first_batch(self, i: int) -> None:
+        """Worker i finishes a batch (what a reload's canary waits for)."""
+        board = self.pool.handles[i].board
+        board.begin(1, 0)
+        board.end(10)
+
     def run_until(self, cond: Any, ticks: int = 200) -> None:
         for _ in range(ticks):
             if cond():
                 return
             self.tick()
-            for h in self.pool.handles:  # workers do what they are told: start, read STOP
+            for h in self.pool.handles:  # workers do what they are told: start, run a batch, read STOP
                 life = self.wf.lives[h.index]
                 if h.alive and life.state is State.STARTING and not h.board.ready:
                     gen = life.code.generation if life.code else 0
                     self.ready(h.index, f"v{gen}")
+                elif h.alive and life.probation and h.board.ready and not h.board.batches:
+                    self.first_batch(h.index)
                 if h.alive and STOP_FRAME in h.ring.frames:
                     h.ring.frames.clear()
                     self.pool.exit(h.index, 0)
@@ -189,13 +197,49 @@ def test_a_canary_that_passed_and_crashes_later_is_restarted_and_the_reload_goes
     op = r.rollout.reload("test")
     canary = 2
     r.ready(canary, "v2")
+    r.first_batch(canary)
     r.tick()
-    assert r.rollout.code.generation == 2, "passed: ready with nothing to do"
+    assert r.rollout.code.generation == 2, "passed: ready and its first batch done"
     r.pool.exit(canary, 13)
     r.tick()
     assert r.wf.lives[canary].state is State.RESTARTING and op.state is OpState.RUNNING
     r.run_until(lambda: bool(r.finished))
     assert op.ok and r.pool.codes[canary].generation == 2, "restarted with the new code"
+
+
+def test_with_no_traffic_the_canary_waits_for_a_batch_and_the_old_workers_keep_running(
+        clock: TickClock) -> None:
+    """Issue 28: with no traffic a reload replaced every old worker without the canary ever
+    running a batch, so a plugin that crashes on its first record reached every worker."""
+    r = rig(clock)
+    op = r.rollout.reload("test")
+    canary = 2
+    r.ready(canary, "v2")
+    for _ in range(200):  # ten seconds of an idle topic
+        r.tick()
+    assert op.state is OpState.RUNNING and r.rollout.code.generation == 1, "setup() alone proves nothing"
+    assert "waits for its first batch" in op.message and "old workers keep running" in op.message
+    assert not any(r.stopped_by_frame(i) for i in range(2)) and all(r.wf.accepting(i) for i in range(2))
+    assert r.wf.lives[canary].probation
+    # the first record comes, and the new code crashes on it: rolled back, nothing else changed
+    r.pool.handles[canary].board.begin(7, 0)
+    r.pool.exit(canary, -11)
+    r.tick()
+    assert op.state is OpState.FAILED and "rolled back" in op.message
+    assert r.rollout.code.generation == 1 and all(r.wf.accepting(i) for i in range(2))
+    assert [d.crashed_batch for d in r.deaths] == [None], "the new code's fault, not the record's"
+
+
+def test_an_idle_canary_that_finishes_its_first_batch_lets_the_reload_go_on(clock: TickClock) -> None:
+    r = rig(clock)
+    op = r.rollout.reload("test")
+    r.ready(2, "v2")
+    for _ in range(20):
+        r.tick()
+    assert op.state is OpState.RUNNING
+    r.first_batch(2)
+    r.run_until(lambda: bool(r.finished))
+    assert op.ok and r.rollout.code.generation == 2
 
 
 def test_a_config_that_cannot_be_read_fails_the_reload_and_starts_nothing(clock: TickClock) -> None:

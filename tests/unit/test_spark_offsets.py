@@ -263,3 +263,70 @@ def test_a_plugin_that_changes_its_records_fails_them_as_read_on_spark_too(
     assert dead["value"] == b"raise:b" and h["trace"] == b"t" and "probe.int" not in h
     source = [h[f"ringmaster.source.{f}"] for f in ("topic", "partition", "offset")]
     assert source == [b"in", b"3", b"41"]
+
+
+# --- the end of a partition: never short, whatever the broker answers ---------------------------
+
+class StaleListOffsets(FakeClient):
+    """A broker like Tansu: ListOffsets answers short of the end (``listed``); a fetch's
+    response carries the true high watermark (``highs``), cached once a partition answered."""
+
+    def __init__(self, listed: dict[tuple[str, int], int], highs: dict[tuple[str, int], int]) -> None:
+        super().__init__({"in": len(highs)}, highs)
+        self.listed = listed
+        self.assigned: list[TopicPartition] = []
+        self.answered: set[tuple[str, int]] = set()
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> Any:
+        key = (tp.topic, tp.partition)
+        if cached:
+            assert key in self.answered, "the cached watermark is read only after a fetch answered"
+            return 0, self.highs[key]
+        return 0, self.listed[key]
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.assigned = parts
+
+    def unassign(self) -> None:
+        self.assigned = []
+
+    def consume(self, n: int, timeout: float) -> list[Any]:
+        out = []
+        for tp in self.assigned:
+            key = (tp.topic, tp.partition)
+            self.answered.add(key)  # a record at tp.offset, or an EOF event: either names it
+            out.append(SimpleNamespace(topic=lambda t=tp.topic: t, partition=lambda p=tp.partition: p))
+        return out
+
+
+def test_by_default_the_end_is_checked_by_a_fetch_and_a_stale_listoffsets_is_corrected() -> None:
+    """Issue 28: `spark run --until-caught-up` on the dev broker processed 13 of 16 records and
+    exited 0; `backfill --to latest` planned an end short of the true one."""
+    c = StaleListOffsets(listed={("in", 0): 3, ("in", 1): 5}, highs={("in", 0): 8, ("in", 1): 5})
+    assert ko.latest(c, tps(c), "checked") == {"in": {"0": 8, "1": 5}}  # type: ignore[arg-type]
+    assert [(t.partition, t.offset) for t in c.assigned] == [], "unassigned after"
+    assert ko.latest(c, tps(c), "list") == {"in": {"0": 3, "1": 5}}, "list trusts ListOffsets"  # type: ignore[arg-type]
+    from runtime.config import SparkSettings
+
+    assert SparkSettings().end_offsets == "checked", "the honest end is the default"
+    start, end = ko.plan(c, tps(c), SparkSettings().end_offsets, "earliest", "latest")  # type: ignore[arg-type]
+    assert ko.records(ko.ranges(start, end)) == 13
+
+
+def test_checked_fetches_at_the_listed_end_not_from_the_beginning() -> None:
+    c = StaleListOffsets(listed={("in", 0): 1_000_000}, highs={("in", 0): 1_000_000})
+    seen: list[list[tuple[int, int]]] = []
+    assign = c.assign
+    c.assign = lambda parts: (seen.append([(t.partition, t.offset) for t in parts]), assign(parts))[1]  # type: ignore[method-assign]
+    assert ko.latest(c, tps(c), "checked") == {"in": {"0": 1_000_000}}  # type: ignore[arg-type]
+    assert seen == [[(0, 1_000_000)]], "one small fetch at the end: nothing before it is read"
+
+
+def test_a_partition_that_never_answers_a_fetch_is_an_error_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    c = StaleListOffsets(listed={("in", 0): 3, ("in", 1): 5}, highs={("in", 0): 8, ("in", 1): 5})
+    c.consume = lambda n, timeout: []  # type: ignore[method-assign]
+    clock = iter(range(0, 10_000, 10))
+    monkeypatch.setattr(ko.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(RingmasterError, match=r"no fetch response within 30 s for in\[0\], in\[1\]"):
+        ko.latest(c, tps(c), "checked")  # type: ignore[arg-type]

@@ -220,3 +220,96 @@ def test_top_keeps_watching_and_says_why_there_is_nothing_running(tmp_path: Path
 def test_top_with_nothing_it_could_ever_read_exits_1(tmp_path: Path) -> None:
     r = cli("top", "-c", str(config(tmp_path, None)))
     assert r.returncode == 1 and "sets neither [admin] listen nor supervisor.status_file" in r.stderr
+
+
+def test_q_leaves_top_and_gives_the_terminal_back_as_it_was(tmp_path: Path) -> None:
+    """Issue 28: `q` did not leave `top`."""
+    import termios
+
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps(snapshot(os.getpid(), process_started_at())))
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    top = subprocess.Popen([sys.executable, "-m", "runtime.cli", "top", "-c", str(config(tmp_path, path)),
+                            "--interval", "0.2"], stdin=slave, stdout=slave, stderr=slave,
+                           start_new_session=True, env={**os.environ, "COLUMNS": "200", "LINES": "60"})
+    try:
+        screen = _screen_until(master, [b"orders[0]"], 30)
+        assert b"orders[0]" in screen, screen[-2000:]
+        assert not termios.tcgetattr(slave)[3] & termios.ICANON, "keys come one at a time while it runs"
+        os.write(master, b"q")
+        deadline = time.monotonic() + 10
+        while top.poll() is None and time.monotonic() < deadline:
+            _screen_until(master, [b"\0never"], 0.2)
+        assert top.poll() == 0, "q leaves, exit 0"
+        assert termios.tcgetattr(slave) == before, "the terminal's mode is put back"
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait(5)
+        os.close(slave)
+        os.close(master)
+
+
+def _realistic(reload_message: str) -> dict[str, Any]:
+    """A daemon as most are: 12 partitions of one topic, 8 workers, offsets in the millions."""
+    why = {"operator": "deploying the new scoring model, back at noon"}
+    parts = [PartitionStatus(tp=f"orders-eu-west[{i}]", topic="orders-eu-west", partition=i, worker=i % 8,
+                             paused=i == 0, pause_reasons=["operator"] if i == 0 else [],
+                             holds=why if i == 0 else {}, blocked=None, committed=12_345_678 + i,
+                             done_through=12_345_678 + i, high=12_346_678 + i, lag=1000, pending_batches=0,
+                             records=99, consumed=99, outputs=99, dead_letters=0, rate=12_345.0)
+             for i in range(12)]
+    workers = [WorkerStatus(index=i, pid=1_234_567 + i, alive=True, state="ready", cpu_s=1.0,
+                            records=123_456_789, in_flight=3, ring_fill=0.5, restarts=3, rss=2**28,
+                            heartbeat_age_s=0.2, plugin_version="1.2.3",
+                            last_exit="killed by the supervisor (SIGKILL): batch exceeded its deadline of "
+                                      "300 s (workers.batch_timeout_s)" if i == 0 else None)
+               for i in range(8)]
+    snap = StatusSnapshot(
+        pid=os.getpid(), group="scoring", ordering="partition", elapsed_s=10.0, window_s=9.0, join_s=1.0,
+        supervisor_cpu_s=2.0, window_cpu_s=WindowCpu(1.0, 2.0), supervisor_rss=2**22, records=123_456_789,
+        rate=100.0, outputs=123_456_789, dead_letters=3, discarded=0, batches=10, consumed=123_456_789,
+        deferred=1, restarts=2, paused=1, lag=12_000, partitions=parts, workers=workers, revocations=[],
+        committed={}, ready=True, started_at=process_started_at(), recent_rate=370_368.0,
+        plugin="workers.enrich", plugin_version="1.2.3").to_dict()
+    snap["reload"] = {"state": "succeeded", "requested_by": "SIGHUP", "started_ms": 1_764_000_000_000,
+                      "message": reload_message}
+    return snap
+
+
+PROSE = ["every worker runs plugin workers.enrich version 1.2.3 now: " + "the old workers finished the "
+         "batches in their rings and stopped while their partitions moved over; " * 6,
+         "killed by the supervisor (SIGKILL): batch exceeded its deadline of 300 s (workers.batch_timeout_s)",
+         "operator: deploying the new scoring model, back at noon"]
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_at_80_and_100_columns_every_line_fits_and_no_word_is_cut(width: int) -> None:
+    """Issue 28: a long "last reload" line widened the summary grid to 484 columns, and the
+    workers table wrapped mid-word in 100 columns."""
+    console = Console(width=width, force_terminal=True, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    show(console, render(Reading(_realistic(PROSE[0]), "status file", True, "ready")))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width, "\n".join(x for x in lines if len(x) > width)
+    words = {w for line in lines for w in line.split()}
+    for sentence in PROSE:
+        for word in sentence.split():
+            assert word in words, f"{word!r} cut across lines:\n{text}"
+    for number in ("12,345,678", "12,346,689", "123,456,789", "370,368/s", "1,000", "12,345", "1234574"):
+        assert number in words or number in text, f"{number} cut:\n{text}"
+    for header in ("worker", "pid", "state", "records", "ring", "beat", "restarts", "committed", "lag"):
+        assert header in words, f"header {header!r} cut:\n{text}"
+
+
+def test_a_long_sentence_never_widens_the_view_piped_it_stays_on_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps(_realistic(PROSE[0])))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    r = cli("status", "-c", str(config(tmp_path, path)), env=env)
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("last reload:")]
+    assert PROSE[0].strip() in line, "not a terminal: a sentence stays whole on its line"
+    others = [x for x in r.stdout.splitlines() if not x.startswith("last reload:")]
+    assert max(len(x) for x in others) < 140, "and widens nothing else"
