@@ -20,6 +20,8 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from runtime.kafka.admin import ensure_topics
+from runtime.ops.devbroker import DevBroker
+from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
@@ -28,6 +30,31 @@ PLUGINS = ROOT / "tests" / "plugins"
 # (default 300 s), instead of expiring it after session.timeout.ms as Apache Kafka does;
 # the supervisor calls consume() every few ms, so 20 s is safe and keeps chaos runs short.
 FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 20000}
+
+# The broker the integration tests, the fault matrices and chaos run against:
+# RINGMASTER_TEST_BROKER=tansu (the default: starts in 50 ms, memory-only) or kafka (Apache
+# Kafka itself, runtime/ops/kafkabroker.py: the reference for every guarantee).
+TEST_BROKER = os.environ.get("RINGMASTER_TEST_BROKER", "tansu").strip().lower()
+if TEST_BROKER not in ("tansu", "kafka"):
+    raise SystemExit(f"RINGMASTER_TEST_BROKER={TEST_BROKER!r}: expected tansu or kafka")
+Broker = DevBroker | ApacheKafkaBroker
+# Under KIP-848 the session timeout is the broker's: the same 2 s as FAST_GROUP's.
+KAFKA_TEST_SERVER = {"group.consumer.session.timeout.ms": "2000",
+                     "group.consumer.heartbeat.interval.ms": "300"}
+
+
+def new_broker(port: int | None = None, log_path: Path | None = None,
+               advertised_port: int | None = None) -> Broker:
+    """A broker of the session's kind (not started): ``with new_broker() as b``."""
+    if TEST_BROKER == "kafka":
+        return ApacheKafkaBroker(port, log_path=log_path, advertised_port=advertised_port,
+                                 overrides=KAFKA_TEST_SERVER)
+    return DevBroker(port, log_path=log_path, advertised_port=advertised_port)
+
+
+def is_broker_process(cmdline: str) -> bool:
+    """A test broker's process (either kind), which lives as long as its fixture."""
+    return "tansu" in cmdline or "kafka.Kafka" in cmdline
 
 
 def unique(prefix: str) -> str:
