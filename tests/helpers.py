@@ -41,6 +41,25 @@ Broker = DevBroker | ApacheKafkaBroker
 # Under KIP-848 the session timeout is the broker's: the same 2 s as FAST_GROUP's.
 KAFKA_TEST_SERVER = {"group.consumer.session.timeout.ms": "2000",
                      "group.consumer.heartbeat.interval.ms": "300"}
+# The group protocol of the daemons a session starts (base_config): classic (the default) or
+# consumer (KIP-848, Apache Kafka only). Suites that parametrize by protocol use
+# GROUP_PROTOCOLS: both on Apache Kafka, classic alone on Tansu.
+TEST_GROUP_PROTOCOL = os.environ.get("RINGMASTER_TEST_GROUP_PROTOCOL", "classic").strip().lower()
+if TEST_GROUP_PROTOCOL not in ("classic", "consumer"):
+    raise SystemExit(f"RINGMASTER_TEST_GROUP_PROTOCOL={TEST_GROUP_PROTOCOL!r}: expected classic or consumer")
+if TEST_GROUP_PROTOCOL == "consumer" and TEST_BROKER != "kafka":
+    raise SystemExit("RINGMASTER_TEST_GROUP_PROTOCOL=consumer needs RINGMASTER_TEST_BROKER=kafka "
+                     "(Tansu has no KIP-848)")
+GROUP_PROTOCOLS = ("classic", "consumer") if TEST_BROKER == "kafka" else ("classic",)
+
+
+def group_settings(protocol: str | None = None) -> dict[str, Any]:
+    """The consumer settings of a test daemon's group: FAST_GROUP under the classic protocol;
+    under KIP-848 the broker's timing (KAFKA_TEST_SERVER), the client keeping only its poll
+    interval."""
+    if (protocol or TEST_GROUP_PROTOCOL) == "consumer":
+        return {"group.protocol": "consumer", "max.poll.interval.ms": FAST_GROUP["max.poll.interval.ms"]}
+    return dict(FAST_GROUP)
 
 
 def new_broker(port: int | None = None, log_path: Path | None = None,
@@ -50,6 +69,29 @@ def new_broker(port: int | None = None, log_path: Path | None = None,
         return ApacheKafkaBroker(port, log_path=log_path, advertised_port=advertised_port,
                                  overrides=KAFKA_TEST_SERVER)
     return DevBroker(port, log_path=log_path, advertised_port=advertised_port)
+
+
+_EXACT_LATEST: dict[str, bool] = {}
+
+
+def lists_latest_exactly(bootstrap: str) -> bool:
+    """Whether the broker answers ListOffsets "latest" with the true end of a partition
+    (Apache Kafka does; Tansu answers the base offset of the last batch + 1): probed once per
+    broker with one batch of three records."""
+    if bootstrap not in _EXACT_LATEST:
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        topic = unique("probe-latest")
+        make_topics(bootstrap, 1, topic)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200})
+        for i in range(3):
+            p.produce(topic, f"p{i}".encode(), partition=0)
+        assert p.flush(30) == 0
+        tp = TopicPartition(topic, 0)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        end = admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30).offset
+        _EXACT_LATEST[bootstrap] = end == 3
+    return _EXACT_LATEST[bootstrap]
 
 
 def is_broker_process(cmdline: str) -> bool:
@@ -208,10 +250,12 @@ def to_toml(config: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def base_config(bootstrap: str, topic: str, group: str, tmp: Path, **workers: Any) -> dict[str, Any]:
+def base_config(bootstrap: str, topic: str, group: str, tmp: Path, protocol: str | None = None,
+                **workers: Any) -> dict[str, Any]:
+    """``protocol``: the group protocol (default: the session's, TEST_GROUP_PROTOCOL)."""
     return {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group, "topics": [topic],
-                  "consumer": dict(FAST_GROUP), "producer": {"linger.ms": 2}},
+                  "consumer": group_settings(protocol), "producer": {"linger.ms": 2}},
         "workers": {"plugin": "probe", "processes": 2, "restart_backoff_s": 0.05, **workers},
         "supervisor": {"commit_interval_ms": 200, "status_interval_s": 0.1,
                        "revoke_timeout_s": 10.0, "shutdown_timeout_s": 20.0},
