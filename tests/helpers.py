@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from runtime.kafka.admin import ensure_topics
 from runtime.ops.devbroker import DevBroker
@@ -213,10 +213,24 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Any]:
         c.close()
 
 
+# What a group coordinator answers while it moves or loads its offsets partition (a fresh
+# Apache Kafka loads its 8 offsets partitions as the first groups appear): ask again.
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE})
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
     return {p.partition: p.offset for p in parts}
