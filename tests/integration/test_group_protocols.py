@@ -113,5 +113,6 @@ def _group(protocol: str, static: bool = False) -> dict[str, Any]:
     from helpers import group_settings
     props = group_settings(protocol)
     if static and protocol == "classic":
-        props["session.timeout.ms"] = STATIC_SESSION_MS
+        props["session.timeout.ms"] = STATIC_SESSION_MS  # librdkafka: at most max.poll.interval.ms
+        props["max.poll.interval.ms"] = max(STATIC_SESSION_MS, props["max.poll.interval.ms"])
     return props
