@@ -221,7 +221,10 @@ class ApacheKafkaBroker:
     def _start(self, timeout_s: float) -> ApacheKafkaBroker:
         libs = resolve()
         jvm = java()
-        self.data = Path(tempfile.mkdtemp(prefix="ringmaster-kafka-"))
+        # Beside the log when there is one (a test's tmp dir: gone with it even when the run is
+        # killed before stop()), else in the system's temporary directory.
+        self.data = Path(tempfile.mkdtemp(prefix="ringmaster-kafka-",
+                                          dir=self._log_path.parent if self._log_path else None))
         log = self.log_path
         assert log is not None
         props = server_properties(self.port, free_port(), self.advertised_port, self.data, self._overrides)
