@@ -192,8 +192,6 @@ class ApacheKafkaBroker:
     The same interface as :class:`runtime.ops.devbroker.DevBroker`. ``overrides`` replace
     server properties (tests shorten the KIP-848 session timeout with them)."""
 
-    name = "kafka"
-
     def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None,
                  advertised_port: int | None = None,
                  overrides: Mapping[str, str] | None = None) -> None:
