@@ -167,9 +167,10 @@ def test_lag_grows_while_a_partition_is_paused(broker: Any, names: dict[str, str
     Tansu's answers the base offset of the last batch + 1, exact only when every batch holds
     one record, so there they are produced one per batch."""
     from confluent_kafka import Producer
-    from helpers import lists_latest_exactly
+    from helpers import TEST_BROKER, lists_latest_exactly
 
     batched = lists_latest_exactly(broker.bootstrap)
+    assert batched or TEST_BROKER != "kafka", "Apache Kafka's ListOffsets latest is exact"
 
     make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
     produce(broker.bootstrap, names["in"], ids(10), 1)
