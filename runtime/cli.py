@@ -789,25 +789,46 @@ def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> No
 
 @main.command()
 @click.option("--port", type=int, default=9092, show_default=True)
-def broker(port: int) -> None:
-    """Run the embedded development broker (Tansu, memory-only) in the foreground."""
+@click.option("--apache-kafka", "apache_kafka", is_flag=True,
+              help="Run Apache Kafka itself (one KRaft node; Java 17+, resolved with Maven on first "
+                   "use) instead of the embedded Tansu.")
+def broker(port: int, apache_kafka: bool) -> None:
+    """Run a development broker in the foreground: the embedded Tansu (memory-only), or with
+    --apache-kafka a single-node Apache Kafka with a log dir removed at stop."""
     import time
 
     from runtime.ops.devbroker import FAST_JOIN, DevBroker
+    from runtime.ops.kafkabroker import KAFKA_VERSION, ApacheKafkaBroker, cache_dir, resolved
 
     # RACE: the handler goes in before the banner, which is what tells a caller it may stop us.
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
+    b: DevBroker | ApacheKafkaBroker
     try:
-        b = DevBroker(port).start()
+        if apache_kafka:
+            if not resolved():
+                click.echo(f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {cache_dir()} "
+                           "(first run only)", err=True)
+            b = ApacheKafkaBroker(port).start()
+        else:
+            b = DevBroker(port).start()
     except RingmasterError as exc:
         _fail(exc)
         return
-    fast = "\n".join(f'  "{k}" = {v}' for k, v in FAST_JOIN.items())
-    click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)\n"
-               f"It forms a consumer group in about session.timeout.ms / 2: 22 s with librdkafka's default.\n"
-               f"For joins in about 3 s, put in the config of what you run against it:\n"
-               f"[kafka.consumer]\n{fast}", err=True)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    if apache_kafka:
+        click.echo(f"Apache Kafka {KAFKA_VERSION} listening on {b.bootstrap} (one KRaft node; its log "
+                   f"dir goes at stop; Ctrl-C stops it)\n"
+                   f"Transactions, the consumer group protocol (KIP-848: group.protocol = \"consumer\") "
+                   f"and share groups are on.", err=True)
+    else:
+        fast = "\n".join(f'  "{k}" = {v}' for k, v in FAST_JOIN.items())
+        click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)\n"
+                   f"It forms a consumer group in about session.timeout.ms / 2: "
+                   f"22 s with librdkafka's default.\n"
+                   f"For joins in about 3 s, put in the config of what you run against it:\n"
+                   f"[kafka.consumer]\n{fast}", err=True)
     try:
         while not stop and b.proc is not None and b.proc.poll() is None:
             time.sleep(0.2)

@@ -79,14 +79,17 @@ class KafkaSettings(_Section):
 
     @field_validator("consumer")
     @classmethod
-    def _classic_protocol(cls, props: dict[str, LibrdkafkaValue]) -> dict[str, LibrdkafkaValue]:
-        # The assign callback (runtime/kafka/consumer.py) tells cooperative from eager
-        # assignment by partition.assignment.strategy, which KIP-848's protocol forbids: with
-        # it, an incremental assignment would be applied as a full one. The test broker does
-        # not speak KIP-848, so support could not be tested here: refuse it, in one line.
-        if str(props.get("group.protocol", "classic")).strip().lower() == "consumer":
-            raise ValueError('group.protocol = "consumer" (KIP-848) is not supported yet; remove it '
-                             "(ringmaster uses the classic protocol with cooperative-sticky assignment)")
+    def _group_protocol(cls, props: dict[str, LibrdkafkaValue]) -> dict[str, LibrdkafkaValue]:
+        protocol = group_protocol(props)
+        if protocol not in ("classic", "consumer"):
+            raise ValueError(f"group.protocol = {protocol!r}: expected \"classic\" or \"consumer\"")
+        if protocol == "consumer":
+            # KIP-848: the broker owns these (librdkafka refuses them at start, in words
+            # that do not say where to set them instead).
+            owned = sorted(BROKER_OWNED_UNDER_KIP848.keys() & props.keys())
+            if owned:
+                where = ", ".join(f"{k} (the broker's {BROKER_OWNED_UNDER_KIP848[k]})" for k in owned)
+                raise ValueError(f'group.protocol = "consumer" leaves these to the broker; remove {where}')
         return props
 
 
@@ -563,11 +566,31 @@ def redacted(settings: Settings) -> dict[str, Any]:
     return scrubbed
 
 
+# Under KIP-848 (group.protocol = "consumer") the group's timing and assignor are the
+# broker's settings (or the group's, kafka-configs --entity-type groups): librdkafka refuses
+# the client-side ones.
+BROKER_OWNED_UNDER_KIP848 = {
+    "session.timeout.ms": "group.consumer.session.timeout.ms",
+    "heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
+    "partition.assignment.strategy": "group.consumer.assignors; the client may pick one "
+                                     "with group.remote.assignor",
+}
+
+
+def group_protocol(props: Mapping[str, Any]) -> str:
+    """The group protocol a consumer config asks for: "classic" (librdkafka's default) or
+    "consumer" (KIP-848)."""
+    return str(props.get("group.protocol", "classic")).strip().lower()
+
+
 def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
     """librdkafka consumer config: our defaults, then the user's pass-through, then the
-    properties the runtime must own for its guarantees (offsets are ours to store)."""
+    properties the runtime must own for its guarantees (offsets are ours to store).
+
+    The classic protocol gets cooperative-sticky assignment (a rebalance moves only the
+    partitions that change owner); KIP-848's is incremental by design, with the broker's
+    assignor."""
     props: dict[str, LibrdkafkaValue] = {
-        "partition.assignment.strategy": "cooperative-sticky",
         "auto.offset.reset": "earliest",
         # Measured: the default 1000 ms backoff stalls fetching once the queue is full.
         "fetch.queue.backoff.ms": 10,
@@ -585,6 +608,8 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         # wait a dead member's rebalance timeout (the embedded one does) stall that long.
         "max.poll.interval.ms": max(60_000, int(settings.supervisor.revoke_timeout_s * 3000)),
     }
+    if group_protocol(settings.kafka.consumer) == "classic":
+        props["partition.assignment.strategy"] = "cooperative-sticky"
     if settings.admin.librdkafka_stats_s:
         props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
     props.update(settings.kafka.consumer)

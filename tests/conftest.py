@@ -20,17 +20,31 @@ for p in (ROOT, ROOT / "tests", ROOT / "tests" / "plugins"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from helpers import SHM_DIR, SOCK_DIR, shm_segments, topic_names  # noqa: E402
+from helpers import (  # noqa: E402
+    SHM_DIR,
+    SOCK_DIR,
+    TEST_BROKER,
+    Broker,
+    is_broker_process,
+    new_broker,
+    shm_segments,
+    topic_names,
+)
 from proxy import Proxy  # noqa: E402
 
-from runtime.ops.devbroker import DevBroker, free_port  # noqa: E402
+from runtime.ops.devbroker import free_port  # noqa: E402
+
+
+def pytest_report_header() -> str:
+    return f"broker: {TEST_BROKER} (RINGMASTER_TEST_BROKER)"
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevBroker]:
-    """One memory-only Tansu broker per test session on a free loopback port."""
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with DevBroker(log_path=log) as b:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker per test session on a free loopback port: Tansu (memory-only), or Apache
+    Kafka with RINGMASTER_TEST_BROKER=kafka (its log dir removed at the end)."""
+    log = tmp_path_factory.mktemp("broker") / f"{TEST_BROKER}.log"
+    with new_broker(log_path=log) as b:
         yield b
 
 
@@ -75,7 +89,7 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
         try:
             cmd = " ".join(c.cmdline())
             # The broker and this process's own resource tracker live for the whole session.
-            if c.status() == psutil.STATUS_ZOMBIE or "tansu" in cmd or "resource_tracker" in cmd:
+            if c.status() == psutil.STATUS_ZOMBIE or is_broker_process(cmd) or "resource_tracker" in cmd:
                 continue
             stray.append(f"{c.pid} {cmd[:120]}")
             c.kill()
@@ -88,14 +102,32 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[tuple[DevBroker, Proxy]]:
-    """A broker of this test's own behind a TCP proxy the test can cut (tests/proxy.py): an
-    outage without touching the session's broker."""
+def proxied(tmp_path: Path) -> Iterator[tuple[Broker, Proxy]]:
+    """A broker of this test's own (of the session's kind) behind a TCP proxy the test can
+    cut (tests/proxy.py): an outage without touching the session's broker."""
     front, back = free_port(), free_port()
     proxy = Proxy(front, back).start()
-    broker = DevBroker(back, log_path=tmp_path / "tansu.log", advertised_port=front).start()
+    broker = new_broker(back, log_path=tmp_path / f"{TEST_BROKER}.log", advertised_port=front).start()
     try:
         yield broker, proxy
     finally:
         proxy.close()
         broker.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """After every fixture's teardown: nothing this session started is still running (the
+    broker's JVM included), whichever test or fixture forgot it."""
+    stray = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(c.cmdline())
+            if c.status() == psutil.STATUS_ZOMBIE or "resource_tracker" in cmd:
+                continue
+            stray.append(f"{c.pid} {cmd[:120]}")
+            c.kill()
+        except psutil.NoSuchProcess:
+            continue
+    if stray:
+        sys.stderr.write(f"processes left behind by the session: {stray}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

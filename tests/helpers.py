@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from runtime.kafka.admin import ensure_topics
+from runtime.ops.devbroker import DevBroker
+from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
@@ -28,6 +30,73 @@ PLUGINS = ROOT / "tests" / "plugins"
 # (default 300 s), instead of expiring it after session.timeout.ms as Apache Kafka does;
 # the supervisor calls consume() every few ms, so 20 s is safe and keeps chaos runs short.
 FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.poll.interval.ms": 20000}
+
+# The broker the integration tests, the fault matrices and chaos run against:
+# RINGMASTER_TEST_BROKER=tansu (the default: starts in 50 ms, memory-only) or kafka (Apache
+# Kafka itself, runtime/ops/kafkabroker.py: the reference for every guarantee).
+TEST_BROKER = os.environ.get("RINGMASTER_TEST_BROKER", "tansu").strip().lower()
+if TEST_BROKER not in ("tansu", "kafka"):
+    raise SystemExit(f"RINGMASTER_TEST_BROKER={TEST_BROKER!r}: expected tansu or kafka")
+Broker = DevBroker | ApacheKafkaBroker
+# Under KIP-848 the session timeout is the broker's: the same 2 s as FAST_GROUP's.
+KAFKA_TEST_SERVER = {"group.consumer.session.timeout.ms": "2000",
+                     "group.consumer.heartbeat.interval.ms": "300"}
+# The group protocol of the daemons a session starts (base_config): classic (the default) or
+# consumer (KIP-848, Apache Kafka only). Suites that parametrize by protocol use
+# GROUP_PROTOCOLS: both on Apache Kafka, classic alone on Tansu.
+TEST_GROUP_PROTOCOL = os.environ.get("RINGMASTER_TEST_GROUP_PROTOCOL", "classic").strip().lower()
+if TEST_GROUP_PROTOCOL not in ("classic", "consumer"):
+    raise SystemExit(f"RINGMASTER_TEST_GROUP_PROTOCOL={TEST_GROUP_PROTOCOL!r}: expected classic or consumer")
+if TEST_GROUP_PROTOCOL == "consumer" and TEST_BROKER != "kafka":
+    raise SystemExit("RINGMASTER_TEST_GROUP_PROTOCOL=consumer needs RINGMASTER_TEST_BROKER=kafka "
+                     "(Tansu has no KIP-848)")
+GROUP_PROTOCOLS = ("classic", "consumer") if TEST_BROKER == "kafka" else ("classic",)
+
+
+def group_settings(protocol: str | None = None) -> dict[str, Any]:
+    """The consumer settings of a test daemon's group: FAST_GROUP under the classic protocol;
+    under KIP-848 the broker's timing (KAFKA_TEST_SERVER), the client keeping only its poll
+    interval."""
+    if (protocol or TEST_GROUP_PROTOCOL) == "consumer":
+        return {"group.protocol": "consumer", "max.poll.interval.ms": FAST_GROUP["max.poll.interval.ms"]}
+    return dict(FAST_GROUP)
+
+
+def new_broker(port: int | None = None, log_path: Path | None = None,
+               advertised_port: int | None = None) -> Broker:
+    """A broker of the session's kind (not started): ``with new_broker() as b``."""
+    if TEST_BROKER == "kafka":
+        return ApacheKafkaBroker(port, log_path=log_path, advertised_port=advertised_port,
+                                 overrides=KAFKA_TEST_SERVER)
+    return DevBroker(port, log_path=log_path, advertised_port=advertised_port)
+
+
+_EXACT_LATEST: dict[str, bool] = {}
+
+
+def lists_latest_exactly(bootstrap: str) -> bool:
+    """Whether the broker answers ListOffsets "latest" with the true end of a partition
+    (Apache Kafka does; Tansu answers the base offset of the last batch + 1): probed once per
+    broker with one batch of three records."""
+    if bootstrap not in _EXACT_LATEST:
+        from confluent_kafka.admin import AdminClient, OffsetSpec
+
+        topic = unique("probe-latest")
+        make_topics(bootstrap, 1, topic)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 200})
+        for i in range(3):
+            p.produce(topic, f"p{i}".encode(), partition=0)
+        assert p.flush(30) == 0
+        tp = TopicPartition(topic, 0)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        end = admin.list_offsets({tp: OffsetSpec.latest()})[tp].result(30).offset
+        _EXACT_LATEST[bootstrap] = end == 3
+    return _EXACT_LATEST[bootstrap]
+
+
+def is_broker_process(cmdline: str) -> bool:
+    """A test broker's process (either kind), which lives as long as its fixture."""
+    return "tansu" in cmdline or "kafka.Kafka" in cmdline
 
 
 def unique(prefix: str) -> str:
@@ -144,10 +213,24 @@ def read_all(bootstrap: str, topic: str, timeout_s: float = 30.0) -> list[Any]:
         c.close()
 
 
+# What a group coordinator answers while it moves or loads its offsets partition (a fresh
+# Apache Kafka loads its 8 offsets partitions as the first groups appear): ask again.
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE})
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                parts = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+                break
+            except KafkaException as exc:
+                if exc.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
     return {p.partition: p.offset for p in parts}
@@ -181,10 +264,12 @@ def to_toml(config: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def base_config(bootstrap: str, topic: str, group: str, tmp: Path, **workers: Any) -> dict[str, Any]:
+def base_config(bootstrap: str, topic: str, group: str, tmp: Path, protocol: str | None = None,
+                **workers: Any) -> dict[str, Any]:
+    """``protocol``: the group protocol (default: the session's, TEST_GROUP_PROTOCOL)."""
     return {
         "kafka": {"bootstrap_servers": bootstrap, "group_id": group, "topics": [topic],
-                  "consumer": dict(FAST_GROUP), "producer": {"linger.ms": 2}},
+                  "consumer": group_settings(protocol), "producer": {"linger.ms": 2}},
         "workers": {"plugin": "probe", "processes": 2, "restart_backoff_s": 0.05, **workers},
         "supervisor": {"commit_interval_ms": 200, "status_interval_s": 0.1,
                        "revoke_timeout_s": 10.0, "shutdown_timeout_s": 20.0},

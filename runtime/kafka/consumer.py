@@ -137,7 +137,10 @@ class GroupConsumer:
         self.wedged: str | None = None
         self._in_callback = False  # inside a rebalance callback, i.e. inside consume()
         self._run_key: Callable[[Message], Any] = _topic_partition_of
-        self.cooperative = "cooperative" in str(props.get("partition.assignment.strategy", ""))
+        # Incremental assignment: cooperative-sticky under the classic protocol, and always
+        # under KIP-848 (group.protocol = "consumer"), whose callbacks carry only the change.
+        self.cooperative = ("cooperative" in str(props.get("partition.assignment.strategy", ""))
+                            or str(props.get("group.protocol", "classic")).strip().lower() == "consumer")
         self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
 
     def _check(self) -> None:

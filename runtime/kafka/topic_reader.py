@@ -39,13 +39,10 @@ class TopicReader:
         longer than timeout_s."""
         try:
             self._consumer = c = Consumer(self._props)
-            meta = c.list_topics(self.topic, timeout=timeout_s).topics[self.topic]
-            parts = sorted(meta.partitions)
-            if meta.error is not None or not parts:
-                raise KafkaError(f"{what} {self.topic!r}: {meta.error or 'no partitions'}")
+            deadline = time.monotonic() + timeout_s
+            parts = _partitions_once_known(c, self.topic, deadline, what)
             c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             at_end: set[int] = set()
-            deadline = time.monotonic() + timeout_s
             count = 0
             while len(at_end) < len(parts):
                 if time.monotonic() > deadline:
@@ -89,6 +86,24 @@ class TopicReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+# What a broker answers for a topic created a moment ago, before its metadata reached the
+# broker asked (Apache Kafka: the controller has it, the broker's metadata cache not yet).
+_NOT_YET = frozenset({_CKError.UNKNOWN_TOPIC_OR_PART, _CKError.LEADER_NOT_AVAILABLE, _CKError._UNKNOWN_TOPIC})
+
+
+def _partitions_once_known(c: Consumer, topic: str, deadline: float, what: str) -> list[int]:
+    """The partitions of a topic the caller has just made sure exists, asked for again while
+    the broker does not know it yet, until ``deadline``."""
+    while True:
+        meta = c.list_topics(topic, timeout=max(0.1, deadline - time.monotonic())).topics[topic]
+        parts = sorted(meta.partitions)
+        if meta.error is None and parts:
+            return parts
+        if (meta.error is not None and meta.error.code() not in _NOT_YET) or time.monotonic() > deadline:
+            raise KafkaError(f"{what} {topic!r}: {meta.error or 'no partitions'}")
+        time.sleep(0.1)
 
 
 def partition_bounds(topic: str, props: Mapping[str, Any], timeout_s: float) -> dict[int, tuple[int, int]]:

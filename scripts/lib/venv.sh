@@ -67,3 +67,39 @@ require_java() {
     exit 1
   fi
 }
+
+require_maven() {
+  # Apache Kafka, the reference broker of the tests (runtime/ops/kafkabroker.py), is resolved
+  # from Maven Central with Maven on first use. Installed as require_java installs Java.
+  if ! command -v mvn >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo -n true 2>/dev/null && sudo="sudo -n"
+    if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; }; then
+      echo "mvn not found: installing maven (apt-get)" >&2
+      $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 \
+        && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven >&2 \
+        || echo "warning: installing Maven with apt-get failed" >&2
+    fi
+  fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    echo "error: Maven is required to fetch Apache Kafka for the tests, and 'mvn' is not on PATH." >&2
+    echo "       Debian/Ubuntu: apt-get install -y maven" >&2
+    exit 1
+  fi
+}
+
+require_apache_kafka() {
+  # Java and Maven, then Kafka's jars into the cache (a no-op once there): a missing piece
+  # is one line here, not a failed fixture in every test.
+  require_java
+  require_maven
+  .venv/bin/python -c 'import sys
+from runtime.errors import RingmasterError
+from runtime.ops.kafkabroker import KAFKA_VERSION, cache_dir, resolve, resolved
+if not resolved():
+    print(f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {cache_dir()}", file=sys.stderr)
+try:
+    resolve()
+except RingmasterError as exc:
+    sys.exit(f"error: {exc}")' || exit 1
+}

@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import (
+    GROUP_PROTOCOLS,
     Ringmaster,
     assert_runs_in_order,
     base_config,
@@ -53,14 +54,16 @@ MODES = [("partition", int(_SEED or 1)), ("key", int(_SEED or 2)), ("unordered",
 @pytest.fixture(scope="session")
 def chaos_runs(request: pytest.FixtureRequest, broker: Any,
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Every selected mode's run, side by side, once per session; each test judges its own."""
-    selected = [item.callspec.params["mode"] for item in request.session.items
+    """Every selected (mode, group protocol) run, three side by side, once per session; each
+    test judges its own."""
+    selected = [(item.callspec.params["mode"], item.callspec.params["protocol"])
+                for item in request.session.items
                 if item.originalname == "test_chaos" and hasattr(item, "callspec")]
     seeds = dict(MODES)
-    results: dict[str, Any] = {}
-    with concurrent.futures.ThreadPoolExecutor(len(selected) or 1) as pool:
-        futures = {pool.submit(run_chaos, broker, tmp_path_factory.mktemp(f"chaos-{m}"), seeds[m], m): m
-                   for m in selected}
+    results: dict[tuple[str, str], Any] = {}
+    with concurrent.futures.ThreadPoolExecutor(min(3, len(selected)) or 1) as pool:
+        futures = {pool.submit(run_chaos, broker, tmp_path_factory.mktemp(f"chaos-{m}-{p}"), seeds[m], m, p):
+                   (m, p) for m, p in selected}
         for fut in concurrent.futures.as_completed(futures):
             try:
                 results[futures[fut]] = fut.result()
@@ -69,9 +72,11 @@ def chaos_runs(request: pytest.FixtureRequest, broker: Any,
     return results
 
 
+@pytest.mark.parametrize("protocol", GROUP_PROTOCOLS)
 @pytest.mark.parametrize("mode", [m for m, _ in MODES])
-def test_chaos(mode: str, chaos_runs: dict[str, Any]) -> None:
-    result = chaos_runs[mode]
+def test_chaos(mode: str, protocol: str, chaos_runs: dict[tuple[str, str], Any]) -> None:
+    """``protocol``: the group protocol, classic and (on Apache Kafka) KIP-848's."""
+    result = chaos_runs[(mode, protocol)]
     if isinstance(result, BaseException):
         raise result
     print("CHAOS " + json.dumps(result))
@@ -87,7 +92,7 @@ def make_values(rng: random.Random, n: int) -> list[str]:
     return values
 
 
-def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str) -> dict[str, Any]:
+def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str, protocol: str) -> dict[str, Any]:
     rng = random.Random(seed)
     partitions = 6
     n = 6000 if not SOAK_S else int(SOAK_S * 400)
@@ -101,7 +106,7 @@ def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str) -> dict[str, An
     # and losing the partition (a supervisor SIGKILL, a rebalance) redoes that much: a small
     # bound puts the bound itself under chaos, and the duplicate check below is built on it.
     ahead = 300
-    cfg = base_config(broker.bootstrap, names["in"], names["g"], tmp_path, ordering=mode,
+    cfg = base_config(broker.bootstrap, names["in"], names["g"], tmp_path, protocol, ordering=mode,
                       max_uncommitted_records=ahead,
                       ring_bytes=rng.choice([65536, 262144]), batch_max_records=rng.choice([16, 64, 200]),
                       batch_timeout_s=2.0, settings={"sleep_ms": rng.choice([0.2, 0.5, 1.0])})

@@ -46,10 +46,13 @@ from helpers import (
     PLUGINS,
     ROOT,
     SHM_DIR,
+    TEST_BROKER,
+    Broker,
     Ringmaster,
     base_config,
     committed,
     make_topics,
+    new_broker,
     produce_rows,
     read_all,
     row_shm_dir,
@@ -61,7 +64,7 @@ from helpers import (
 )
 from proxy import OFFSET_COMMIT, PRODUCE, Proxy
 
-from runtime.ops.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import free_port
 from runtime.worker.deadletter_format import dead_letter_headers
 from tests.wire import RawRecord, WireProducer
 
@@ -294,7 +297,7 @@ def redrive_letters(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observation:
     front, back = free_port(), free_port()
     proxy = Proxy(front, back).start()
-    broker = DevBroker(back, log_path=tmp / "tansu.log", advertised_port=front).start()
+    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
     try:
         f = Fault(fault.id, fault.group, fault.when, fault.then, values=poison, n=40, partitions=2,
                   workers={"processes": 2, **fault.workers})
@@ -593,11 +596,11 @@ def admin_odd(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 
 
 def _proxied_run(fault: Fault, tmp: Path,
-                 during: Callable[[Observation, Ringmaster, Proxy, DevBroker], None],
+                 during: Callable[[Observation, Ringmaster, Proxy, Broker], None],
                  **supervisor: Any) -> Observation:
     front, back = free_port(), free_port()
     proxy = Proxy(front, back).start()
-    broker = DevBroker(back, log_path=tmp / "tansu.log", advertised_port=front).start()
+    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
     try:
         obs, cfg = _flowing(fault, broker.bootstrap, tmp, n=6000)
         _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
@@ -627,7 +630,7 @@ def caught_up_commit_unanswered(fault: Fault, bootstrap: str, tmp: Path) -> Obse
 
 
 def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
-    def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: DevBroker) -> None:
+    def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: Broker) -> None:
         proxy.cut()
         rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
                        "the partitions to be lost (session.timeout.ms 2000)")

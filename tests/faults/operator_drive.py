@@ -32,10 +32,12 @@ from confluent_kafka import Producer
 from helpers import (
     PLUGINS,
     ROOT,
+    TEST_BROKER,
     Ringmaster,
     base_config,
     committed,
     make_topics,
+    new_broker,
     produce,
     read_all,
     to_toml,
@@ -44,7 +46,7 @@ from helpers import (
 )
 
 from runtime.kafka.admin import create_topic
-from runtime.ops.devbroker import DevBroker, free_port
+from runtime.ops.devbroker import free_port
 
 from .operator_matrix import Command, OperatorFault, Record
 
@@ -279,7 +281,7 @@ def unreachable_daemon(fault: OperatorFault, bootstrap: str, tmp: Path) -> Obser
                  "5 s of waiting")
         obs.extra["waiting_lines"] = m.log_path.read_text(errors="replace").splitlines()[log_at:]
         obs.extra["alive_while_waiting"] = m.proc.poll() is None
-        broker = DevBroker(port, log_path=tmp / "tansu.log").start()
+        broker = new_broker(port, log_path=tmp / f"{TEST_BROKER}.log").start()
         g.create_topics()
         g.produce(FIRST)
         g.wait_assigned()

@@ -11,15 +11,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import Ringmaster, base_config, committed, make_topics, produce, read_topic, unique, wait_for
+from helpers import (
+    Broker,
+    Ringmaster,
+    base_config,
+    committed,
+    make_topics,
+    produce,
+    read_topic,
+    unique,
+    wait_for,
+)
 from proxy import OFFSET_COMMIT, Proxy
-
-from runtime.ops.devbroker import DevBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-def test_broker_outage_loses_nothing_and_commits_everything(proxied: tuple[DevBroker, Proxy],
+def test_broker_outage_loses_nothing_and_commits_everything(proxied: tuple[Broker, Proxy],
                                                              tmp_path: Path) -> None:
     """The broker away for longer than the session timeout: the partitions are lost, the
     batches in progress cannot deliver. The supervisor rides it out: it neither exits nor
@@ -87,7 +95,7 @@ def _unchanged_for(seen: list[tuple[float, dict[str, Any]]]) -> list[float]:
     return spans
 
 
-def batch_run(broker: DevBroker, tmp_path: Path, n: int, **supervisor: Any) -> tuple[
+def batch_run(broker: Broker, tmp_path: Path, n: int, **supervisor: Any) -> tuple[
         dict[str, str], dict[int, int], Ringmaster]:
     names = {k: unique(k) for k in ("in", "out", "dlq", "g")}
     make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
@@ -100,7 +108,7 @@ def batch_run(broker: DevBroker, tmp_path: Path, n: int, **supervisor: Any) -> t
     return names, counts, Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
 
 
-def committed_is_processed(broker: DevBroker, names: dict[str, str], got: dict[int, int]) -> None:
+def committed_is_processed(broker: Broker, names: dict[str, str], got: dict[int, int]) -> None:
     """At-least-once: every record below each committed offset was output."""
     outs = {(b["p"], b["o"]) for b in (json.loads(m.value()) for m in read_topic(
         broker.bootstrap, names["out"], sum(max(o, 0) for o in got.values()), timeout_s=20))}
@@ -110,7 +118,7 @@ def committed_is_processed(broker: DevBroker, names: dict[str, str], got: dict[i
 
 
 def test_a_batch_run_whose_broker_stays_away_exits_9_naming_what_is_left(
-        proxied: tuple[DevBroker, Proxy], tmp_path: Path) -> None:
+        proxied: tuple[Broker, Proxy], tmp_path: Path) -> None:
     broker, proxy = proxied
     names, counts, rm = batch_run(broker, tmp_path, 6000, caught_up_timeout_s=6.0)
     try:
@@ -133,7 +141,7 @@ def test_a_batch_run_whose_broker_stays_away_exits_9_naming_what_is_left(
 
 
 def test_a_batch_run_through_a_broker_stall_past_the_session_timeout_ends_caught_up(
-        proxied: tuple[DevBroker, Proxy], tmp_path: Path) -> None:
+        proxied: tuple[Broker, Proxy], tmp_path: Path) -> None:
     """Issue 17.3 as reported: after the stall the partitions were lost, the loop found no
     flows and exited 0 with 1,500 of 6,000 records committed. Exit 0 must mean all of them."""
     broker, proxy = proxied
@@ -153,7 +161,7 @@ def test_a_batch_run_through_a_broker_stall_past_the_session_timeout_ends_caught
     assert committed(broker.bootstrap, names["g"], names["in"], 4) == counts, "exit 0: everything committed"
 
 
-def test_a_batch_run_whose_final_commit_is_refused_exits_9(proxied: tuple[DevBroker, Proxy],
+def test_a_batch_run_whose_final_commit_is_refused_exits_9(proxied: tuple[Broker, Proxy],
                                                             tmp_path: Path) -> None:
     broker, proxy = proxied
     names, counts, rm = batch_run(broker, tmp_path, 4000, caught_up_timeout_s=60.0)

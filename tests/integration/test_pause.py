@@ -162,10 +162,15 @@ def test_a_partition_pause_holds_only_that_partition(broker: Any, names: dict[st
 
 def test_lag_grows_while_a_partition_is_paused(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     """A paused partition is not fetched, so the watermark cached from fetch responses stands
-    still; the supervisor asks the broker for the partition's end instead. The test broker's
-    ListOffsets answers the base offset of the last batch + 1: exact only when every batch
-    holds one record, so the records arriving during the pause are produced one per batch."""
+    still; the supervisor asks the broker for the partition's end instead. Apache Kafka's
+    ListOffsets is exact, so the records arriving during the pause come in batches there;
+    Tansu's answers the base offset of the last batch + 1, exact only when every batch holds
+    one record, so there they are produced one per batch."""
     from confluent_kafka import Producer
+    from helpers import TEST_BROKER, lists_latest_exactly
+
+    batched = lists_latest_exactly(broker.bootstrap)
+    assert batched or TEST_BROKER != "kafka", "Apache Kafka's ListOffsets latest is exact"
 
     make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
     produce(broker.bootstrap, names["in"], ids(10), 1)
@@ -175,10 +180,12 @@ def test_lag_grows_while_a_partition_is_paused(broker: Any, names: dict[str, str
                        "the first records committed")
         ringmaster_cli(rm, "pause", "--reason", "long maintenance")
         rm.wait_status(all_held, 10, "the pause")
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 100 if batched else 0})
         for i in range(25):
             p.produce(names["in"], f"late{i}".encode(), partition=0)
-            assert p.flush(10) == 0  # one record per produce request: one per batch
+            if not batched or i % 10 == 9:
+                assert p.flush(10) == 0  # batched: 10, 10 and 5 records; else one per batch
+        assert p.flush(10) == 0
         del p
         s = rm.wait_status(lambda s: s["partitions"][0]["lag"] == 25, 30, "the lag to grow while paused")
         assert s["partitions"][0]["high"] == 35 and s["partitions"][0]["committed"] == 10

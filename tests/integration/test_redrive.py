@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from helpers import (
     PLUGINS,
     ROOT,
+    Broker,
     committed,
     daemon_config,
     make_topics,
@@ -33,7 +34,6 @@ from helpers import (
 from proxy import PRODUCE, Proxy
 
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
-from runtime.ops.devbroker import DevBroker
 from runtime.worker.deadletter_format import (
     HEADER_PREFIX,
     REDRIVE_COUNT,
@@ -382,7 +382,7 @@ def test_a_redrive_killed_half_way_sends_again_only_what_it_sent_after_its_last_
 
 
 def test_an_outage_stops_the_redrive_at_its_last_acknowledged_letter_and_a_rerun_finishes(
-        proxied: tuple[DevBroker, Proxy], names: dict[str, str], tmp_path: Path) -> None:
+        proxied: tuple[Broker, Proxy], names: dict[str, str], tmp_path: Path) -> None:
     """The broker stops taking the copies (produce requests go unanswered): the redrive does not
     pass a letter over for an outage, it exits 5 with its cursor at the last acknowledged letter;
     once the broker is back, a rerun sends the rest. Nothing lost, nothing sent twice before the

@@ -62,13 +62,12 @@ def test_two_members_stay_alive_through_unreadable_records(broker: Any, names: d
     """Issue 17's 'done': records whose header name is not UTF-8, in every partition, read by
     two members of one group (one with the C speedups, one without): both stay alive, every
     other record is processed once, each bad one is dead-lettered, every offset committed."""
-    from helpers import FAST_GROUP, Ringmaster, committed, daemon_config, wait_for
+    from helpers import Ringmaster, committed, daemon_config, wait_for
     from wire import WireProducer
 
     make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
     bad = {(p, i) for p in range(4) for i in (0, 7, 8, 19)}
     cfg = daemon_config(broker, names, tmp_path, processes=2, batch_max_records=5)
-    cfg["kafka"]["consumer"] = FAST_GROUP
     members = [Ringmaster(cfg, tmp_path, "a"),
                Ringmaster(cfg, tmp_path, "b", env={"RINGMASTER_NO_SPEEDUPS": "1"})]
     try:

@@ -353,14 +353,38 @@ def test_a_file_name_where_the_module_belongs_is_one_line_naming_the_module(
 
 
 @pytest.mark.parametrize("env", [{}, {"RINGMASTER__KAFKA__CONSUMER__GROUP_PROTOCOL": "consumer"}])
-def test_the_kip848_consumer_protocol_is_refused_in_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+def test_the_kip848_consumer_protocol_gets_no_client_side_assignor(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """librdkafka refuses partition.assignment.strategy under group.protocol = "consumer":
+    the default cooperative-sticky is the classic protocol's only."""
     text = GOOD if env else GOOD.replace('"sasl.password" = "hunter2"', '"group.protocol" = "consumer"')
-    with pytest.raises(ConfigError) as info:
-        load_settings(write(tmp_path, text), env=env)
-    msg = str(info.value)
-    assert 'group.protocol = "consumer" (KIP-848) is not supported' in msg and "\n" not in msg
+    props = consumer_properties(load_settings(write(tmp_path, text), env=env))
+    assert props["group.protocol"] == "consumer"
+    assert not {"partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms"} & props.keys()
     classic = GOOD.replace('"sasl.password" = "hunter2"', '"group.protocol" = "classic"')
-    assert load_settings(write(tmp_path, classic), env={}).kafka.consumer["group.protocol"] == "classic"
+    props = consumer_properties(load_settings(write(tmp_path, classic), env={}))
+    assert props["partition.assignment.strategy"] == "cooperative-sticky"
+
+
+@pytest.mark.parametrize(("key", "owner"), [
+    ("session.timeout.ms", "group.consumer.session.timeout.ms"),
+    ("heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms"),
+    ("partition.assignment.strategy", "group.remote.assignor"),
+])
+def test_a_client_side_group_setting_under_kip848_is_one_line_naming_the_brokers(
+        tmp_path: Path, key: str, owner: str) -> None:
+    text = GOOD.replace('"sasl.password" = "hunter2"', f'"group.protocol" = "consumer"\n"{key}" = "1"')
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), env={})
+    msg = str(info.value)
+    assert f"remove {key}" in msg and owner in msg and "\n" not in msg
+
+
+def test_an_unknown_group_protocol_is_one_line(tmp_path: Path) -> None:
+    text = GOOD.replace('"sasl.password" = "hunter2"', '"group.protocol" = "streams"')
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text), env={})
+    assert 'expected "classic" or "consumer"' in str(info.value) and "\n" not in str(info.value)
 
 
 def test_check_shows_the_librdkafka_properties_the_clients_really_get(tmp_path: Path) -> None:

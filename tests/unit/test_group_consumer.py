@@ -7,6 +7,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from runtime.kafka.consumer import ConsumerState, GroupConsumer
@@ -81,3 +82,35 @@ def test_callbacks_during_close_reach_librdkafka_but_not_the_runtime() -> None:
         client.release.set()
     assert seen == [("assign", [("t", 0)])], "the runtime took on partitions while closing"
     assert len(client.assigned) == 2, "librdkafka must still get its assign call"
+
+
+class AssigningClient(ClientThatHangsOnClose):
+    """Records which of librdkafka's assign calls the callback used."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.set()
+        self.full: list[list[TopicPartition]] = []
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.full.append(parts)
+
+
+@pytest.mark.parametrize(("props", "incremental"), [
+    ({"group.protocol": "consumer"}, True),  # KIP-848: incremental by design, no strategy set
+    ({"group.protocol": "classic", "partition.assignment.strategy": "cooperative-sticky"}, True),
+    ({"partition.assignment.strategy": "range"}, False),  # eager: each assignment is the whole
+])
+def test_an_assignment_is_applied_incrementally_under_kip848_and_cooperative_sticky(
+        props: dict[str, str], incremental: bool) -> None:
+    """librdkafka's callbacks under KIP-848 carry only the change: applied as a full
+    assignment, it would drop every partition held before."""
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit", **props})
+    client = AssigningClient()
+    real, gc._c = gc._c, client  # type: ignore[assignment]
+    real.close()
+    gc.subscribe(["t"], on_assign=lambda tps: None, on_revoke=lambda tps: None, on_lost=lambda tps: None)
+    client.callbacks["on_assign"](client, [TopicPartition("t", 1)])
+    assert (client.assigned, client.full) == (([[TopicPartition("t", 1)]], []) if incremental
+                                              else ([], [[TopicPartition("t", 1)]]))
+    gc.close(5)

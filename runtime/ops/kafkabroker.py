@@ -1,0 +1,309 @@
+"""Apache Kafka itself as a development and test broker: a single KRaft node on loopback.
+
+The reference broker for every guarantee (Tansu, runtime/ops/devbroker.py, is the quick
+embedded one). Resolved from Maven Central with Maven on first use and cached in
+:func:`cache_dir`; each start formats a fresh log dir of its own, removed at stop, so like
+Tansu it keeps nothing between runs. Used by ``ringmaster broker --apache-kafka``, the tests
+and the benchmarks; never by the daemon itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from runtime.errors import RingmasterError
+from runtime.ops.devbroker import _die_with_parent, free_port
+
+# The newest 4.x on Maven Central when pinned. Changing it re-resolves into a new cache dir.
+KAFKA_VERSION = "4.4.0"
+SCALA = "2.13"
+LOG4J = "2.25.5"  # the log4j-core that kafka_2.13 depends on
+
+# Heartbeats and session timeouts of the KIP-848 protocol are the broker's: these make a dead
+# member go in 6 s. The classic protocol's come from the client, and the broker only bounds
+# them (group.min.session.timeout.ms), low enough for tests' 2 s.
+FAST_GROUPS: dict[str, str] = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": "6000",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "500",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.share.session.timeout.ms": "6000",
+    "group.share.min.session.timeout.ms": "1000",
+    "group.share.heartbeat.interval.ms": "500",
+    "group.share.min.heartbeat.interval.ms": "100",
+}
+
+# Beside Spark's driver on a 24 GiB machine; the tests' traffic needs far less.
+HEAP = ["-Xms256m", "-Xmx768m"]
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>kafka-ringmaster</groupId>
+  <artifactId>apache-kafka-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{version}</version>
+    </dependency>
+    <!-- Kafka logs through SLF4J 1.7; the distribution binds it to log4j 2 with this. -->
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+      <scope>runtime</scope>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J = """status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {path}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+_STARTED = "Kafka Server started"
+
+
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    """Where the broker's jars are kept: ``$XDG_CACHE_HOME/kafka-ringmaster/kafka-VERSION``
+    (``~/.cache/...`` without it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kafka-ringmaster" / f"kafka-{version}"
+
+
+def java() -> str:
+    found = shutil.which("java")
+    if found is None and os.environ.get("JAVA_HOME"):
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        found = str(candidate) if os.access(candidate, os.X_OK) else None
+    if found is None:
+        raise RingmasterError("Apache Kafka needs Java 17 or newer and 'java' is not on PATH "
+                              "(Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or set JAVA_HOME)")
+    return found
+
+
+def resolved(version: str = KAFKA_VERSION) -> bool:
+    return (cache_dir(version) / "libs" / f"kafka_{SCALA}-{version}.jar").is_file()
+
+
+def resolve(version: str = KAFKA_VERSION) -> Path:
+    """The directory of the broker's jars, resolved with Maven the first time.
+
+    A lock serialises concurrent first runs (two test sessions, a test run and a CLI); the
+    jars go in under a temporary name and are renamed into place whole, so an interrupted
+    download is never taken for a complete one."""
+    home = cache_dir(version)
+    libs = home / "libs"
+    if resolved(version):
+        return libs
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if resolved(version):
+            return libs
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise RingmasterError(f"resolving Apache Kafka {version} needs Maven and 'mvn' is not on PATH "
+                                  "(Debian/Ubuntu: apt-get install maven)")
+        java()
+        (home / "pom.xml").write_text(_POM.format(scala=SCALA, version=version, log4j=LOG4J))
+        partial = home / "libs.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run(
+            [mvn, "-B", "-q", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
+             f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+        if done.returncode != 0:
+            errors = [ln for ln in done.stdout.splitlines() if "ERROR" in ln] or done.stdout.splitlines()
+            raise RingmasterError(f"resolving Apache Kafka {version} with Maven failed: "
+                                  f"{(errors or ['exit ' + str(done.returncode)])[0].strip()}")
+        shutil.rmtree(libs, ignore_errors=True)
+        partial.rename(libs)
+        return libs
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def server_properties(port: int, controller_port: int, advertised_port: int, data: Path,
+                      overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """One node in combined mode: broker and controller, replication factors of 1, the
+    KIP-848 and share-group protocols on, transactions usable with one replica."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data / "logs"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "4",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "background.threads": "4",
+        **FAST_GROUPS,
+    }
+    props.update(overrides or {})
+    return props
+
+
+class ApacheKafkaBroker:
+    """``with ApacheKafkaBroker() as b: b.bootstrap`` – Apache Kafka on a free loopback port.
+
+    The same interface as :class:`runtime.ops.devbroker.DevBroker`. ``overrides`` replace
+    server properties (tests shorten the KIP-848 session timeout with them)."""
+
+    def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None,
+                 advertised_port: int | None = None,
+                 overrides: Mapping[str, str] | None = None) -> None:
+        self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
+        self._log_path = Path(log_path) if log_path else None
+        self._overrides = dict(overrides or {})
+        self.data: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path | None:
+        if self._log_path is not None:
+            return self._log_path
+        return self.data / "server.log" if self.data else None
+
+    def start(self, timeout_s: float = 120.0) -> ApacheKafkaBroker:
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()  # Ctrl-C while starting: no JVM and no log dir stay behind
+            raise
+
+    def _start(self, timeout_s: float) -> ApacheKafkaBroker:
+        libs = resolve()
+        jvm = java()
+        # Beside the log when there is one (a test's tmp dir: gone with it even when the run is
+        # killed before stop()), else in the system's temporary directory.
+        self.data = Path(tempfile.mkdtemp(prefix="ringmaster-kafka-",
+                                          dir=self._log_path.parent if self._log_path else None))
+        log = self.log_path
+        assert log is not None
+        props = server_properties(self.port, free_port(), self.advertised_port, self.data, self._overrides)
+        conf = self.data / "server.properties"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.data / "log4j2.properties").write_text(_LOG4J.format(path=log))
+        cmd = [jvm, *HEAP, f"-Dlog4j2.configurationFile={self.data / 'log4j2.properties'}",
+               "-cp", f"{libs}/*"]
+        since = log.stat().st_size if log.exists() else 0  # a log of earlier runs is appended to
+        with open(log, "ab") as out:
+            fmt = subprocess.run(
+                [*cmd, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
+                 "--feature", "share.version=1", "--ignore-formatted"],
+                stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=_die_with_parent)
+            if fmt.returncode != 0:
+                why = _last_error(log, since)
+                self._cleanup()
+                raise RingmasterError(
+                    f"formatting the Apache Kafka log dir failed (exit {fmt.returncode}): {why}")
+            self.proc = subprocess.Popen(
+                [*cmd, "kafka.Kafka", str(conf)], stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent)  # one syscall: safe before exec
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code, why = self.proc.returncode, _last_error(log, since)
+                self._cleanup()
+                raise RingmasterError(f"Apache Kafka exited with {code} while starting: {why}")
+            if _STARTED in _tail(log, since) and _listening(self.port):
+                return self
+            time.sleep(0.2)
+        why = _last_error(log, since)
+        self.stop()
+        raise RingmasterError(f"Apache Kafka did not start in {timeout_s:.0f} s: {why}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM (the broker's own orderly shutdown), SIGKILL after ``timeout_s``; then the
+        log dir goes."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self.data is not None:
+            shutil.rmtree(self.data, ignore_errors=True)
+            self.data = None
+
+    def __enter__(self) -> ApacheKafkaBroker:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _tail(path: Path, since: int, size: int = 1 << 20) -> str:
+    """The log written after byte ``since`` (at most its last ``size`` bytes)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(since, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_error(path: Path, since: int) -> str:
+    lines = [ln.strip() for ln in _tail(path, since).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if " ERROR " in ln or "Exception" in ln]
+    return (errors or lines or ["no output"])[-1][:300]
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), 0.5):
+            return True
+    except OSError:
+        return False
