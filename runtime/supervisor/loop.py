@@ -69,28 +69,26 @@ log = logging.getLogger("ringmaster.supervisor")
 
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
-_WEIGH_S = 0.05  # how often the scheduler learns each partition's lag (weigh_lanes)
-_HUNGRY_WAIT_S = 0.001  # ... while a worker is hungry and records may be fetched for it
+# ... while batches wait for their lanes' busy workers and another worker has next to nothing
+# to do: the records a fetch may bring are work for it, and the client's wait cannot be woken
+# by a result. Not whenever some worker has room: on 2 cores a loop turning every millisecond
+# takes CPU the workers need (issue 24).
+_HUNGRY_WAIT_S = 0.001
 
 
 class Supervisor(Generic[H]):
-    """The loop. Constructed with its collaborators (the consumer, the pool and its epoch
-    table, a clock, and ``sleep``: how it waits when it has no descriptor to wait on): tests
-    and the simulator (scripts/benchkit/sim) pass fakes and a simulated clock; ``run_daemon``
-    passes the real ones (seams.py says what each must have). Generic in the pool's handle
-    type, which its rooms pass around."""
+    """The loop, built on its collaborators (consumer, pool, epoch table, clock, sleep): tests and
+    the simulator (scripts/benchkit/sim) pass fakes, ``run_daemon`` the real ones (seams.py)."""
 
     def __init__(self, settings: Settings, consumer: Consumer, pool: LoopPool[H], epochs: EpochTable, *,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None, pauses: OperatorPauses | None = None,
                  metrics: RuntimeMetrics | None = None, notifier: Notifier | None = None,
                  status_file: StatusFile | None = None, control: ControlServer | None = None,
                  reread: Callable[[], Settings] | None = None, signals: SignalQueue | None = None) -> None:
-        self.s, w = settings, settings.workers
+        self.s, w, self.sleep = settings, settings.workers, sleep
         self.clock, self.consumer, self.pool, self.on_status = clock, consumer, pool, on_status
-        self.sleep = sleep
         self.notifier = notifier or Notifier()
         self.status_file = status_file or StatusFile(settings.supervisor.status_file)
         self.partitions: Partitions = {}
@@ -131,7 +129,7 @@ class Supervisor(Generic[H]):
         self.final_status: StatusSnapshot | None = None
         self.latest_status: StatusSnapshot | None = None
         self._last_tick = clock()
-        self._last_status = self._last_watchdog = self._last_weigh = 0.0
+        self._last_status = self._last_watchdog = 0.0
 
     # ------------------------------------------------------------------ the story
     def run(self) -> int:
@@ -147,16 +145,14 @@ class Supervisor(Generic[H]):
                 self.fetch()
                 self.scheduler.enqueue(self.intake.cut(self.scheduler.can_take_more()))
                 self.results.dead_letter_set_aside(self.intake.take_too_large())
-                # Results just before placing: a worker that has finished must not still look
-                # full (placing from results a tick old left workers idle for a tick).
-                self.results.collect()
+                self.results.collect()  # just before placing: a worker done must not look full
                 self.scheduler.dispatch()
                 self.manage_workers()
                 self.commands.step()
                 self.results.deliver_dead_letters()
                 self.assignment.advance_rewinds()
                 self.flow.reconcile()
-                self.weigh_lanes()
+                self.scheduler.set_behind(self.intake.lag())  # lanes' weights: work left (every 50 ms)
                 self.commits.commit_if_due()
                 self.report_if_due()
                 self.stop_if_caught_up()
@@ -206,9 +202,7 @@ class Supervisor(Generic[H]):
     def fetch(self) -> None:
         """Take what the client has queued. A tick waits for what unblocks it: for results
         when batches wait for room in rings (a worker finishing is what lets them go), else
-        for records (the client returns as soon as one is there). Never long while a worker
-        is hungry and records may be fetched for it: then only briefly for a result (the
-        client's wait cannot be woken by one), and the fetch does not wait at all."""
+        for records (the client returns as soon as one is there); see _HUNGRY_WAIT_S."""
         # What was fetched and not dispatched waits for room (cut() gives a worker with room
         # whatever is open): only a worker's result can unblock it, so wait for those.
         open_msgs = any(p.intake.open_msgs and not p.held for p in self.partitions.values())
@@ -218,12 +212,7 @@ class Supervisor(Generic[H]):
         fetching = not self.assignment.assigned_once or any(
             not p.pause.paused for p in self.partitions.values())
         if waiting_for_room or not fetching:
-            # Batches wait for their lanes' busy workers while another worker has next to
-            # nothing to do: the records of other lanes that a fetch may bring are work for
-            # it, so wait for a result only briefly. (Not whenever some worker has room: on
-            # 2 cores a loop turning every millisecond takes CPU the workers need.)
-            hungry = fetching and self.scheduler.has_hungry()
-            self._wait_for_workers(min(wait_s, _HUNGRY_WAIT_S) if hungry else wait_s)
+            self._wait_for_workers(_HUNGRY_WAIT_S if fetching and self.scheduler.has_hungry() else wait_s)
         fetched = self.intake.fetch(self.flow.records_wanted(),
                                     wait_s if fetching and not waiting_for_room else 0)
         self.assignment.settle(fetched)
@@ -234,20 +223,6 @@ class Supervisor(Generic[H]):
         self.intake.take(fetched)
         if first is None and self.intake.first_record_at is not None:
             self.reporter.first_record_seen()
-
-    def weigh_lanes(self) -> None:
-        """Tell the scheduler how far behind each partition is (its lanes' weights), every
-        _WEIGH_S: the cached high watermark, not a broker round trip."""
-        now = self.clock()
-        if now - self._last_weigh < _WEIGH_S or not self.scheduler.ordered:
-            return
-        self._last_weigh = now
-        behind = {}
-        for tp, p in self.partitions.items():
-            high, fetched = self.consumer.high_watermark(tp), p.intake.next_offset
-            if high is not None and fetched is not None and high > fetched:
-                behind[tp] = high - fetched
-        self.scheduler.set_behind(behind)
 
     def _wait_for_workers(self, timeout_s: float) -> None:
         """Sleep until a worker reports or dies (a sentinel is a file descriptor)."""

@@ -343,10 +343,11 @@ class Scheduler:
     def _queued_s(self, w: int) -> float:
         return self._queued[w] * self._cost_us[w] / 1e6
 
-    def set_behind(self, behind: dict[TP, int]) -> None:
+    def set_behind(self, behind: dict[TP, int] | None) -> None:
         """Records of each partition still in the log, not fetched yet (its lag beyond what
-        the supervisor holds): how much work a lane has left, its weight."""
-        self._behind = behind
+        the supervisor holds): part of the work a lane has left. None: no news."""
+        if behind is not None:
+            self._behind = behind
 
     def _hungry(self) -> set[int]:
         """Workers with room and next to nothing to do."""
