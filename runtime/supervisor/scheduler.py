@@ -242,7 +242,7 @@ class Scheduler:
         if leaving is not None and (not self._lanes_on[leaving]
                                     or not any(self.accepting(h) for h in range(n) if h != leaving)):
             leaving = lane.leaving = None  # nothing left there to make room for, or nowhere else to go
-        worst = self._acceptable_left(lane) if self.ordered else _INF
+        worst = self._acceptable_left(lane, leaving) if self.ordered else _INF
         for w in room:
             if self._gen[w] < lane.floor or w == leaving or self._left_on[w] > worst:
                 continue
@@ -294,12 +294,13 @@ class Scheduler:
                 nxt = v
         self._least_left, self._next_left, self._least_at = least, nxt, at
 
-    def _acceptable_left(self, lane: Lane) -> float:
+    def _acceptable_left(self, lane: Lane, leaving: int | None) -> float:
         """The most work left a worker may already have for this lane to join it: a little
-        more than the least any worker that may run it has. A worker with room now but far
-        more to do (a hot partition's) is not joined: the lane waits for a better one, which
-        gets room within a batch."""
-        return self._least_left + 2 * self._batch_records(lane)
+        more than the least any worker that may run it has (but the one it is leaving). A
+        worker with room now but far more to do (a hot partition's) is not joined: the lane
+        waits for a better one, which gets room within a batch."""
+        least = self._next_left if leaving is not None and leaving == self._least_at else self._least_left
+        return least + 2 * self._batch_records(lane)
 
     @staticmethod
     def _batch_records(lane: Lane) -> float:
