@@ -640,12 +640,24 @@ def main() -> int:
     ap.add_argument("--scale-work-us", default="100,10", help="--scale: µs of work per record")
     ap.add_argument("--scale-seconds", type=float, default=4.0,
                     help="--scale: records per run = this many seconds of work on one core")
+    ap.add_argument("--simulate", action="store_true",
+                    help="the real supervisor loop on a simulated clock with simulated workers, against "
+                         "a simulated Pool(N): no broker, seconds (docs/simulation.md; docs/scaling.md "
+                         "says what it models)")
+    ap.add_argument("--simulate-cases", default=None,
+                    help="--simulate: only the cases whose name contains one of these (comma-separated)")
+    ap.add_argument("--simulate-scale", type=float, default=1.0,
+                    help="--simulate: records per case × this (smaller: faster, more tail)")
     ap.add_argument("--admin-load", action="store_true",
                     help="trivial work with and without 4 clients polling /status and /metrics every 100 ms "
                          "(docs/admin_load.md)")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
+    if args.simulate:
+        from benchkit.sim.report import simulate
+
+        return simulate(args, console)
     if args.scale:
         from benchkit import scale
 

@@ -38,7 +38,7 @@ from runtime.tp import TP
 log = logging.getLogger("ringmaster.flowcontrol")
 
 _RECONCILE_S = 1.0  # invariant 4: a runnable partition is fetching again within this
-_MAX_RECORDS_PER_TICK = 20_000  # one consume() call, at most
+_MAX_RECORDS_PER_TICK = 2_000  # one consume() call, at most: 2-4 ms of the supervisor before it places again
 _MIN_RECORDS_PER_TICK = 100  # ... and at least, even with no room (amortises a tick)
 
 

@@ -39,6 +39,7 @@ _HOT_LANE_SHARE = 0.8  # key ordering: a lane taking this share of a big cut...
 _HOT_KEY_SHARE = 0.5  # ... because one key has this share of it, is reported
 _HOT_MIN_RECORDS = 200
 _COST_WEIGHT = 0.3  # moving averages of bytes and µs per record: recent batches count most
+_LAG_S = 0.05  # how often lag() is asked for (the scheduler's lane weights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +105,7 @@ class Intake:
         self.first_record_at: float | None = None
         self.too_large: list[SetAside] = []  # handed over by take_too_large() every tick
         self.drained = True  # the last consume() took everything the client had queued
+        self._lag_at = float("-inf")
 
     # ------------------------------------------------------------------ fetch
     def fetch(self, max_records: int, wait_s: float) -> Fetched:
@@ -285,6 +287,22 @@ class Intake:
                 or PauseReason.SEEKING in p.pause.holds):
             return
         p.tracker.skip_to(s.next_offset, s.eof_at, now)
+
+    def lag(self) -> dict[TP, int] | None:
+        """Records of each partition in the log and not fetched yet: the high watermark the
+        client cached from fetch responses (never a broker round trip) less the next offset
+        to fetch. How much work each partition has left beyond what the supervisor holds.
+        None between two answers (one every _LAG_S)."""
+        now = self.clock()
+        if now - self._lag_at < _LAG_S:
+            return None
+        self._lag_at = now
+        behind = {}
+        for tp, p in self.partitions.items():
+            high, fetched = self.consumer.high_watermark(tp), p.intake.next_offset
+            if high is not None and fetched is not None and high > fetched:
+                behind[tp] = high - fetched
+        return behind
 
     # ------------------------------------------------------------------ called by other rooms
     def learn_cost(self, p: Partition, busy_ms: float, records: int) -> None:

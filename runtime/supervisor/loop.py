@@ -69,21 +69,25 @@ log = logging.getLogger("ringmaster.supervisor")
 
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
+# ... while batches wait for their lanes' busy workers and another worker has next to nothing
+# to do: the records a fetch may bring are work for it, and the client's wait cannot be woken
+# by a result. Not whenever some worker has room: on 2 cores a loop turning every millisecond
+# takes CPU the workers need (issue 24).
+_HUNGRY_WAIT_S = 0.001
 
 
 class Supervisor(Generic[H]):
-    """The loop. Constructed with its collaborators (the consumer, the pool and its epoch
-    table, a clock): tests pass fakes; ``run_daemon`` passes the real ones (seams.py says
-    what each must have). Generic in the pool's handle type, which its rooms pass around."""
+    """The loop, built on its collaborators (consumer, pool, epoch table, clock, sleep): tests and
+    the simulator (scripts/benchkit/sim) pass fakes, ``run_daemon`` the real ones (seams.py)."""
 
     def __init__(self, settings: Settings, consumer: Consumer, pool: LoopPool[H], epochs: EpochTable, *,
-                 clock: Callable[[], float] = time.monotonic,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None, pauses: OperatorPauses | None = None,
                  metrics: RuntimeMetrics | None = None, notifier: Notifier | None = None,
                  status_file: StatusFile | None = None, control: ControlServer | None = None,
                  reread: Callable[[], Settings] | None = None, signals: SignalQueue | None = None) -> None:
-        self.s, w = settings, settings.workers
+        self.s, w, self.sleep = settings, settings.workers, sleep
         self.clock, self.consumer, self.pool, self.on_status = clock, consumer, pool, on_status
         self.notifier = notifier or Notifier()
         self.status_file = status_file or StatusFile(settings.supervisor.status_file)
@@ -141,13 +145,14 @@ class Supervisor(Generic[H]):
                 self.fetch()
                 self.scheduler.enqueue(self.intake.cut(self.scheduler.can_take_more()))
                 self.results.dead_letter_set_aside(self.intake.take_too_large())
+                self.results.collect()  # just before placing: a worker done must not look full
                 self.scheduler.dispatch()
-                self.results.collect()
                 self.manage_workers()
                 self.commands.step()
                 self.results.deliver_dead_letters()
                 self.assignment.tick()
                 self.flow.reconcile()
+                self.scheduler.set_behind(self.intake.lag())  # lanes' weights: work left (every 50 ms)
                 self.commits.commit_if_due()
                 self.report_if_due()
                 self.stop_if_caught_up()
@@ -197,7 +202,7 @@ class Supervisor(Generic[H]):
     def fetch(self) -> None:
         """Take what the client has queued. A tick waits for what unblocks it: for results
         when batches wait for room in rings (a worker finishing is what lets them go), else
-        for records (the client returns as soon as one is there)."""
+        for records (the client returns as soon as one is there); see _HUNGRY_WAIT_S."""
         # What was fetched and not dispatched waits for room (cut() gives a worker with room
         # whatever is open): only a worker's result can unblock it, so wait for those.
         open_msgs = any(p.intake.open_msgs and not p.held for p in self.partitions.values())
@@ -207,7 +212,7 @@ class Supervisor(Generic[H]):
         fetching = not self.assignment.assigned_once or any(
             not p.pause.paused for p in self.partitions.values())
         if waiting_for_room or not fetching:
-            self._wait_for_workers(wait_s)
+            self._wait_for_workers(_HUNGRY_WAIT_S if fetching and self.scheduler.has_hungry() else wait_s)
         fetched = self.intake.fetch(self.flow.records_wanted(),
                                     wait_s if fetching and not waiting_for_room else 0)
         self.assignment.settle(fetched)
@@ -225,7 +230,7 @@ class Supervisor(Generic[H]):
         if waitables:
             select.select(waitables, [], [], timeout_s)
         else:
-            time.sleep(timeout_s)
+            self.sleep(timeout_s)
 
     def manage_workers(self) -> None:
         for death in self.workforce.manage(drain=self.results.drain):
@@ -301,7 +306,7 @@ class Supervisor(Generic[H]):
             until = min(deadline, self.clock() + 2.0)
             while self.dead_letters.pending() and self.clock() < until:
                 self.results.deliver_dead_letters()
-                time.sleep(0.02)
+                self.sleep(0.02)
         held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
         self.rebalance.release(list(self.partitions) + over, commit=True)  # over capacity: no slot taken
         self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)

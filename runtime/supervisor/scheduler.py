@@ -32,9 +32,17 @@ Where a batch goes:
   does not wait long behind others (latency) and lanes can move (balance). Batches wait in
   their lane meanwhile, and flow control counts them;
 * a lane with batches out stays on its worker while that worker has room, unless the worker
-  also serves other lanes and another worker is hungry: then the lane drains and moves;
-* a lane with nothing out goes to the worker with room and the least queued work (the one
-  that will start it soonest);
+  also serves other lanes and either another worker is hungry, or the work left would end
+  sooner with the lane elsewhere (``_better_elsewhere``: balance while every worker is
+  busy): then the lane drains and moves, and does not go back to that worker while it
+  still serves other lanes;
+* a lane with nothing out goes to the worker with room whose lanes have the least work
+  left, provided that is within a margin of the least any worker has (ordered lanes;
+  unordered batches go to the least queued work); ties are taken in turn, not lowest
+  index first;
+* **work left** is a lane's pending and in-ring records plus its share of its partition's
+  records not fetched yet (``set_behind``, from the loop): a hot partition's lane gets a
+  worker to itself, and lanes that all have a backlog finish together;
 * lanes are served least recently served first, one batch per lane per round (round
   robin), so every backlogged partition (and key lane) makes progress: no partition waits
   while another drains. Not oldest-head first: a partition with a long backlog cut early
@@ -57,6 +65,7 @@ log = logging.getLogger("ringmaster.scheduler")
 
 _AHEAD_S = 0.02  # queued work a worker may have beyond one queued batch (see module docstring)
 _COST_WEIGHT = 0.2  # moving average of a worker's µs per record
+_INF = float("inf")
 
 
 class HandleLike(Protocol):
@@ -83,6 +92,9 @@ class Lane:
     worker: int | None = None  # whose ring they are in (None when none is out)
     served: int = 0  # the dispatch count when it last sent a batch (round robin)
     floor: int = 0  # the newest plugin generation it ran on: it never goes back to an older one
+    records: int = 0  # records in its pending batches
+    out_records: int = 0  # records in its batches in rings
+    leaving: int | None = None  # the worker it is draining from to move (balance): not back there
 
 
 class Scheduler:
@@ -108,6 +120,12 @@ class Scheduler:
         self._pending_batches: dict[TP, int] = {}
         self._out_by_tp: dict[TP, int] = {}
         self._sent_count = 0
+        self._turn = 0  # ties between equally loaded workers start after the last one chosen
+        self._left_on = [0.0] * n  # work left in the lanes on each worker (_weigh, per round)
+        self._least_left = self._next_left = 0.0  # the least of those (and the next), on _least_at
+        self._least_at: int | None = None
+        self._bound: dict[LaneKey, Lane] = {}  # lanes with batches out (ordered)
+        self._behind: dict[TP, int] = {}  # records of each partition not fetched yet (set_behind)
 
     # ------------------------------------------------------------------ batches in
     def enqueue(self, batches: Iterable[Batch]) -> None:
@@ -115,6 +133,7 @@ class Scheduler:
         for b in batches:
             lane = self._lane(b)
             lane.pending.append(b)
+            lane.records += b.count
             self._ready[lane.key] = lane
             self._add_pending(b, 1)
 
@@ -124,6 +143,7 @@ class Scheduler:
         for b in reversed(batches):
             lane = self._lane(b)
             lane.pending.appendleft(b)
+            lane.records += b.count
             self._ready[lane.key] = lane
             self._add_pending(b, 1)
 
@@ -145,28 +165,38 @@ class Scheduler:
         (invariant 3: a batch that finds no room waits in its lane)."""
         if not self._ready:
             return
+        # Which workers have room, asked once per round and again only for a worker just
+        # written to: asking every worker for every lane cost the supervisor O(lanes ×
+        # workers) per tick (480 key lanes × 15 workers: seconds of CPU in a simulated run).
+        room = {w for w in range(len(self.handles)) if self._room(w)}
+        if not room:
+            return
         lanes = sorted(self._ready.values(), key=_served)
-        full: set[int] = set()  # rings that refused a frame this round
         hungry = self._hungry()
+        if self.ordered:
+            self._weigh()
         written: dict[int, int] = {}  # worker -> its ring's write position before this round
-        while lanes:
+        while lanes and room:
             next_round = []
             for lane in lanes:
                 b = lane.pending[0]
-                w = self._place(lane, full, hungry)
+                w = self._place(lane, room, hungry)
                 if w is None:
                     continue
                 ring = self.handles[w].ring
                 start = ring.write_position()
                 if not ring.try_write(b.frame):
-                    full.add(w)  # its ring has no room for the frame: another worker may
+                    room.discard(w)  # its ring has no room for the frame: another worker may
                     next_round.append(lane)
                     continue
                 written.setdefault(w, start)
                 lane.pending.popleft()
+                lane.records -= b.count
                 self._add_pending(b, -1)
                 self._sent(w, lane, b)
                 hungry.discard(w)
+                if not self._room(w):
+                    room.discard(w)
                 if lane.pending:
                     next_round.append(lane)
                 else:
@@ -179,16 +209,23 @@ class Scheduler:
             if h.bell is not None and h.ring.reader_reached(start):
                 h.bell.ring()
 
-    def _place(self, lane: Lane, full: set[int], hungry: set[int]) -> int | None:
+    def _place(self, lane: Lane, room: set[int], hungry: set[int]) -> int | None:
         if self.ordered and lane.out:
             w = lane.worker
             assert w is not None
-            if w in full or not self._room(w):
+            if w not in room:
                 return None
             # Stay, unless this worker serves other lanes too and another one that the lane
             # would go to (the same code) has too little to do: then let this lane drain, so
             # that its next batch can go there.
             if self._lanes_on[w] > 1 and any(h != w and self._gen[h] == self._gen[w] for h in hungry):
+                return None
+            if self._lanes_on[w] > 1 and self._better_elsewhere(lane, w):
+                # Balance while every worker is busy (no worker is hungry then, so the rule
+                # above never fires: with 16 partitions over 15 workers two lanes shared one
+                # worker at half speed and the run ended with them alone). The lane drains
+                # here and takes the next worker with room elsewhere.
+                lane.leaving = w
                 return None
             if self._probe and self._drains_for_probe(lane):
                 return None
@@ -197,18 +234,88 @@ class Scheduler:
             # A worker on probation (a reload's first new worker) is given a lane at once: its
             # first batch tells whether the new code works, and a partition tried on it goes
             # back to the old code if it does not (lower_floors).
-            if w not in full and self._gen[w] >= lane.floor and self._room(w):
+            if w in room and self._gen[w] >= lane.floor:
                 return w
         best = None
-        for w in range(len(self.handles)):
-            if w in full or self._gen[w] < lane.floor or not self._room(w):
+        n = len(self.handles)
+        leaving = lane.leaving
+        if leaving is not None and (not self._lanes_on[leaving]
+                                    or not any(self.accepting(h) for h in range(n) if h != leaving)):
+            leaving = lane.leaving = None  # nothing left there to make room for, or nowhere else to go
+        worst = self._acceptable_left(lane, leaving) if self.ordered else _INF
+        for w in room:
+            if self._gen[w] < lane.floor or w == leaving or self._left_on[w] > worst:
                 continue
             # INVARIANT: never an older plugin version after a newer one in a lane; among the
-            # rest, the oldest code first (module docstring), then the one that starts it soonest.
-            load = (self._gen[w], self._queued_s(w), self._queued[w], w)
+            # rest, the oldest code first (module docstring), then the one that starts it
+            # soonest; ties taken in turn from the worker after the last one chosen, not
+            # always the lowest-numbered (under a supervisor limit that piled the work on
+            # workers 0, 1, 2 and left the others idle).
+            # Ordered lanes: the worker whose lanes have the least work left first (the one
+            # that can best spare a share of itself).
+            left = self._left_on[w] if self.ordered else 0.0
+            load = (self._gen[w], left, self._queued_s(w), self._queued[w], (w - self._turn) % n)
             if best is None or load < best[0]:
                 best = (load, w)
-        return None if best is None else best[1]
+        if best is None:
+            return None
+        self._turn = best[1] + 1
+        lane.leaving = None
+        return best[1]
+
+    def _left(self, lane: Lane) -> float:
+        """Records a lane has left: pending, in rings, and its share of its partition's
+        records not fetched yet."""
+        tp = lane.key[0]
+        behind = self._behind.get(tp, 0)
+        return lane.records + lane.out_records + (behind / len(self._of_tp[tp]) if behind else 0.0)
+
+    def _weigh(self) -> None:
+        """Per worker, the work left in the lanes on it (a round's placements go by it)."""
+        left = [0.0] * len(self._out)
+        for lane in self._bound.values():
+            assert lane.worker is not None
+            left[lane.worker] += self._left(lane)
+        self._left_on = left
+        self._find_least()
+
+    def _find_least(self) -> None:
+        """The least work left on a worker that takes frames, which one, and the next least.
+        (Workers of every plugin generation together: close enough for balance.)"""
+        least = nxt = _INF
+        at = None
+        for h in range(len(self.handles)):
+            if not self.accepting(h):
+                continue
+            v = self._left_on[h]
+            if v < least:
+                least, nxt, at = v, least, h
+            elif v < nxt:
+                nxt = v
+        self._least_left, self._next_left, self._least_at = least, nxt, at
+
+    def _acceptable_left(self, lane: Lane, leaving: int | None) -> float:
+        """The most work left a worker may already have for this lane to join it: a little
+        more than the least any worker that may run it has (but the one it is leaving). A
+        worker with room now but far more to do (a hot partition's) is not joined: the lane
+        waits for a better one, which gets room within a batch."""
+        least = self._next_left if leaving is not None and leaving == self._least_at else self._least_left
+        return least + 2 * self._batch_records(lane)
+
+    @staticmethod
+    def _batch_records(lane: Lane) -> float:
+        if lane.out:
+            return lane.out_records / lane.out
+        return lane.records / len(lane.pending) if lane.pending else 0.0
+
+    def _better_elsewhere(self, lane: Lane, w: int) -> bool:
+        """Would the work left end sooner with this lane on another worker? The lanes on a
+        worker share it in turn, so a worker finishes when the work left on it is done; the
+        longest of those sets the run's end. Moving the lane to the worker with the least
+        left shortens it when that worker, lane added, still has less left than this one
+        (with a margin of two of the lane's batches, so that lanes do not flap)."""
+        least = self._least_left if self._least_at != w else self._next_left
+        return least + self._left(lane) + 2 * self._batch_records(lane) < self._left_on[w]
 
     def _drains_for_probe(self, lane: Lane) -> bool:
         """A worker on probation waits for a lane with nothing out, and under steady load no
@@ -237,6 +344,12 @@ class Scheduler:
     def _queued_s(self, w: int) -> float:
         return self._queued[w] * self._cost_us[w] / 1e6
 
+    def set_behind(self, behind: dict[TP, int] | None) -> None:
+        """Records of each partition still in the log, not fetched yet (its lag beyond what
+        the supervisor holds): part of the work a lane has left. None: no news."""
+        if behind is not None:
+            self._behind = behind
+
     def _hungry(self) -> set[int]:
         """Workers with room and next to nothing to do."""
         return {w for w in range(len(self.handles))
@@ -247,12 +360,17 @@ class Scheduler:
         self._probe_lane.pop(w, None)
         self._sent_count += 1
         lane.served = self._sent_count
+        lane.out_records += b.count
+        if self.ordered and lane.worker != w:
+            self._left_on[w] += self._left(lane)
+            self._find_least()
         self._out[w][b.batch_id] = b
         self._queued[w] += b.count
         lane.floor = max(lane.floor, self._gen[w])
         if lane.out == 0 and self.ordered:
             lane.worker = w
             self._lanes_on[w] += 1
+            self._bound[lane.key] = lane
         lane.out += 1
         self._out_bytes[b.tp] = self._out_bytes.get(b.tp, 0) + len(b.frame)
         self._out_by_tp[b.tp] = self._out_by_tp.get(b.tp, 0) + 1
@@ -282,9 +400,11 @@ class Scheduler:
         lane = self._lanes.get((b.tp, b.bucket))
         if lane is not None:
             lane.out -= 1
+            lane.out_records -= b.count
             if lane.out == 0 and self.ordered:
                 lane.worker = None
                 self._lanes_on[w] -= 1
+                self._bound.pop(lane.key, None)
 
     def new_worker(self, w: int, generation: int, probe: bool = False) -> None:
         """Slot w gets a worker running plugin generation ``generation``: nothing learnt of it
@@ -319,6 +439,7 @@ class Scheduler:
             for b in lane.pending:
                 self._add_pending(b, -1)
             lane.pending.clear()
+            lane.records = 0
             self._ready.pop(key, None)
 
     def forget(self, tp: TP) -> None:
@@ -361,6 +482,10 @@ class Scheduler:
     def waiting_for_room(self) -> bool:
         """Batches are waiting for a worker: a result is what lets them go."""
         return bool(self._ready)
+
+    def has_hungry(self) -> bool:
+        """Some worker has next to nothing to do."""
+        return bool(self._hungry())
 
     def can_take_more(self) -> bool:
         """Some worker has room and nothing pending is waiting for it: cutting a small batch

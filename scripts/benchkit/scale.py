@@ -142,4 +142,7 @@ def render(results: dict[str, Any]) -> list[str]:
             md.append(f"| {r['label']} | {r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f} | "
                       f"{x_plain} | {x_pool} | {busy_s} | {sup} |")
         md.append("")
+    from benchkit.sim import SECTION  # written, not measured: kept with every run's figures
+
+    md.append(SECTION)
     return md

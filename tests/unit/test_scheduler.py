@@ -390,3 +390,39 @@ class Scheduling(RuleBasedStateMachine):
 
 TestScheduling = Scheduling.TestCase
 TestScheduling.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_a_lane_does_not_join_a_worker_with_far_more_work_left() -> None:
+    """A hot partition's worker with room now is not joined by a lane with nothing out: that
+    would halve the hot lane's speed for a batch's worth of wait elsewhere."""
+    s, hs, _closed = rig(2)
+    hot, cold, other = ("t", 0), ("t", 1), ("t", 2)
+    s.set_behind({hot: 100_000})
+    s.enqueue([batch(1, hot, count=100), batch(2, other, count=100)])
+    s.dispatch()
+    assert [x.batch_id for x in hs[0].ring.frames] == [1] and [x.batch_id for x in hs[1].ring.frames] == [2]
+    s.enqueue([batch(3, other, count=100), batch(4, other, count=100)])
+    s.dispatch()  # worker 1: a batch running, one queued (no room)
+    s.enqueue([batch(5, cold, count=100)])
+    s.dispatch()
+    assert 5 not in [x.batch_id for x in hs[0].ring.frames], "cold waits rather than share the hot worker"
+    run_first(s, hs[1])
+    s.dispatch()
+    assert 5 in [x.batch_id for x in hs[1].ring.frames]
+
+
+def test_ties_between_idle_workers_are_taken_in_turn() -> None:
+    """Issue 24, gap 4: with every worker equally idle, lanes did not all go to worker 0, 1, 2."""
+    s, hs, _closed = rig(4, ordered=False)
+    s.enqueue([batch(i, ("t", i)) for i in range(1, 5)])
+    s.dispatch()
+    assert [len(h.ring.frames) for h in hs] == [1, 1, 1, 1]
+    for h in hs:
+        run_first(s, h)
+    s.enqueue([batch(9, ("t", 9))])
+    s.dispatch()
+    assert [len(h.ring.frames) for h in hs] == [1, 0, 0, 0], "after worker 3, the turn is worker 0's"
+    run_first(s, hs[0])
+    s.enqueue([batch(10, ("t", 10))])
+    s.dispatch()
+    assert [len(h.ring.frames) for h in hs] == [0, 1, 0, 0], "then worker 1's, not worker 0 again"
