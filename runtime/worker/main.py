@@ -23,7 +23,6 @@ import select
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -522,26 +521,25 @@ class BatchRunner:
 
     def _acknowledged(self, outputs: list[Output]) -> frozenset[int] | None:
         """Which of ``outputs`` (all queued, in order, since the last delivery) the broker
-        acknowledged: all but the producer's ``undelivered``, matched by what was sent. None
-        when unknown (messages still in flight, or one that matches no output): nothing is
-        then assumed written, which is at worst a duplicate, never a loss."""
+        acknowledged: all but the producer's ``undelivered``, matched by topic, key and value
+        (a failed message does not bring its headers back), so every output that shares them
+        with an undelivered one counts as not written. None when unknown (messages still in
+        flight, or one that matches no output): nothing is then assumed written, which is at
+        worst a duplicate, never a loss."""
         undelivered = self.producer.undelivered
         if undelivered is None:
             return None
         if not undelivered:
             return frozenset(range(len(outputs)))
-        missing = Counter((m.topic(), m.key(), m.value(), tuple(m.headers() or ())) for m in undelivered)
-        acked = set()
+        failed = {(m.topic(), m.key(), m.value()) for m in undelivered}
+        acked, matched = set(), set()
         for i, out in enumerate(outputs):
-            topic = out.topic or self.spec.output_topic
-            sent = (topic, out.key, out.value, tuple(self._with_version(out.headers)))
-            if topic is not None and missing[sent] > 0:
-                missing[sent] -= 1
+            sent = (out.topic or self.spec.output_topic, out.key, out.value)
+            if sent[0] is not None and sent in failed:
+                matched.add(sent)
             else:
                 acked.add(i)  # acknowledged, or discarded (no topic: nothing to write)
-        if any(missing.values()):
-            return None
-        return frozenset(acked)
+        return frozenset(acked) if matched == failed else None
 
     def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
         # The common case, no headers, shares one list rather than building one per output.
