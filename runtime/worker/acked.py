@@ -36,7 +36,9 @@ import hashlib
 import struct
 from collections import Counter
 from collections.abc import Callable
+from typing import Any, NoReturn
 
+from runtime.errors import DeliveryFailed, OutputRejected
 from runtime.plugin import Output
 
 _LEN = struct.Struct(">q")
@@ -134,8 +136,8 @@ class Acknowledged:
 
     def record(self, lo: int, hi: int, outputs: list[Output]) -> None:
         """``outputs`` of a call over ``lo..hi`` were acknowledged by the broker."""
-        if outputs:
-            self._spans.append(_Span(lo, hi, outputs=list(outputs)))
+        if outputs:  # not copied: the caller does not change the list after delivering it
+            self._spans.append(_Span(lo, hi, outputs=outputs))
 
     def deliver(self, lo: int, hi: int, outputs: list[Output],
                 deliver: Callable[[list[Output]], None]) -> None:
@@ -165,3 +167,47 @@ class Acknowledged:
         for s in self._spans:
             s._counts = +s.counts()  # unary plus: without the slots claimed down to zero
         self._spans = [s for s in self._spans if s.counts()]
+
+
+# -- what a failed delivery wrote (the local worker and the redrive deliver alike) ---------------
+
+def acknowledged(outputs: list[Output], undelivered: list[Any] | None,
+                 default_topic: str | None) -> frozenset[int] | None:
+    """Which of ``outputs`` (all queued, in order, since the producer's last delivery) the
+    broker acknowledged, given the producer's ``undelivered`` messages (OutputProducer): all
+    but those, matched by topic, key and value (a failed message does not bring its headers
+    back), so every output that shares them with an undelivered one counts as not written.
+    None when unknown (messages still in flight, or one that matches no output): nothing is
+    then assumed written, which is at worst a duplicate, never a loss. An output without a
+    topic (none of its own, no ``default_topic``) was discarded: nothing to write."""
+    if undelivered is None:
+        return None
+    if not undelivered:
+        return frozenset(range(len(outputs)))
+    failed = {(m.topic(), m.key(), m.value()) for m in undelivered}
+    acked, matched = set(), set()
+    for i, out in enumerate(outputs):
+        sent = (out.topic or default_topic, out.key, out.value)
+        if sent[0] is not None and sent in failed:
+            matched.add(sent)
+        else:
+            acked.add(i)
+    return frozenset(acked) if matched == failed else None
+
+
+def raise_settled(queued: list[Output], exc: OutputRejected | DeliveryFailed, flush: Callable[[], None],
+                  undelivered: Callable[[], list[Any] | None], default_topic: str | None) -> NoReturn:
+    """``exc`` stopped producing before the output after ``queued`` was queued (refused for
+    what it is, or the local queue stayed full): wait for the broker on those queued, so
+    that the exception raised says which of them were written (``acknowledged``). An outage
+    wins over a refusal, as in OutputProducer.deliver."""
+    try:
+        flush()
+    except (OutputRejected, DeliveryFailed) as later:
+        later.acknowledged = acknowledged(queued, undelivered(), default_topic)
+        if isinstance(later, DeliveryFailed) or isinstance(exc, OutputRejected):
+            raise later from None
+        exc.acknowledged = later.acknowledged
+        raise exc from None
+    exc.acknowledged = frozenset(range(len(queued)))
+    raise exc

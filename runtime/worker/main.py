@@ -63,7 +63,7 @@ from runtime.transport.frames import (
 )
 from runtime.transport.ring import Doorbell, Ring, send_message
 from runtime.transport.shm import Segment
-from runtime.worker.acked import Acknowledged
+from runtime.worker.acked import Acknowledged, acknowledged, raise_settled
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.worker.fence import FenceCheck
@@ -500,46 +500,18 @@ class BatchRunner:
         except (OutputRejected, DeliveryFailed) as exc:
             # outputs[i] was refused (or the queue stayed full) before it was queued: settle
             # the ones queued before it, so that the retry knows what was written.
-            self._raise_settled(outputs[:i], exc)
+            raise_settled(outputs[:i], exc, self._flush, self._undelivered, self.spec.output_topic)
         try:
-            self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+            self._flush()
         except (OutputRejected, DeliveryFailed) as exc:
-            exc.acknowledged = self._acknowledged(outputs)
+            exc.acknowledged = acknowledged(outputs, self.producer.undelivered, self.spec.output_topic)
             raise
 
-    def _raise_settled(self, queued: list[Output], exc: OutputRejected | DeliveryFailed) -> None:
-        try:
-            self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
-        except (OutputRejected, DeliveryFailed) as later:
-            later.acknowledged = self._acknowledged(queued)
-            if isinstance(later, DeliveryFailed) or isinstance(exc, OutputRejected):
-                raise later from None  # an outage wins (as in OutputProducer.deliver)
-            exc.acknowledged = later.acknowledged
-            raise exc from None
-        exc.acknowledged = frozenset(range(len(queued)))
-        raise exc
+    def _flush(self) -> None:
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
 
-    def _acknowledged(self, outputs: list[Output]) -> frozenset[int] | None:
-        """Which of ``outputs`` (all queued, in order, since the last delivery) the broker
-        acknowledged: all but the producer's ``undelivered``, matched by topic, key and value
-        (a failed message does not bring its headers back), so every output that shares them
-        with an undelivered one counts as not written. None when unknown (messages still in
-        flight, or one that matches no output): nothing is then assumed written, which is at
-        worst a duplicate, never a loss."""
-        undelivered = self.producer.undelivered
-        if undelivered is None:
-            return None
-        if not undelivered:
-            return frozenset(range(len(outputs)))
-        failed = {(m.topic(), m.key(), m.value()) for m in undelivered}
-        acked, matched = set(), set()
-        for i, out in enumerate(outputs):
-            sent = (out.topic or self.spec.output_topic, out.key, out.value)
-            if sent[0] is not None and sent in failed:
-                matched.add(sent)
-            else:
-                acked.add(i)  # acknowledged, or discarded (no topic: nothing to write)
-        return frozenset(acked) if matched == failed else None
+    def _undelivered(self) -> list[Any] | None:
+        return self.producer.undelivered
 
     def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
         # The common case, no headers, shares one list rather than building one per output.

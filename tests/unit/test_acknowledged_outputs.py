@@ -16,7 +16,7 @@ from runtime.plugin import Backoff, Output, Plugin, Record
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
 from runtime.worker import acked as acked_module
-from runtime.worker.acked import Acknowledged, digest
+from runtime.worker.acked import Acknowledged, acknowledged, digest
 from runtime.worker.execution import RetryPolicy, run_batch
 
 POLICY = RetryPolicy(max_attempts=2, backoff_s=0, backoff_max_s=0)
@@ -243,21 +243,34 @@ def test_a_batch_that_does_not_begin_with_the_deferred_records_uses_nothing_of_t
 
 
 def test_an_unmatched_undelivered_message_means_nothing_is_known() -> None:
-    """A refusal the runner cannot match to an output: nothing is assumed acknowledged."""
-    producer = FakeProducer()
-    runner = _runner(lambda batch: [Output(r.value) for r in batch], producer)
-    runner.producer = producer
-    producer.undelivered = [_Msg("elsewhere", None, b"?", None)]
-    assert runner._acknowledged([Output(b"v0")]) is None
-    producer.undelivered = []
-    assert runner._acknowledged([Output(b"v0"), Output(b"v1")]) == frozenset({0, 1})
+    """A refusal that matches no output: nothing is assumed acknowledged; none: all were."""
+    assert acknowledged([Output(b"v0")], [_Msg("elsewhere", None, b"?", None)], "out") is None
+    assert acknowledged([Output(b"v0")], None, "out") is None
+    assert acknowledged([Output(b"v0"), Output(None, topic=None)], [], None) == frozenset({0, 1})
 
 
 def test_outputs_that_share_an_undelivered_messages_topic_key_and_value_count_as_not_written() -> None:
     """A failed message does not bring its headers back: which of two outputs differing only
     in headers failed is unknown, so neither is assumed written (a duplicate, not a loss)."""
-    producer = FakeProducer()
-    runner = _runner(lambda batch: [], producer)
-    producer.undelivered = [_Msg("out", None, b"v", None)]
     outputs = [Output(b"v", None, [("a", b"1")]), Output(b"v", None, [("a", b"2")]), Output(b"w")]
-    assert runner._acknowledged(outputs) == frozenset({2})
+    assert acknowledged(outputs, [_Msg("out", None, b"v", None)], "out") == frozenset({2})
+
+
+def test_the_redrive_writes_the_outputs_of_a_batch_with_an_invalid_topic_once() -> None:
+    """The redrive runs the same retries and bisection as a worker, with the same rule."""
+    from runtime.redrive.actions import ThroughPlugin
+    from tests.unit.test_redrive_engine import TP0, letter_of, stored
+
+    def process(batch: Sequence[Record]) -> list[Output]:
+        outs = [Output(b"out-" + (r.value or b"")) for r in batch]
+        return outs + [Output(b"x", topic=BAD) for r in batch if r.offset == 103]
+    producer = FakeProducer()
+    action = ThroughPlugin(Plugin("p", process, None, None), POLICY, lambda: producer,  # type: ignore[arg-type,return-value]
+                           "out", "dlq", 1_000_000, 1.0, 100, 0.0, lambda _s: True, "v1")
+    for i in range(6):
+        letter = letter_of(i, value=f"v{i}".encode())
+        action.submit(TP0, letter, stored(letter))
+    action.flush_pending()
+    outputs = Counter({v: n for v, n in producer.written.items() if v.startswith(b"out-")})
+    assert outputs == Counter({f"out-v{i}".encode(): 1 for i in range(6)})
+    assert producer.written[b"v3"] == 1, "the record whose output was refused is dead-lettered"
