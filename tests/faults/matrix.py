@@ -50,9 +50,10 @@ class Fault:
     check: str | None = None  # extra assertions: a function name in test_fault_matrix.py
     timeout_s: float = 120.0
     signals: tuple[str, ...] = ()  # drivers "signals" and "signal_stop": what to send (HUP, ...)
-    # A batch runs again after a supervisor dies, after a delivery refused part-way, or after
-    # the broker stalls mid-delivery (a produce that timed out may still have landed): only
-    # such rows may show an output twice (at least once); every other row is exactly once.
+    # A batch runs again after a supervisor or worker dies, or after the broker stalls
+    # mid-delivery (a produce that timed out may still have landed): only such rows may show
+    # an output twice (at least once); every other row is exactly once. (A live worker that
+    # runs records again does not write again what was acknowledged: runtime/worker/acked.py.)
     redelivers: bool = False
 
 

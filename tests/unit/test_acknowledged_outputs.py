@@ -209,9 +209,10 @@ def _runner(process: Any, producer: FakeProducer) -> Any:
     return runner
 
 
-def _frame(n: int, first: int = 0) -> BatchFrame:
-    values = [f"v{first + i}".encode() for i in range(n)]
-    return BatchFrame(1, 0, 1, "in", 0, Columns(first, None, [None] * n, values, None, 0, [0] * n))
+def _frame(n: int, first: int = 0, partition: int = 0) -> BatchFrame:
+    prefix = f"p{partition}" if partition else ""
+    values = [f"{prefix}v{first + i}".encode() for i in range(n)]
+    return BatchFrame(1, 0, 1, "in", partition, Columns(first, None, [None] * n, values, None, 0, [0] * n))
 
 
 def test_the_worker_writes_the_outputs_of_a_batch_with_an_invalid_topic_once() -> None:
@@ -274,3 +275,19 @@ def test_the_redrive_writes_the_outputs_of_a_batch_with_an_invalid_topic_once() 
     outputs = Counter({v: n for v, n in producer.written.items() if v.startswith(b"out-")})
     assert outputs == Counter({f"out-v{i}".encode(): 1 for i in range(6)})
     assert producer.written[b"v3"] == 1, "the record whose output was refused is dead-lettered"
+
+
+def test_what_deferred_batches_keep_is_bounded_and_the_oldest_partition_is_dropped_first(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from runtime.worker import main
+    monkeypatch.setattr(main, "MAX_CARRIED_OUTPUTS", 3)
+    producer = FakeProducer()
+    runner = _runner(lambda batch: [Output(r.value) for r in batch], producer)
+    for partition in (0, 1):
+        producer.outage = 2
+        assert runner.run(_frame(4, partition=partition)).kind == DEFERRED
+    assert "too many acknowledged outputs" in caplog.text
+    assert runner.run(_frame(4, partition=1)).kind == DONE  # kept: written once
+    assert runner.run(_frame(4, partition=0)).kind == DONE  # dropped: its first two again
+    assert producer.written == Counter({**{f"p1v{i}".encode(): 1 for i in range(4)},
+                                        **{f"v{i}".encode(): 2 if i < 2 else 1 for i in range(4)}})
