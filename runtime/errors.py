@@ -195,6 +195,11 @@ class DeliveryFailed(BatchDeferred):
 
     cause = "delivery"
 
+    # Which of the outputs given to the delivering call the broker acknowledged before it
+    # failed (indices into that list), when the producer knows; None: unknown, none assumed
+    # written (runtime/worker/acked.py). Set by whoever delivered, not by the producer.
+    acknowledged: frozenset[int] | None = None
+
 
 class WorkerExhausted(RingmasterError):
     """The worker process ran out of a per-process resource while running the plugin: file
@@ -213,6 +218,8 @@ class OutputRejected(RingmasterError):
     the topic, an invalid topic name), or a topic the plugin routed it to refuses every
     message (missing, not authorised): the record that produced it is at fault, like a
     plugin exception (the classes: runtime/kafka/producer.py)."""
+
+    acknowledged: frozenset[int] | None = None  # as DeliveryFailed.acknowledged
 
 
 class RedriveIncomplete(RingmasterError):

@@ -112,8 +112,12 @@ class OutputProducer:
             self._p = Producer(props)
         except KafkaException as exc:
             raise KafkaError(f"cannot create a producer: {exc.args[0]}; check [kafka.producer]") from None
-        self._failures: list[tuple[str, _CKError]] = []
+        self._failures: list[tuple[str, _CKError, Message]] = []
         self.fatal: str | None = None
+        # After deliver() raised: the messages of that delivery the broker did not take, or
+        # None when some are still in flight (unknown). Every other message queued since the
+        # previous deliver() was acknowledged (runtime/worker/acked.py builds on it).
+        self.undelivered: list[Message] | None = None
 
     @property
     def broken(self) -> bool:
@@ -126,7 +130,7 @@ class OutputProducer:
 
     def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
         if err is not None:
-            self._failures.append((str(msg.topic()), err))
+            self._failures.append((str(msg.topic()), err, msg))
             self.note(err)
 
     def note(self, err: _CKError) -> None:
@@ -177,10 +181,11 @@ class OutputProducer:
             if time.monotonic() >= deadline:
                 break
         failures, self._failures = self._failures, []
-        if remaining or self.fatal:
-            self.discard_queued()
-        refused = [(t, e) for t, e in failures if is_records_fault(e, t, self.own_topics)]
-        outage = [f"{t}: {e}" for t, e in failures if not is_records_fault(e, t, self.own_topics)]
+        purged = self._purge() if remaining or self.fatal else []
+        # Knowing which messages made it costs nothing when all did (no failures).
+        self.undelivered = None if len(self._p) else [m for _, _, m in failures + purged]
+        refused = [(t, e) for t, e, _ in failures if is_records_fault(e, t, self.own_topics)]
+        outage = [f"{t}: {e}" for t, e, _ in failures if not is_records_fault(e, t, self.own_topics)]
         if self.fatal:
             outage.insert(0, f"fatal producer error: {self.fatal}")
         if remaining:
@@ -197,10 +202,16 @@ class OutputProducer:
         """Drop messages not yet sent: the batch they belong to is tried again later, and they
         must not pile up in the producer's queue across retries of a long outage. Messages
         already in flight may still arrive (a duplicate, never a loss)."""
+        self._purge()
+
+    def _purge(self) -> list[tuple[str, _CKError, Message]]:
+        """discard_queued, returning the delivery failures reported meanwhile (the purged
+        messages among them)."""
         with contextlib.suppress(KafkaException, RuntimeError):
             self._p.purge(in_queue=True, in_flight=False, blocking=False)
         self._p.poll(0)
-        self._failures.clear()
+        purged, self._failures = self._failures, []
+        return purged
 
     def flush(self, timeout_s: float) -> int:
         """Best effort at exit: what was still queued after timeout_s."""

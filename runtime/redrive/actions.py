@@ -26,6 +26,7 @@ from runtime.kafka.topic_reader import Stored
 from runtime.plugin import Output, Plugin, Record, backoff_wait
 from runtime.redrive.letters import Letter, redriven_headers
 from runtime.tp import TP, tp_label
+from runtime.worker.acked import Acknowledged, acknowledged, raise_settled
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import Failure, RetryPolicy, run_batch
 from runtime.worker.routing import OutputRoute, with_version
@@ -218,11 +219,19 @@ class ThroughPlugin:
     def flush_pending(self) -> None:
         """Run the pending batch through the plugin and deliver what came out."""
         waits = 0
+        # What a backed-off run of the batch had acknowledged, for its next run: valid while
+        # the batch begins with the same records (a rebalance during the wait may change it).
+        carried: tuple[list[Record], Acknowledged] | None = None
         while self._pending and self.error is None:
             batch = list(self._pending)
+            records = [t.record for t in batch]
+            acked = Acknowledged()
+            if carried is not None and len(records) >= len(carried[0]) and all(
+                    a is b for a, b in zip(records, carried[0], strict=False)):
+                acked = carried[1]
             try:
-                outcome = run_batch(self.plugin, [t.record for t in batch], self.policy, self.who,
-                                    deliver=self._deliver)
+                outcome = run_batch(self.plugin, records, self.policy, self.who,
+                                    deliver=self._deliver, acked=acked)
                 self._dead_letter(outcome.failures)
             except DeliveryFailed as exc:
                 self.error = exc.reason
@@ -230,6 +239,8 @@ class ThroughPlugin:
             except BatchDeferred as d:  # the plugin's Backoff
                 delay = backoff_wait(d.delay_s if d.delay_s is not None else self.backoff_s, waits)
                 waits += 1
+                acked.keep()
+                carried = (records, acked)
                 log.warning("plugin backing off; the batch runs again after the wait",
                             extra={"reason": d.reason, "wait_s": round(delay, 3), "records": len(batch)})
                 if not self._wait(delay):
@@ -243,14 +254,28 @@ class ThroughPlugin:
 
     # -- producing (as runtime/worker/main.py BatchRunner does, without shared memory) ----------
     def _deliver(self, outputs: list[Output]) -> None:
-        for out in outputs:
-            topic = self._route.topic(out)
-            if topic is None:
-                continue
-            self._producer.produce(topic, out.value, out.key, with_version(out.headers, self.version),
-                                   queue_wait_s=self.delivery_timeout_s)
-            self.outputs += 1
-        self._deliver_or_renew()
+        """On failure the exception says which outputs the broker acknowledged (as a worker's
+        does: runtime/worker/acked.py), so the retries do not write them again."""
+        i = 0
+        try:
+            for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
+                topic = self._route.topic(out)
+                if topic is None:
+                    continue
+                self._producer.produce(topic, out.value, out.key, with_version(out.headers, self.version),
+                                       queue_wait_s=self.delivery_timeout_s)
+                self.outputs += 1
+        except (OutputRejected, DeliveryFailed) as exc:
+            raise_settled(outputs[:i], exc, self._deliver_or_renew, self._undelivered,
+                          self._route.output_topic)
+        try:
+            self._deliver_or_renew()
+        except (OutputRejected, DeliveryFailed) as exc:
+            exc.acknowledged = acknowledged(outputs, self._undelivered(), self._route.output_topic)
+            raise
+
+    def _undelivered(self) -> list[Any] | None:
+        return self._producer.undelivered
 
     def _deliver_or_renew(self) -> None:
         try:

@@ -11,6 +11,12 @@ path. ``deliver`` raising :class:`OutputRejected` (the broker refuses an output 
 is) fails that call like a plugin exception; raising :class:`BatchDeferred` (an outage, a
 plugin's ``Backoff``) abandons the whole batch untouched, to be tried again later.
 
+Outputs the broker already acknowledged for these records, in an earlier call that failed
+afterwards (a refused output, a plugin exception in a later part of a bisection, a deferred
+batch run again with the same ``Acknowledged``), are not given to ``deliver`` again: the rule
+and its limits are in runtime/worker/acked.py. Calls are named there by the positions of
+their records in the list given to ``run_batch`` (bisection splits it into contiguous parts).
+
 What counts as a failure of the records: any exception from ``process()`` or from iterating
 what it returned, ``SystemExit`` (``sys.exit(n)`` in plugin code, whatever ``n``), an output
 outside the contract (TypeError naming the type and the fix), and a refused output. What
@@ -34,6 +40,7 @@ from runtime.errors import BatchDeferred, OutputRejected, WorkerExhausted
 from runtime.plugin import Output, Plugin, Record, Reject, collect_outputs
 from runtime.transport import speedups
 from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.worker.acked import Acknowledged
 from runtime.worker.deadletter_format import DeadLetter, dead_letter_headers, fit_dead_letter
 
 log = logging.getLogger("ringmaster.execution")
@@ -92,14 +99,15 @@ Deliver = Callable[[list[Output]], None]
 class _Run:
     def __init__(self, plugin: Plugin, policy: RetryPolicy, who: str, deliver: Deliver | None,
                  stop_at_first_failure: bool, phase: Callable[[int], None],
-                 sleep: Callable[[float], None]) -> None:
+                 sleep: Callable[[float], None], acked: Acknowledged) -> None:
         self.plugin, self.policy, self.who = plugin, policy, who
+        self.acked = acked
         self.deliver, self.stop_first = deliver, stop_at_first_failure
         self.phase, self.sleep = phase, sleep
         self.pid = os.getpid()
         self.outcome = Outcome()
 
-    def call(self, records: list[Record]) -> None:
+    def call(self, records: list[Record], start: int) -> None:
         self.phase(PHASE_CALL)
         # INVARIANT (8): the plugin gets copies, in a list of their own; ``records`` stay the
         # runtime's. A plugin may change what it was given (``r.value = json.loads(...)``,
@@ -121,17 +129,18 @@ class _Run:
         rejected = _originals(rejects, batch, records) if rejects else []
         if self.deliver is not None and outputs:
             self.phase(PHASE_DELIVER)
-            self.deliver(outputs)
+            self.acked.deliver(start, start + len(records) - 1, outputs, self.deliver)
         # Only a call that returned (and whose outputs were delivered) contributes.
         self.outcome.outputs.append((records[-1].offset, outputs))
         self.outcome.failures.extend(Failure(r, REJECTED, reason, "", 1) for r, reason in rejected)
 
-    def run(self, records: list[Record]) -> None:
+    def run(self, records: list[Record], start: int = 0) -> None:
+        """``start``: the position of ``records[0]`` in the batch (names the call's span)."""
         if self.outcome.stopped_early:
             return
         for attempt in range(1, self.policy.max_attempts + 1):
             try:
-                self.call(records)
+                self.call(records, start)
                 if self.stop_first and self.outcome.failures:
                     self.outcome.stopped_early = True
                 return
@@ -157,8 +166,8 @@ class _Run:
                 self.phase(PHASE_WAIT)
                 self.sleep(backoff_s(self.policy.backoff_s, attempt - 1, self.policy.backoff_max_s))
         mid = len(records) // 2
-        self.run(records[:mid])
-        self.run(records[mid:])
+        self.run(records[:mid], start)
+        self.run(records[mid:], start + mid)
 
 
 _new_record = Record.__new__
@@ -246,12 +255,17 @@ def _message(exc: BaseException) -> str:
 def run_batch(plugin: Plugin, records: list[Record], policy: RetryPolicy, who: str = "", *,
               deliver: Deliver | None = None, stop_at_first_failure: bool = False,
               phase: Callable[[int], None] = lambda _p: None,
-              sleep: Callable[[float], None] = time.sleep) -> Outcome:
+              sleep: Callable[[float], None] = time.sleep,
+              acked: Acknowledged | None = None) -> Outcome:
     """Run records through the plugin; return their outputs and the records that failed.
 
     ``stop_at_first_failure``: stop at the first record that fails for good (used when no
-    dead-letter topic exists: nothing after a failing record may be processed)."""
-    run = _Run(plugin, policy, who, deliver, stop_at_first_failure, phase, sleep)
+    dead-letter topic exists: nothing after a failing record may be processed).
+    ``acked``: what earlier runs of these same records (the same list, or one it begins with)
+    had acknowledged, to be carried on (a deferred batch run again); filled in as this run
+    delivers. A new one when None."""
+    run = _Run(plugin, policy, who, deliver, stop_at_first_failure, phase, sleep,
+               Acknowledged() if acked is None else acked)
     try:
         run.run(records)
     finally:

@@ -63,6 +63,7 @@ from runtime.transport.frames import (
 )
 from runtime.transport.ring import Doorbell, Ring, send_message
 from runtime.transport.shm import Segment
+from runtime.worker.acked import Acknowledged, acknowledged, raise_settled
 from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.worker.fence import FenceCheck
@@ -72,6 +73,10 @@ log = logging.getLogger("ringmaster.worker")
 
 _PR_SET_PDEATHSIG = 1
 _GUARD_INTERVAL_S = 0.5  # heartbeat period, and how soon a worker notices its supervisor died
+# Acknowledged outputs a worker keeps for its deferred batches, all partitions together (a
+# digest and a counter slot each, ~100 bytes): past it the oldest partition's are dropped,
+# and its outputs may be written again when its batch runs (at-least-once, said in the log).
+MAX_CARRIED_OUTPUTS = 200_000
 
 
 def _records_py(topic: str, partition: int, c: Columns) -> list[Record]:
@@ -362,7 +367,12 @@ class BatchRunner:
 
     Delivery is part of the retry path: the outputs of each plugin call are produced and
     acknowledged before the call counts. A refused output fails its records like an
-    exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch."""
+    exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch.
+
+    What the broker acknowledged is not written again while this worker runs the same
+    records: within the batch's retries and bisection (runtime/worker/execution.py), and when
+    a deferred batch comes back to this worker (``_carried``: the records it begins with are
+    the deferred batch's). A batch that goes to another worker starts from nothing."""
 
     def __init__(self, plugin: Plugin, spec: WorkerSpec, board: Board, producer: OutputProducer,
                  version: str = "unknown") -> None:
@@ -376,6 +386,8 @@ class BatchRunner:
         self.producer = producer
         self.route = OutputRoute(spec.output_topic, counted_in="status")
         self._routed: set[str] = set()  # Output(topic=...) topics seen (checked once for a loop)
+        # Per partition, the deferred batch's offsets and what it had acknowledged.
+        self._deferred: dict[tuple[str, int], tuple[list[int], Acknowledged]] = {}
 
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)
@@ -395,13 +407,16 @@ class BatchRunner:
         started = time.monotonic()
         records = records_of(frame)
         self.route.take_discarded()
+        tp = (frame.topic, frame.partition)
+        acked = self._carried(tp, records)
         try:
             if self.spec.dead_letter_topic is None:
-                return self._run_until_first_failure(records, head, started)
+                return self._run_until_first_failure(records, head, started, acked)
             outcome = run_batch(self.plugin, records, self.policy,
-                                deliver=self._deliver, phase=self.board.set_phase)
+                                deliver=self._deliver, phase=self.board.set_phase, acked=acked)
             self._dead_letter(outcome.failures)
         except BatchDeferred as d:
+            self._carry(tp, records, acked)
             self._renew_producer_if_broken()
             log.warning("batch deferred", extra={
                 "cause": d.cause, "tp": tp_label((frame.topic, frame.partition)), "reason": d.reason})
@@ -413,8 +428,37 @@ class BatchRunner:
                       dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
                       discarded=discarded)
 
+    def _carried(self, tp: tuple[str, int], records: list[Record]) -> Acknowledged:
+        """What an earlier, deferred run of these records on this worker had acknowledged: its
+        spans name positions in its batch, so they hold only if this batch begins with the
+        same records (the same batch, or one cut longer); else nothing is known."""
+        kept = self._deferred.pop(tp, None)
+        if kept is None:
+            return Acknowledged()
+        offsets, acked = kept
+        same = all(r.offset == o for r, o in zip(records, offsets, strict=False))
+        if len(records) >= len(offsets) and same:
+            return acked
+        return Acknowledged()
+
+    def _carry(self, tp: tuple[str, int], records: list[Record], acked: Acknowledged) -> None:
+        """Keep what a deferred batch had acknowledged for its next run, within
+        MAX_CARRIED_OUTPUTS (the oldest partitions' dropped first)."""
+        acked.keep()
+        if not acked.size():
+            return
+        self._deferred[tp] = ([r.offset for r in records], acked)
+        total = sum(a.size() for _, a in self._deferred.values())
+        while total > MAX_CARRIED_OUTPUTS and self._deferred:
+            old_tp = next(iter(self._deferred))
+            _, old = self._deferred.pop(old_tp)
+            total -= old.size()
+            log.warning("too many acknowledged outputs of deferred batches to keep: those of this "
+                        "partition may be written again when its batch runs",
+                        extra={"tp": tp_label(old_tp), "outputs": old.size(), "limit": MAX_CARRIED_OUTPUTS})
+
     def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int],
-                                 started: float) -> Result:
+                                 started: float, acked: Acknowledged) -> Result:
         """INVARIANT: never skip a record silently. Without a dead-letter topic the partition
         stops at its first failing record: only outputs of records before it are produced,
         the batch is not acknowledged, so nothing from it on is committed."""
@@ -425,27 +469,49 @@ class BatchRunner:
         try:
             if before:
                 self.board.set_phase(PHASE_DELIVER)
-                self._deliver(before)
+                # One delivery for the records before the first failure (positions 0..n-1):
+                # a deferred one that comes back skips what was acknowledged.
+                n = len(records) if first is None else records.index(first.record)
+                acked.deliver(0, max(n - 1, 0), before, self._deliver)
         except OutputRejected as exc:
             first = first or Failure(records[0], "OutputRejected", str(exc), "", 1)
         if first is None:
             discarded = self.route.take_discarded()
             return Result(DONE, *head, processed=len(records), outputs=len(before) - discarded,
                           discarded=discarded, busy_ms=(time.monotonic() - started) * 1000)
+        self._carry((records[0].topic, records[0].partition), records, acked)  # runs again after a fix
         return Result(BLOCKED, *head, detail=f"offset {first.record.offset}: {first.error_type}: "
                                              f"{first.message}")
 
     # -- producing -------------------------------------------------------------------
     def _deliver(self, outputs: list[Output]) -> None:
-        for out in outputs:
-            if out.topic is not None and out.topic not in self._routed:
-                self._check_route(out.topic)
-            topic = self.route.topic(out)
-            if topic is None:
-                continue
-            self.producer.produce(topic, out.value, out.key, self._with_version(out.headers),
-                                  queue_wait_s=self.spec.delivery_timeout_s)
+        """Produce ``outputs`` and wait for the broker. On failure the exception says which of
+        them were acknowledged (``acknowledged``), when the producer knows."""
+        i = 0
+        try:
+            for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
+                if out.topic is not None and out.topic not in self._routed:
+                    self._check_route(out.topic)
+                topic = self.route.topic(out)
+                if topic is None:
+                    continue
+                self.producer.produce(topic, out.value, out.key, self._with_version(out.headers),
+                                      queue_wait_s=self.spec.delivery_timeout_s)
+        except (OutputRejected, DeliveryFailed) as exc:
+            # outputs[i] was refused (or the queue stayed full) before it was queued: settle
+            # the ones queued before it, so that the retry knows what was written.
+            raise_settled(outputs[:i], exc, self._flush, self._undelivered, self.spec.output_topic)
+        try:
+            self._flush()
+        except (OutputRejected, DeliveryFailed) as exc:
+            exc.acknowledged = acknowledged(outputs, self.producer.undelivered, self.spec.output_topic)
+            raise
+
+    def _flush(self) -> None:
         self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+
+    def _undelivered(self) -> list[Any] | None:
+        return self.producer.undelivered
 
     def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
         # The common case, no headers, shares one list rather than building one per output.

@@ -50,9 +50,10 @@ class Fault:
     check: str | None = None  # extra assertions: a function name in test_fault_matrix.py
     timeout_s: float = 120.0
     signals: tuple[str, ...] = ()  # drivers "signals" and "signal_stop": what to send (HUP, ...)
-    # A batch runs again after a supervisor dies, after a delivery refused part-way, or after
-    # the broker stalls mid-delivery (a produce that timed out may still have landed): only
-    # such rows may show an output twice (at least once); every other row is exactly once.
+    # A batch runs again after a supervisor or worker dies, or after the broker stalls
+    # mid-delivery (a produce that timed out may still have landed): only such rows may show
+    # an output twice (at least once); every other row is exactly once. (A live worker that
+    # runs records again does not write again what was acknowledged: runtime/worker/acked.py.)
     redelivers: bool = False
 
 
@@ -141,10 +142,10 @@ FAULTS: list[Fault] = [
           dead={"r9": "RecordTooLarge"}, check="dead_letter_truncated"),
     Fault("output-larger-than-message-max", "records",
           "the plugin returns an output larger than `message.max.bytes`",
-          "the record is dead-lettered as `OutputRejected`; the others' outputs go out (those delivered "
-          "before the refusal once more: the batch is retried and bisected, at least once)",
+          "the record is dead-lettered as `OutputRejected`; the others' outputs go out once (those the "
+          "broker acknowledged before the refusal are not sent again by the retries and bisection)",
           values={6: "bigout=150000:r6"}, sections={"kafka": {"producer": {"message.max.bytes": 100_000}}},
-          dead={"r6": "OutputRejected"}, redelivers=True),
+          dead={"r6": "OutputRejected"}),
     # ------------------------------------------------------------------ fields off the wire
     Fault("header-name-not-utf8", "fields off the wire",
           "a record's header name is not UTF-8 (Go and C producers can write one)",
@@ -594,15 +595,15 @@ FAULTS += [
     Fault("output-routed-to-an-invalid-topic", "permanent delivery errors",
           "the plugin routes an output to a topic name Kafka refuses (`Output(topic=\"no such topic!\")`)",
           "the record is dead-lettered as `OutputRejected` (\"Broker: Invalid topic\") after its retries; "
-          "the others' outputs go out (those delivered before the refusal once more, at least once); "
+          "the others' outputs go out once (the retries do not send again what the broker acknowledged); "
           "`--until-caught-up` ends, exit 0 (it used to defer the batch for ever)",
-          values={6: "route=no such topic!:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          values={6: "route=no such topic!:r6"}, dead={"r6": "OutputRejected"},
           sections={"supervisor": {"caught_up_timeout_s": 20.0}}, log=("Invalid topic",)),
     Fault("output-routed-to-a-missing-topic", "permanent delivery errors",
           "the plugin routes an output to a topic that does not exist, and topics are not created "
           "automatically",
           "the same: dead-lettered as `OutputRejected` (\"Unknown topic or partition\"), exit 0",
-          values={6: f"route={MISSING_TOPIC}:r6"}, dead={"r6": "OutputRejected"}, redelivers=True,
+          values={6: f"route={MISSING_TOPIC}:r6"}, dead={"r6": "OutputRejected"},
           sections={"kafka": {"producer": NO_AUTO_CREATE}, "supervisor": {"caught_up_timeout_s": 20.0}}),
     Fault("output-topic-missing", "permanent delivery errors",
           "`[output] topic` does not exist, and topics are not created automatically",
@@ -611,6 +612,34 @@ FAULTS += [
           sections={"kafka": {"producer": NO_AUTO_CREATE}, "output": {"topic": MISSING_TOPIC},
                     "supervisor": {"caught_up_timeout_s": 10.0}},
           exit=9, log=("batch deferred", "did not catch up"), timeout_s=90),
+]
+
+# ------------------------------------------- acknowledged outputs not written again (issue 29)
+# A batch run again by the same live worker (retries and bisection after a failure, a refused
+# output; a deferred batch coming back) does not write again what the broker acknowledged:
+# every row here is judged exactly once (runtime/worker/acked.py). A batch handed to another
+# worker (a death, a revocation) starts from nothing: at least once, as the rows above say.
+INVALID = "no such topic!"
+FAULTS += [
+    Fault("outputs-refused-in-two-parts-of-a-batch", "acknowledged outputs",
+          "two records far apart in one batch each route an output to a topic name Kafka refuses",
+          "both dead-lettered as `OutputRejected`; every other record's output written exactly once "
+          "through the retries and the bisection that isolate them",
+          values={5: f"route={INVALID}:r5", 30: f"route={INVALID}:r30"},
+          dead={"r5": "OutputRejected", "r30": "OutputRejected"},
+          sections={"supervisor": {"caught_up_timeout_s": 30.0}}),
+    Fault("failing-and-refused-records-in-one-batch", "acknowledged outputs",
+          "one record raises and another's output is refused, in the same batch",
+          "both dead-lettered with their errors; the good records' outputs written exactly once",
+          values={5: "raise:r5", 12: f"route={INVALID}:r12"},
+          dead={"r5": "ValueError", "r12": "OutputRejected"},
+          sections={"supervisor": {"caught_up_timeout_s": 30.0}}),
+    Fault("backoff-after-part-of-a-batch-was-written", "acknowledged outputs",
+          "the plugin raises `Backoff` after part of its batch was written (a failing record bisected "
+          "the batch first)",
+          "the batch runs again on the same worker without writing again what was acknowledged: every "
+          "output exactly once, the failing record dead-lettered once",
+          values={3: "raise:r3", 30: "backoff=1:r30"}, dead={"r3": "ValueError"}),
 ]
 
 # ------------------------------------------------- more partitions than max_partitions (issue 29)

@@ -415,6 +415,7 @@ class FakeProducer:
         self._reports: list[tuple[Callable[[Any, Any], None] | None, Any]] = []
         self.fatal: str | None = None
         self.deliveries = 0
+        self.undelivered: list[Any] | None = None  # as OutputProducer: unknown
 
     @property
     def broken(self) -> bool:
