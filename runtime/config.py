@@ -204,6 +204,11 @@ class SupervisorSettings(_Section):
     log_format: Literal["text", "json"] = "text"
     shm_dir: str = "/dev/shm"
     max_partitions: int = Field(default=4096, ge=1)
+    members: int = Field(
+        default=1, ge=1, le=64, description="supervisor processes of the group that `ringmaster run` "
+        "starts on this host (each a daemon with its own consumer, rings and control socket), "
+        "splitting workers.processes and workers.max_processes between them; past one supervisor's "
+        "per-record ceiling with light work (docs/scaling.md)")
     control_socket: str | None = Field(
         default=None, description="the Unix socket `ringmaster reload`/`scale` talk to (mode 0600); "
         "default /tmp/ringmaster-<uid>/<group_id>.sock; \"\" turns it off (signals still work)")
