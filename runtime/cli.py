@@ -73,7 +73,7 @@ def main() -> None:
     """Turn a Kafka topic into CPU-bound work on every core, without losing a record."""
 
 
-_RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for code, meaning in (
+_RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" for code, meaning in (
     (0, "stopped cleanly (TERM, INT, QUIT; with --until-caught-up: caught up and committed)"),
     (1, "an internal error (a bug: the log has the traceback)"),
     (ConfigError.exit_code, "the configuration is invalid (not restarted by the systemd unit)"),
@@ -85,6 +85,7 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for 
     (KafkaUnreachable.exit_code, "the cluster did not answer within kafka.connect_timeout_s"),
     (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
     (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
+    ("128+N", "--members: a member was killed by signal N (else a member's first non-zero status)"),
 ))
 
 

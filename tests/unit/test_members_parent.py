@@ -5,13 +5,28 @@ moves, and when a member's exit stops the others and what the parent exits with.
 from __future__ import annotations
 
 import signal
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from fakes import settings
 
+from runtime.cli import main
 from runtime.errors import ConfigError
 from runtime.supervisor.members import Members, budget, exit_status, split
+from runtime.supervisor.signals import SignalQueue
+
+CONFIG = """
+[kafka]
+bootstrap_servers = "127.0.0.1:1"
+group_id = "g"
+topics = ["t"]
+[workers]
+plugin = "workers.enrich"
+processes = 1
+"""
 
 SENT_TO: list[FakeProc] = []  # every member a signal was sent to, in order
 
@@ -106,3 +121,44 @@ def test_until_caught_up_a_member_done_leaves_the_others_running_and_any_failure
     assert not m.stopping and sent(m) == [[], []]
     m.on_exit(1, 9)
     assert m.first_failure == 9
+
+
+FEWER = "workers.processes (1) is fewer than supervisor.members"
+
+
+@pytest.mark.parametrize(("args", "env", "says"), [
+    (["--members", "2"], {}, f"{FEWER} (2)"),
+    ([], {"RINGMASTER__SUPERVISOR__MEMBERS": "3"}, f"{FEWER} (3)"),
+    (["--members", "2", "--progress"], {"RINGMASTER__WORKERS__PROCESSES": "2"},
+     "--progress draws one daemon"),
+])
+def test_a_members_run_the_parent_refuses_says_one_line_exit_2_and_starts_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], env: dict[str, str],
+        says: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(CONFIG)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    started: list[Any] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(SignalQueue, "install", lambda self: self)  # the test process keeps its handlers
+    result = CliRunner().invoke(main, ["run", "-c", str(config), "--no-progress", *args]
+                                if "--progress" not in args else ["run", "-c", str(config), *args])
+    assert result.exit_code == ConfigError.exit_code, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ringmaster: error: {says}"), result.output
+    assert started == []
+
+
+def test_the_parent_counts_every_members_rings_against_shm_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.supervisor.members as members_mod
+    from runtime.supervisor.daemon import shm_needed
+
+    s = settings(processes=4)
+    need = shm_needed(s, 3) * 2  # 2 members of 2 workers, each with room for a reload's extra one
+    monkeypatch.setattr(members_mod, "free_bytes", lambda _d: need)
+    assert members_mod.shm_problem(s, [2, 2]) is None
+    monkeypatch.setattr(members_mod, "free_bytes", lambda _d: need - 1)
+    problem = members_mod.shm_problem(s, [2, 2])
+    assert problem is not None and "2 members' rings need" in problem
+    assert shm_needed(s, 3) <= need - 1, "each member alone would have fitted"
