@@ -304,6 +304,14 @@ class Settings(_Section):
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
 
+def members_problem(members: int, processes: int) -> str | None:
+    """Why ``members`` supervisors cannot share ``processes`` workers (each runs at least one)."""
+    if processes >= members:
+        return None
+    return (f"workers.processes ({processes}) is fewer than supervisor.members ({members}): each member "
+            "runs at least one worker; raise workers.processes or lower supervisor.members (--members)")
+
+
 def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None,
                   check_plugin: bool = True) -> Settings:
     """Read, override and validate; raise ConfigError/PluginError with one readable line."""
@@ -316,6 +324,9 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path, from_env)) from None
     max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
+    problem = members_problem(settings.supervisor.members, settings.workers.processes)
+    if problem is not None:  # `ringmaster check` says it too, before any member starts
+        raise ConfigError(problem)
     check_topic_loops(settings)
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket

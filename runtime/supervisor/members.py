@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.config import Settings
+from runtime.config import Settings, members_problem
 from runtime.errors import ConfigError, SharedMemoryError
 from runtime.ops.control_socket import clear_stale, control_socket_path
 from runtime.supervisor.daemon import shm_needed
@@ -74,10 +74,9 @@ def budget(settings: Settings, n: int) -> Budget:
     """The worker budget split over ``n`` members, or a ConfigError naming the keys. A member
     never gets a max below its processes: splitting a larger total never gives less."""
     w = settings.workers
-    if w.processes < n:
-        raise ConfigError(f"workers.processes ({w.processes}) is fewer than supervisor.members ({n}): "
-                          "each member runs at least one worker; raise workers.processes or lower "
-                          "--members")
+    problem = members_problem(n, w.processes)
+    if problem is not None:
+        raise ConfigError(problem)
     return Budget(split(w.processes, n), split(w.max_processes, n) if w.max_processes else [0] * n)
 
 
