@@ -129,10 +129,12 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     from runtime.supervisor.signals import SignalQueue
 
     signals = SignalQueue().install()  # before anything else: no signal finds its default action
-    settings = _load(config)
-    from runtime.supervisor.members import MEMBER_ENV
+    from runtime.supervisor.members import MEMBER_ENV, die_with_parent
 
     member_of = os.environ.get(MEMBER_ENV)
+    if member_of is not None and not die_with_parent():
+        sys.exit(0)  # the parent of `run --members` is gone already: nothing to start for
+    settings = _load(config)
     count = members if members is not None else settings.supervisor.members
     if member_of is None and count > 1:
         _run_members(settings, config, count, progress, until_caught_up, summary, summary_json, signals)

@@ -54,6 +54,7 @@ from runtime.transport.shm import free_bytes, reclaim_stale
 log = logging.getLogger("ringmaster.members")
 
 MEMBER_ENV = "RINGMASTER_MEMBER"  # set in a member's environment: its index; it starts no members
+PARENT_ENV = "RINGMASTER_MEMBER_PARENT"  # the parent's pid, to tell whether it is still there
 _POLL_S = 0.1  # the parent's only work is to notice a member's exit and forward signals
 
 
@@ -101,11 +102,16 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent() -> None:
-    """In the member, before exec: SIGTERM when the parent dies (SIGKILL, OOM), so no member
-    runs on without the process that forwards signals and judges the run (Linux only)."""
+def die_with_parent() -> bool:
+    """In a member, first thing: a SIGTERM (a graceful stop) when the parent dies (SIGKILL,
+    OOM), so no member runs on without the process that forwards signals and judges the run
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing). Done here rather than between fork and exec:
+    the parent may have librdkafka threads (the config check's clients), and a fork with
+    threads may only exec. False: the parent is already gone (the member should not start)."""
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    parent = os.environ.get(PARENT_ENV, "")
+    return not parent.isdigit() or os.getppid() == int(parent)
 
 
 class Members:
@@ -132,14 +138,14 @@ class Members:
 
     def start(self) -> None:
         for i in range(self.n):
-            env = {**os.environ, MEMBER_ENV: str(i),
+            env = {**os.environ, MEMBER_ENV: str(i), PARENT_ENV: str(os.getpid()),
                    "RINGMASTER__SUPERVISOR__MEMBERS": "1",
                    "RINGMASTER__WORKERS__PROCESSES": str(self.budget.processes[i]),
                    "RINGMASTER__WORKERS__MAX_PROCESSES": str(self.budget.max_processes[i])}
             args = list(self.args)
             if self.summary_dir is not None:
                 args += ["--summary-json", str(self.summary_dir / f"{i}.json")]
-            self.procs.append(subprocess.Popen(args, env=env, preexec_fn=_die_with_parent))
+            self.procs.append(subprocess.Popen(args, env=env))
         log.info("members started", extra={
             "members": self.n, "pids": ",".join(str(p.pid) for p in self.procs),
             "workers": ",".join(map(str, self.budget.processes))})

@@ -141,3 +141,19 @@ def test_until_caught_up_with_members_exits_0_once_every_member_caught_up(
         assert sockets(rm) == []
     finally:
         close(rm)
+
+
+def test_the_parent_killed_its_members_stop_gracefully_and_leave_nothing(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
+    cfg = daemon_config(broker, names, tmp_path, processes=2)
+    rm = Ringmaster(cfg, tmp_path, args=["--members", "2"])
+    try:
+        procs = wait_members_listening(rm, 2)
+        pids = [m.pid for m in procs] + [w.pid for m in procs for w in m.children(recursive=True)]
+        rm.kill()  # SIGKILL: the parent forwards nothing; PR_SET_PDEATHSIG stops each member
+        wait_for(lambda: not [p for p in pids if psutil.pid_exists(p)], 90, "every member and worker to go")
+        assert rm.log_tail(200).count("stop requested signal=SIGTERM") == 2, rm.log_tail(200)
+        assert_nothing_left(rm, pids)  # each member stopped gracefully: its segments and socket gone
+    finally:
+        close(rm)
