@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,6 +34,9 @@ from runtime.errors import (
     WorkerCrashLoop,
 )
 from runtime.ops.logs import configure_command_logging, configure_logging
+
+if TYPE_CHECKING:
+    from runtime.supervisor.signals import SignalQueue
 
 log = logging.getLogger("ringmaster")
 
@@ -70,7 +73,7 @@ def main() -> None:
     """Turn a Kafka topic into CPU-bound work on every core, without losing a record."""
 
 
-_RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for code, meaning in (
+_RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" for code, meaning in (
     (0, "stopped cleanly (TERM, INT, QUIT; with --until-caught-up: caught up and committed)"),
     (1, "an internal error (a bug: the log has the traceback)"),
     (ConfigError.exit_code, "the configuration is invalid (not restarted by the systemd unit)"),
@@ -82,6 +85,7 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for 
     (KafkaUnreachable.exit_code, "the cluster did not answer within kafka.connect_timeout_s"),
     (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
     (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
+    ("128+N", "--members: a member was killed by signal N (else a member's first non-zero status)"),
 ))
 
 
@@ -103,8 +107,17 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code:<3} {meaning}" for 
               help="Write the final status snapshot as JSON to this file.")
 @click.option("--expect-records", type=int, default=None, hidden=True,
               help="Total shown in the progress display.")
+@click.option("--members", type=click.IntRange(1, 64), default=None,
+              help="Supervisors of the group to run on this host (default supervisor.members, 1): "
+                   "each a daemon with its own consumer, rings, control socket and workers, sharing "
+                   "workers.processes and workers.max_processes (split evenly, at least 1 each). "
+                   "Member 0 serves admin.listen and the status file. TERM/INT/QUIT stop all, HUP and "
+                   "USR1 go to all, TTIN/TTOU move one worker on one member, round-robin. None is "
+                   "restarted: a member that exits stops the others, and the exit status is the "
+                   "first non-zero one a member had (128+N: killed by signal N); with "
+                   "--until-caught-up, 0 only when every member caught up.")
 def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool,
-        summary_json: str | None, expect_records: int | None) -> None:
+        summary_json: str | None, expect_records: int | None, members: int | None) -> None:
     """Run the supervisor daemon.
 
     Signals: TERM, INT and QUIT stop it gracefully (the batches in progress finish, what is
@@ -116,11 +129,21 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     from runtime.supervisor.signals import SignalQueue
 
     signals = SignalQueue().install()  # before anything else: no signal finds its default action
+    from runtime.supervisor.members import MEMBER_ENV, die_with_parent
+
+    member_of = os.environ.get(MEMBER_ENV)
+    if member_of is not None and not die_with_parent():
+        sys.exit(0)  # the parent of `run --members` is gone already: nothing to start for
     settings = _load(config)
+    count = members if members is not None else settings.supervisor.members
+    if member_of is None and count > 1:
+        _run_members(settings, config, count, progress, until_caught_up, summary, summary_json, signals)
+        return
     if until_caught_up:
         settings = settings.model_copy(update={"supervisor": settings.supervisor.model_copy(
             update={"stop_when_caught_up": True})})
-    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="supervisor")
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format,
+                      role="supervisor" if member_of is None else f"supervisor.{member_of}")
     from runtime.ops.progress import ProgressDisplay, summary_table
     from runtime.supervisor.daemon import run_daemon
 
@@ -136,7 +159,7 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
 
     try:
         result = run_daemon(settings, on_status=display.update if display else None, reread=reread,
-                            signals=signals)
+                            signals=signals, member=None if member_of is None else int(member_of))
     except Exception:
         # A bug, not a condition the user caused: the traceback goes to the log, one line here.
         log.critical("internal error", exc_info=True)
@@ -158,6 +181,24 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     if summary_json and final is not None:
         Path(summary_json).write_text(json.dumps(final.to_dict(), indent=2))
     _exit(result.exit_code, result.consumer_abandoned)
+
+
+def _run_members(settings: Settings, config: str, count: int, progress: bool | None,
+                 until_caught_up: bool, summary: bool, summary_json: str | None,
+                 signals: SignalQueue) -> None:
+    """``run --members N``: the parent of N daemons (runtime/supervisor/members.py)."""
+    from runtime.supervisor.members import run_members
+
+    if progress:
+        _fail(ConfigError("--progress draws one daemon: with --members, watch the group with "
+                          "`ringmaster top` or `ringmaster status`"))
+    configure_logging(settings.supervisor.log_level, settings.supervisor.log_format, role="members")
+    try:
+        code = run_members(settings, config, count, until_caught_up, summary, summary_json, signals)
+    except RingmasterError as exc:
+        _fail(exc)
+        return
+    sys.exit(code)
 
 
 def _exit(code: int, consumer_abandoned: bool) -> None:

@@ -207,6 +207,11 @@ class SupervisorSettings(_Section):
     log_format: Literal["text", "json"] = "text"
     shm_dir: str = "/dev/shm"
     max_partitions: int = Field(default=4096, ge=1)
+    members: int = Field(
+        default=1, ge=1, le=64, description="supervisor processes of the group that `ringmaster run` "
+        "starts on this host (each a daemon with its own consumer, rings and control socket), "
+        "splitting workers.processes and workers.max_processes between them; past one supervisor's "
+        "per-record ceiling with light work (docs/scaling.md)")
     control_socket: str | None = Field(
         default=None, description="the Unix socket `ringmaster reload`/`scale` talk to (mode 0600); "
         "default /tmp/ringmaster-<uid>/<group_id>.sock; \"\" turns it off (signals still work)")
@@ -302,6 +307,14 @@ class Settings(_Section):
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
 
+def members_problem(members: int, processes: int) -> str | None:
+    """Why ``members`` supervisors cannot share ``processes`` workers (each runs at least one)."""
+    if processes >= members:
+        return None
+    return (f"workers.processes ({processes}) is fewer than supervisor.members ({members}): each member "
+            "runs at least one worker; raise workers.processes or lower supervisor.members (--members)")
+
+
 def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None,
                   check_plugin: bool = True) -> Settings:
     """Read, override and validate; raise ConfigError/PluginError with one readable line."""
@@ -314,6 +327,9 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path, from_env)) from None
     max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
+    problem = members_problem(settings.supervisor.members, settings.workers.processes)
+    if problem is not None:  # `ringmaster check` says it too, before any member starts
+        raise ConfigError(problem)
     check_topic_loops(settings)
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket

@@ -651,6 +651,11 @@ def main() -> int:
     ap.add_argument("--admin-load", action="store_true",
                     help="trivial work with and without 4 clients polling /status and /metrics every 100 ms "
                          "(docs/admin_load.md)")
+    ap.add_argument("--members", action="store_true",
+                    help="light work: 1 supervisor x N workers against N supervisors x 1 worker "
+                         "(run --members N), interleaved; use --records 300000 (docs/scaling.md)")
+    ap.add_argument("--members-n", type=int, default=2, help="--members: N")
+    ap.add_argument("--members-work-us", type=float, default=10.0, help="--members: µs of work per record")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
@@ -658,6 +663,10 @@ def main() -> int:
         from benchkit.sim.report import simulate
 
         return simulate(args, console)
+    if args.members:
+        from benchkit import members
+
+        return members.compare(args, sys.modules[__name__])
     if args.scale:
         from benchkit import scale
 

@@ -176,7 +176,11 @@ class ControlServer:
     """The daemon's end. ``poll()`` never blocks: it accepts what is waiting, reads what has
     arrived, and returns the requests that are complete."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic, *,
+                 beside: bool = False) -> None:
+        """``beside``: take the pid-named sibling even if ``path`` is free (a member of
+        ``ringmaster run --members`` other than the first: the first takes ``path``, whichever
+        of them starts listening first)."""
         self.path = path
         self._clock = clock
         self._reading: list[_Reading] = []
@@ -186,7 +190,7 @@ class ControlServer:
             raise ConfigError(f"supervisor.control_socket: directory {str(path.parent)!r} does not exist")
         with _dir_locked(path.parent):
             _clear_stale_siblings(path)
-            if _in_use(path):
+            if beside or _in_use(path):
                 path = self.path = sibling(path, os.getpid())
                 if len(os.fsencode(str(path))) >= _SUN_PATH_MAX:
                     raise ConfigError(f"supervisor.control_socket: {str(path)!r} is too long for a socket "
@@ -328,6 +332,18 @@ def _dir_locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def clear_stale(base: Path) -> None:
+    """Remove the sockets of this group's daemons at ``base`` and beside it whose daemon is
+    gone (``ringmaster run --members``, once its members have exited: a killed one leaves its
+    socket). A live daemon's socket is left alone."""
+    if not base.parent.is_dir():
+        return
+    with _dir_locked(base.parent):
+        _clear_stale_siblings(base)
+        with contextlib.suppress(ConfigError):
+            _in_use(base)
 
 
 def _clear_stale_siblings(base: Path) -> None:

@@ -210,6 +210,9 @@ class StatusSnapshot:
     # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
     # (runtime/supervisor/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
     over_capacity: list[dict[str, Any]] = field(default_factory=list)
+    # Wall clock when the snapshot was taken: the end of window_s, so that the windows of
+    # several daemons (run --members) can be laid on one time line.
+    taken_at: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

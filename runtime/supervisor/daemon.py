@@ -101,7 +101,7 @@ def check_plugin_starts(settings: Settings) -> ProbeOutcome:
 def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] | None = None,
                on_started: Callable[[Supervisor], None] | None = None,
                reread: Callable[[], Settings] | None = None,
-               signals: SignalQueue | None = None) -> RunResult:
+               signals: SignalQueue | None = None, member: int | None = None) -> RunResult:
     """Everything ``ringmaster run`` does: own the resources (shared memory, workers, the
     consumer, the control socket), run the supervisor, and release every resource on every
     exit path (invariant 7). Errors the user must act on come back in RunResult, not as
@@ -110,7 +110,12 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
 
     ``signals``: the queue ``ringmaster run`` installed at its start; else one is installed
     here, before any resource exists, so no signal of signals.py ends the process with
-    shared memory left behind (the loop acts on what arrived once it runs)."""
+    shared memory left behind (the loop acts on what arrived once it runs).
+
+    ``member``: this daemon's index among the members ``ringmaster run --members`` started
+    (runtime/supervisor/members.py). Member 0 is the one a lone daemon would be: the config's
+    control socket, admin endpoint and status file; the others serve a pid-named control
+    socket only, whichever of them gets there first."""
     signals = (signals or SignalQueue()).install()
     sup = settings.supervisor
     segments: SegmentSet | None = None
@@ -140,15 +145,22 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         socket_path = control_socket_path(settings)
         admin_listen = settings.admin.listen
         if socket_path is not None:  # unusable: an error, before anything else
-            control = ControlServer(socket_path)
+            control = ControlServer(socket_path, beside=bool(member))
             if control.path != socket_path:
                 # Another daemon of this group, from this config, runs on this host and holds
                 # the config's own socket, admin endpoint and status file: this one answers on
                 # its pid-named socket (ringmaster status/reload/scale reach both).
                 admin_listen, status_file = None, StatusFile(None)
-                log.warning("another daemon of this group runs on this host: this one serves its own "
-                            "control socket only (no admin endpoint, no status file)",
-                            extra={"control_socket": str(control.path), "first": str(socket_path)})
+                if member:
+                    log.info("member of ringmaster run --members: this one serves its own control socket "
+                             "only (member 0 has the admin endpoint and the status file)",
+                             extra={"member": member, "control_socket": str(control.path)})
+                else:
+                    log.warning("another daemon of this group runs on this host: this one serves its own "
+                                "control socket only (no admin endpoint, no status file)",
+                                extra={"control_socket": str(control.path), "first": str(socket_path)})
+        if member and socket_path is None:  # no control socket: still only member 0 serves these
+            admin_listen, status_file = None, StatusFile(None)
         reclaim_stale(sup.shm_dir)  # again: a run that died while we waited for the cluster
         w = settings.workers
         _warn_if_no_room_to_grow(settings)

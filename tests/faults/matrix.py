@@ -375,6 +375,20 @@ FAULTS: list[Fault] = [
           "its workers die with it; the next start reclaims its shared memory",
           driver="supervisor_sigkill", workers={"start_method": "spawn", "processes": 2},
           check="reclaimed_by_next_start", redelivers=True),  # the next start reads from the last commit
+    # ------------------------------------------------------------------ several members from one command
+    # (issue 24.3: `run --members N`; the real-process scenarios are tests/integration/test_members.py)
+    Fault("members-batch-with-failures", "deployment",
+          "a batch run of two members (`supervisor.members = 2`) meets a crashing and a raising record",
+          "each member isolates its own: both dead-lettered, every other record output and committed, exit 0 "
+          "once both members caught up",
+          env={"RINGMASTER__SUPERVISOR__MEMBERS": "2"}, values={7: "crash:r7", 30: "raise:r30"}, n=60,
+          partitions=4, workers={"processes": 2},
+          dead={"r7": "WorkerCrashed", "r30": "ValueError"}),
+    Fault("members-too-few-workers", "deployment",
+          "`supervisor.members` is more than `workers.processes`",
+          "exit 2 before any member starts, one line naming both keys (`ringmaster check` says it too)",
+          sections={"supervisor": {"members": 3}}, workers={"processes": 2}, exit=2,
+          log=("is fewer than supervisor.members",), check="refused_before_kafka"),
     Fault("status-dir-missing", "deployment",
           "the status file's directory does not exist, or disappears while running",
           "created at start; a failed write later is a warning, never a crash",
