@@ -6,6 +6,7 @@ config's status file and admin endpoint (runtime/ops/control_socket.py)."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,23 @@ def test_the_same_config_twice_on_one_host_just_works_and_commands_reach_both(
         assert got == set(ids)
         assert first.proc.poll() is None and second.proc.poll() is None, "both run"
 
-        r = first.command("reload", "--timeout", "100")
+        # A reload's canary must finish a real batch before the old workers go (an idle reload
+        # proves only that the code imports): records keep coming while both daemons reload.
+        stop = threading.Event()
+
+        def trickle() -> None:
+            n = 0
+            while not stop.wait(0.2) and n < 2000:
+                produce(broker.bootstrap, names["in"], [f"t{n + i}" for i in range(4)], 4)
+                n += 4
+
+        feeder = threading.Thread(target=trickle, daemon=True)
+        feeder.start()
+        try:
+            r = first.command("reload", "--timeout", "100")
+        finally:
+            stop.set()
+            feeder.join()
         assert r.returncode == 0, (r.stdout, r.stderr)
         lines = r.stdout.strip().splitlines()
         second_sock = SOCK_DIR / f"{names['group']}.{second.proc.pid}.sock"
