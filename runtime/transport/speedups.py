@@ -29,7 +29,17 @@ def _load() -> tuple[ModuleType | None, str]:
         from runtime.transport import _speedups
     except ImportError as exc:
         return None, f"not built ({exc}); reinstall with a C compiler and Python headers"
+    # An extension built from an older _speedups.c (an editable install not rebuilt after a
+    # pull) lacks what this code calls: Python everywhere, said as such, not an AttributeError.
+    missing = [name for name in _REQUIRED if not hasattr(_speedups, name)]
+    if missing:
+        return None, (f"built from an older source (no {', '.join(missing)}); reinstall to rebuild "
+                      "the C speedups")
     return _speedups, "built"
+
+
+# What the C module of this source defines (runtime/transport/_speedups.c's method table).
+_REQUIRED = ("bind", "pack_frame", "build_records", "copy_records", "load_acquire", "store_release")
 
 
 native, native_status = _load()

@@ -90,7 +90,7 @@ def test_a_static_member_restarted_within_the_session_timeout_keeps_its_partitio
         wait_for(lambda: held(a) and held(b) and held(a) | held(b) == set(range(PARTITIONS)), 90,
                  "the partitions shared")
         before = (held(a), held(b))
-        b_rebalances = (b.status() or {})["rebalances"]
+        b_rebalances, b_revoked = (b.status() or {})["rebalances"], len((b.status() or {})["revocations"])
         assert a.terminate() == 0
         a2 = Ringmaster(members["a"][0], tmp_path, "a2")
         members["a2"] = (members["a"][0], a2)
@@ -100,7 +100,12 @@ def test_a_static_member_restarted_within_the_session_timeout_keeps_its_partitio
         wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], PARTITIONS) == counts, 60,
                  "every offset committed", interval_s=0.3)
         st = b.status() or {}
-        assert st["rebalances"] == b_rebalances, "the other member saw a rebalance"
+        assert len(st["revocations"]) == b_revoked, "the other member gave up partitions"
+        if protocol == "consumer":
+            assert st["rebalances"] == b_rebalances, "the other member saw a rebalance"
+        # Classic protocol: when the restarted static member was the group's leader, the
+        # coordinator runs the assignment again (the leader's subscription may have changed);
+        # nothing moves, so the other member sees an empty incremental callback, no revocation.
         assert held(b) == before[1]
         for rm in (a2, b):
             assert rm.terminate() == 0

@@ -136,3 +136,21 @@ def test_python_records_match_the_contract() -> None:
     (r,) = _records_py("t", 1, frame.columns)
     assert isinstance(r, Record) and (r.offset, r.key, r.value, r.headers, r.timestamp) == \
         (7, None, b"x", [("h", None)], (1, 5))
+
+
+def test_an_extension_built_from_older_source_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An editable install not rebuilt after a pull: its module lacks functions this code calls.
+    Python is used, and the status says why (it used to fail later with an AttributeError)."""
+    import types
+
+    stale = types.ModuleType("runtime.transport._speedups")
+    for name in ("bind", "pack_frame", "build_records"):
+        setattr(stale, name, lambda *a: None)
+    import runtime.transport
+
+    monkeypatch.setitem(sys.modules, "runtime.transport._speedups", stale)
+    monkeypatch.setattr(runtime.transport, "_speedups", stale, raising=False)
+    monkeypatch.delenv("RINGMASTER_NO_SPEEDUPS", raising=False)
+    native, status = speedups._load()
+    assert native is None
+    assert "older source" in status and "load_acquire" in status and "copy_records" in status
