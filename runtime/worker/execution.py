@@ -192,9 +192,10 @@ def _same_copies(a: list[Record], b: list[Record]) -> bool:
     return len(a) == len(b) and all(fields(x) == fields(y) for x, y in zip(a, b, strict=True))
 
 
-# getattr: an extension built from an older _speedups.c has no copy_records (Python then).
+# speedups.native is None when the extension is absent or built from older source (speedups._load).
 COPY_RECORDS: speedups.HotPath[list[Record]] = speedups.HotPath(
-    "copy_records", getattr(speedups.native, "copy_records", None), _copy_records_py, _same_copies)
+    "copy_records", speedups.native.copy_records if speedups.native is not None else None,
+    _copy_records_py, _same_copies)
 
 
 def copy_records(records: list[Record]) -> list[Record]:
