@@ -28,6 +28,7 @@ from helpers import (  # noqa: E402
     is_broker_process,
     new_broker,
     shm_segments,
+    sweep_dead_sessions,
     topic_names,
 )
 from proxy import Proxy  # noqa: E402
@@ -55,7 +56,9 @@ _KNOWN_SHM: set[str] = set()
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The baseline of no_leftovers, taken before any fixture: session fixtures (the fault
-    matrix, chaos) run their daemons before the first test's own snapshot would be taken."""
+    matrix, chaos) run their daemons before the first test's own snapshot would be taken.
+    What sessions killed before their end left behind goes first."""
+    sweep_dead_sessions()
     _KNOWN_SHM.update(shm_segments())
 
 

@@ -394,6 +394,20 @@ SOCK_DIR = Path(tempfile.gettempdir()) / f"rmsock-{os.getpid()}"
 SOCK_DIR.mkdir(mode=0o700, exist_ok=True)
 
 
+def sweep_dead_sessions() -> list[str]:
+    """Remove the segment and socket directories of test sessions that no longer run: a
+    session killed before its end (SIGKILL, a CI timeout) cannot remove its own, and its
+    segments would otherwise stay in /dev/shm until reboot. What was removed."""
+    removed = []
+    for base, prefix in ((SHM_DIR.parent, "rmtest-"), (SOCK_DIR.parent, "rmsock-")):
+        for d in base.glob(f"{prefix}*"):
+            pid = d.name.removeprefix(prefix)
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(str(d))
+    return removed
+
+
 def shm_segments(directory: Path = SHM_DIR, pid: int | None = None) -> list[str]:
     """The segments in a directory (the session's by default), or those of one supervisor."""
     return sorted(p.name for p in directory.glob("ringmaster-*" if pid is None else f"ringmaster-{pid}-*"))

@@ -28,3 +28,20 @@ def test_reclaim_only_segments_of_dead_supervisors(tmp_path: Path) -> None:
     assert len(reclaimed) == 1
     assert [p.name for p in tmp_path.iterdir()] == [f"{mine.prefix}w0"]
     mine.unlink_all()
+
+
+def test_a_killed_test_session_leaves_nothing_for_the_next() -> None:
+    """The test sessions' own directories (tests/helpers.py): one whose session died is
+    removed by the next; a live session's, this one's, stays."""
+    from helpers import SHM_DIR, SOCK_DIR, sweep_dead_sessions
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    left = [SHM_DIR.parent / f"rmtest-{dead}", SOCK_DIR.parent / f"rmsock-{dead}"]
+    for d in left:
+        d.mkdir()
+        (d / "ringmaster-1-w0").write_bytes(b"x")
+    removed = sweep_dead_sessions()
+    assert {str(d) for d in left} <= set(removed)
+    assert not any(d.exists() for d in left)
+    assert SHM_DIR.is_dir() and SOCK_DIR.is_dir()
