@@ -121,7 +121,7 @@ class Supervisor(Generic[H]):
                                  self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
                                  self.operator, self.rollout, dead_letters, clock)
         self.dead_letters = dead_letters
-        self.signals = SignalHandlers(signals or SignalQueue(), settings, lambda: self.latest_status,
+        self.signals = SignalHandlers(signals or SignalQueue(), lambda: self.latest_status,
                                       self.commands.on_signal)
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero

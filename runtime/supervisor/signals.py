@@ -28,7 +28,6 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from runtime.config import Settings
 from runtime.ops.status import StatusSnapshot
 
 log = logging.getLogger("ringmaster.supervisor")
@@ -78,11 +77,10 @@ class SignalHandlers:
     the loop's steps (never inside a handler). Reload (HUP) and resize (TTIN, TTOU) go to
     ``live`` (commands.py: queued with the control socket's requests, one at a time)."""
 
-    def __init__(self, signals: SignalQueue, settings: Settings,
+    def __init__(self, signals: SignalQueue,
                  status: Callable[[], StatusSnapshot | None],
                  live: Callable[[signal.Signals], None]) -> None:
         self.queue = signals
-        self.settings = settings
         self.status = status
         self.live = live
         self.stop_requested: str | None = None  # the signal that asked for a stop

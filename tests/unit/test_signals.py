@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import settings
 from test_admin_metrics import snapshot
 
 from runtime.supervisor.signals import HANDLED, SignalHandlers, SignalQueue
@@ -30,7 +29,7 @@ def handlers() -> Iterator[SignalHandlers]:
     saved = {sig: signal.getsignal(sig) for sig in (*HANDLED, signal.SIGPIPE)}
     LIVE.clear()
     try:
-        yield SignalHandlers(SignalQueue().install(), settings(processes=3), snapshot, LIVE.append)
+        yield SignalHandlers(SignalQueue().install(), snapshot, LIVE.append)
     finally:
         for sig, old in saved.items():
             signal.signal(sig, old)
