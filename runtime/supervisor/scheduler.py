@@ -63,6 +63,9 @@ from runtime.tp import TP
 
 log = logging.getLogger("ringmaster.scheduler")
 
+# Batches queued in a ring behind the one running: a worker that finishes one starts the next
+# without waiting for the supervisor (CPython's ProcessPoolExecutor names it EXTRA_QUEUED_CALLS).
+_EXTRA_QUEUED = 1
 _AHEAD_S = 0.02  # queued work a worker may have beyond one queued batch (see module docstring)
 _COST_WEIGHT = 0.2  # moving average of a worker's µs per record
 _INF = float("inf")
@@ -334,8 +337,7 @@ class Scheduler:
     def _room(self, w: int) -> bool:
         if not self.accepting(w):
             return False
-        out = len(self._out[w])
-        if out < 2:
+        if len(self._out[w]) <= _EXTRA_QUEUED:
             return True  # one running, one queued: the worker never waits for us
         if not self._cost_us[w]:
             return False  # nothing learnt yet: no more than that
@@ -352,8 +354,8 @@ class Scheduler:
 
     def _hungry(self) -> set[int]:
         """Workers with room and next to nothing to do."""
-        return {w for w in range(len(self.handles))
-                if len(self._out[w]) < 2 and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
+        return {w for w in range(len(self.handles)) if len(self._out[w]) <= _EXTRA_QUEUED
+                and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
 
     def _sent(self, w: int, lane: Lane, b: Batch) -> None:
         self._probe.discard(w)
