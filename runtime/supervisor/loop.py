@@ -67,7 +67,7 @@ from runtime.transport.packing import PACK
 
 log = logging.getLogger("ringmaster.supervisor")
 
-_GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
+_GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see _quiet_gc())
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
 # ... while batches wait for their lanes' busy workers and another worker has next to nothing
 # to do: the records a fetch may bring are work for it, and the client's wait cannot be woken
@@ -177,15 +177,7 @@ class Supervisor(Generic[H]):
         self.operator.load()
         self.consumer.subscribe(self.s.kafka.topics, self.rebalance.on_assign, self.rebalance.on_revoke,
                                 self.rebalance.on_lost)
-        # Every fetched record is a Message the cyclic GC tracks. With the default
-        # threshold (700 net allocations) a collection runs inside nearly every consume()
-        # and walks thousands of live Messages: 1,139 collections and 100-130 ns per
-        # record on trivial work. Messages die once packed, so net allocations stay far
-        # below _GC_THRESHOLD and young collections all but stop; garbage cycles (rare
-        # here) are still collected once that many objects pile up. Freezing what
-        # start-up built (modules, config, clients) keeps full collections short.
-        gc.freeze()
-        gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+        _quiet_gc()
         self.notifier.notify("READY=1", f"STATUS=consuming {', '.join(self.s.kafka.topics)}")
         log.info("supervisor started", extra={
             "group": self.s.kafka.group_id, "topics": ",".join(self.s.kafka.topics),
@@ -301,12 +293,7 @@ class Supervisor(Generic[H]):
         self.consumer.stop()
         self.commands.close("the daemon is stopping")
         self.flow.pause_all()
-        if self.dead_letters is not None:
-            # Dead letters on their way: a short wait lets their records be committed now.
-            until = min(deadline, self.clock() + 2.0)
-            while self.dead_letters.pending() and self.clock() < until:
-                self.results.deliver_dead_letters()
-                self.sleep(0.02)
+        self.results.settle_dead_letters(min(deadline, self.clock() + 2.0), self.sleep)
         held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
         self.rebalance.release(list(self.partitions) + over, commit=True)  # over capacity: no slot taken
         self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)
@@ -317,11 +304,17 @@ class Supervisor(Generic[H]):
         # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
         # end the process within shutdown_timeout_s whatever the group is doing.
         self.consumer.close(max(1.0, deadline - self.clock()))
-        self.workforce.stop_all(max(1.0, deadline - self.clock()), drain=self._drain_all_quietly)
+        self.workforce.stop_all(max(1.0, deadline - self.clock()))
         restarts = sum(life.restarts for life in self.workforce.lives)
         log.info("supervisor stopped", extra={"records": self.results.totals.records, "restarts": restarts})
 
-    def _drain_all_quietly(self) -> None:
-        for h in self.pool.handles:
-            if h.results is not None:
-                h.results.read()
+
+def _quiet_gc() -> None:
+    """Every fetched record is a Message the cyclic GC tracks. With the default threshold (700
+    net allocations) a collection runs inside nearly every consume() and walks thousands of
+    live Messages: 1,139 collections and 100-130 ns per record on trivial work. Messages die
+    once packed, so net allocations stay far below _GC_THRESHOLD and young collections all but
+    stop; garbage cycles (rare here) are still collected once that many objects pile up.
+    Freezing what start-up built (modules, config, clients) keeps full collections short."""
+    gc.freeze()
+    gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])

@@ -510,9 +510,9 @@ class Workforce(Generic[S]):
         life.state, life.restart_at = State.RESTARTING, self.clock() + wait
 
     # ------------------------------------------------------------------ stop
-    def stop_all(self, timeout_s: float, drain: Callable[[], None]) -> None:
+    def stop_all(self, timeout_s: float) -> None:
         self.stopping = True
-        self.pool.stop_all(timeout_s, drain)
+        self.pool.stop_all(timeout_s)
         for life in self.lives:
             if life.state is not State.SPARE:
                 life.state = State.STOPPED

@@ -473,7 +473,7 @@ def test_a_worker_being_killed_accepts_nothing(clock: Clock) -> None:
 def test_after_stop_all_the_dead_are_not_restarted(clock: Clock) -> None:
     r = rig(clock)
     r.ready()
-    r.wf.stop_all(1.0, lambda: None)
+    r.wf.stop_all(1.0)
     deaths = r.at(1.0)
     assert len(deaths) == 1
     r.at(100.0)
