@@ -225,8 +225,16 @@ class Supervisor(Generic[H]):
             self.sleep(timeout_s)
 
     def manage_workers(self) -> None:
-        for death in self.workforce.manage(drain=self.results.drain):
+        """A dead worker's last results are read before it is reaped (acknowledgements sent
+        before death count); the STOP frames the workforce wants are the scheduler's to write."""
+        dead = self.workforce.dead()
+        for h in dead:
+            self.results.drain(h)
+        for death in self.workforce.manage(dead):
             self.results.redeliver(death)
+        for i in self.workforce.stops_due():
+            if self.scheduler.write_stop(i):
+                self.workforce.stop_written(i)
         if self.workforce.fatal is not None:
             raise self.workforce.fatal
 

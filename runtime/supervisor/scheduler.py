@@ -60,6 +60,7 @@ from typing import Protocol
 from runtime.supervisor.partitions import Batch, Bucket
 from runtime.supervisor.seams import Bell, SlotRing
 from runtime.tp import TP
+from runtime.transport.frames import STOP_FRAME
 
 log = logging.getLogger("ringmaster.scheduler")
 
@@ -407,6 +408,18 @@ class Scheduler:
                 lane.worker = None
                 self._lanes_on[w] -= 1
                 self._bound.pop(lane.key, None)
+
+    def write_stop(self, w: int) -> bool:
+        """A STOP frame behind the batches in worker w's ring (the workforce's stops_due: a
+        recycle or a retirement): the worker finishes them, then exits. False when the ring has
+        no room for it now: asked again next tick, and nothing else is written there meanwhile
+        (the workforce no longer accepts the worker)."""
+        h = self.handles[w]
+        if not h.ring.try_write(STOP_FRAME):
+            return False
+        if h.bell is not None:
+            h.bell.ring()
+        return True
 
     def new_worker(self, w: int, generation: int, probe: bool = False) -> None:
         """Slot w gets a worker running plugin generation ``generation``: nothing learnt of it
