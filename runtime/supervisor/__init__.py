@@ -21,7 +21,7 @@ on that same thread; the admin server reads published snapshots from its own thr
     commits.py         room: offsets to the group
     deadletter_desk.py room: dead letters the supervisor writes itself (asynchronous, acked)
     isolation.py       what becomes of a batch that crashed its worker (pure)
-    partitions.py      per-partition state, the pause rule, the in-flight table
+    partitions.py      what is held per partition, in parts with one writer each; the Batch
     offsets.py         completion tracking → committable offset (the one rule)
     pool.py            the only module that starts processes
     seams.py           what the rooms call on the consumer, the pool and its handles (Protocols
