@@ -5,7 +5,7 @@ on that same thread; the admin server reads published snapshots from its own thr
 
     loop.py            the Supervisor: the loop that tells the story, delegating to rooms
     daemon.py          ``run_daemon``: owns shared memory, workers, the consumer; releases them
-    signals.py         what each signal means; handlers only enqueue, the loop acts
+    signals.py         what each signal asks for (an intent the loop hands on); handlers only enqueue
     intake.py          room: fetch, cut each partition's run into batches (per lane)
     scheduler.py       room: which worker runs each batch; the only writer of rings
     results.py         room: what workers report, redelivery of a dead worker's batches, dead letters

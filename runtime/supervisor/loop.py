@@ -60,7 +60,7 @@ from runtime.supervisor.results import Results
 from runtime.supervisor.rollout import Rollout
 from runtime.supervisor.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer, H, LoopPool
-from runtime.supervisor.signals import SignalHandlers, SignalQueue
+from runtime.supervisor.signals import Intent, SignalHandlers, SignalQueue, log_status
 from runtime.supervisor.workforce import Workforce
 from runtime.transport.board import EpochTable
 from runtime.transport.packing import PACK
@@ -121,8 +121,7 @@ class Supervisor(Generic[H]):
                                  self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
                                  self.operator, self.rollout, dead_letters, clock)
         self.dead_letters = dead_letters
-        self.signals = SignalHandlers(signals or SignalQueue(), lambda: self.latest_status,
-                                      self.commands.on_signal)
+        self.signals = SignalHandlers(signals or SignalQueue())
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
         self.stop_reason = "stopped"  # why, for the final status: a signal, caught up
@@ -186,9 +185,14 @@ class Supervisor(Generic[H]):
             "frame_packer": "C" if PACK.in_c else f"Python ({PACK.why_python})"})
 
     def handle_signals(self) -> None:
-        if self.signals.dispatch():  # one handle_<signal> each (signals.py)
-            self.stop_reason = f"{self.signals.stop_requested} received"
-            self.stopping = True
+        """What the signals that arrived ask for (signals.py), each handed to the room that does it."""
+        for asked in self.signals.dispatch():
+            if asked.intent is Intent.STOP:
+                self.stop_reason, self.stopping = f"{self.signals.stop_requested} received", True
+            elif asked.intent is Intent.LOG_STATUS:
+                log_status(self.latest_status)
+            else:
+                self.commands.on_signal(asked)
 
     # ------------------------------------------------------------------ steps
     def fetch(self) -> None:
