@@ -100,7 +100,7 @@ class Supervisor(Generic[H]):
         # Key lanes per partition: fixed for the run (a key keeps its lane across resizes).
         self.intake = Intake(settings, consumer, self.partitions, w.process_limit, ring.capacity,
                              ring.max_frame, ids, clock)
-        self.flow = FlowControl(settings, consumer, self.partitions, self.intake, self.scheduler,
+        self.flow = FlowControl(w, consumer, self.partitions, self.intake, self.scheduler,
                                 ring.capacity, clock)
         self.assignment = Assignment(settings, consumer, self.partitions, SlotTable(epochs), self.intake,
                                      self.scheduler, self.flow, clock)
@@ -112,11 +112,12 @@ class Supervisor(Generic[H]):
         self.commits = Committer(consumer, self.partitions, sup.commit_interval_ms / 1000, clock,
                                  sync_timeout_s=sup.revoke_timeout_s)
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
-        self.caught_up = CaughtUp(settings, consumer, self.partitions, self.intake, self.assignment,
+        self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
                                   self.workforce, lambda: self.rebalance.rebalances, clock)
-        self.rebalance = Rebalance(settings, self.assignment, self.flow, self.operator, self.results,
-                                   self.commits, self.caught_up, self.scheduler, self.workforce, pool.handles,
-                                   dead_letters, clock, metrics.observe_revocation if metrics else None)
+        self.rebalance = Rebalance(sup.revoke_timeout_s, self.assignment, self.flow, self.operator,
+                                   self.results, self.commits, self.caught_up, self.scheduler, self.workforce,
+                                   pool.handles, dead_letters, clock,
+                                   metrics.observe_revocation if metrics else None)
         self.reporter = Reporter(settings, consumer, self.partitions, pool.handles, self.intake,
                                  self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
                                  self.operator, self.rollout, dead_letters, clock)
