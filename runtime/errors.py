@@ -162,10 +162,6 @@ class FrameError(RingmasterError):
     """A frame on a ring or a result pipe could not be decoded."""
 
 
-class RingFull(RingmasterError):
-    """Backpressure: the ring has no room for this frame now (not a failure)."""
-
-
 class FrameTooLarge(RingmasterError):
     """A single frame can never fit in the ring, whatever the reader does."""
 

@@ -4,6 +4,7 @@ every exit path. Runs in: the CLI."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -91,11 +92,11 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
         bounds = partition_bounds(topic, props, BOUNDS_TIMEOUT_S)
     except KafkaError as exc:
         raise KafkaError(f"cannot read the dead-letter topic ([dead_letter] topic): {exc}") from None
-    consumer = GroupConsumer(props)
-    fetcher: RecordFetcher | None = None
-    action: Action | None = None
-    plugin: Plugin | None = None
-    try:
+    # Released on every exit path, the last taken first: the refetcher, the action (its
+    # producer), the plugin (teardown), and the group left last.
+    with contextlib.ExitStack() as release:
+        consumer = GroupConsumer(props)
+        release.callback(_leave, consumer, result)
         cursor = consumer.committed([(topic, p) for p in bounds], timeout_s=BOUNDS_TIMEOUT_S)
         to_do = set()
         for p, (first, end) in bounds.items():
@@ -114,10 +115,12 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
         # The plugin's Backoff waits through the engine (which keeps the group served while
         # it waits); the engine is made after its action, hence this late binding.
         engine_wait: list[Callable[[float], bool]] = []
+        action: Action
         if options.dry_run:
             action = Count()
         elif options.through_plugin:
             plugin = _start_plugin(settings)
+            release.callback(_teardown, plugin)
             dl = settings.dead_letter
             action = ThroughPlugin(
                 plugin, RetryPolicy(dl.max_attempts, dl.retry_backoff_s, dl.retry_backoff_max_s),
@@ -130,7 +133,9 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
         else:
             action = ToSource(OutputProducer(producer_properties(settings)),
                               settings.output.delivery_timeout_s)
+        release.callback(action.close)
         fetcher = RecordFetcher(props)
+        release.callback(fetcher.close)
         engine = Redrive(
             consumer, action, selection, summary, {p: end for p, (_, end) in bounds.items()}, clock, stopper,
             bucket=None if options.rate is None or options.dry_run else TokenBucket(options.rate, clock),
@@ -150,18 +155,18 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
         if isinstance(action, ThroughPlugin):
             summary.outputs, summary.discarded = action.outputs, action.discarded
         return result
-    finally:
-        if fetcher is not None:
-            fetcher.close()
-        abandoned = not consumer.close(5.0)
-        if action is not None:
-            action.close()
-        if plugin is not None and plugin.teardown is not None:
-            try:
-                plugin.teardown()
-            except Exception:
-                log.exception("plugin teardown failed")
-        result.consumer_abandoned = abandoned
+
+
+def _leave(consumer: GroupConsumer, result: RedriveResult) -> None:
+    result.consumer_abandoned = not consumer.close(5.0)
+
+
+def _teardown(plugin: Plugin) -> None:
+    if plugin.teardown is not None:
+        try:
+            plugin.teardown()
+        except Exception:
+            log.exception("plugin teardown failed")
 
 
 def _start_plugin(settings: Settings) -> Plugin:

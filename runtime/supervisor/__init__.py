@@ -5,7 +5,7 @@ on that same thread; the admin server reads published snapshots from its own thr
 
     loop.py            the Supervisor: the loop that tells the story, delegating to rooms
     daemon.py          ``run_daemon``: owns shared memory, workers, the consumer; releases them
-    signals.py         what each signal means; handlers only enqueue, the loop acts
+    signals.py         what each signal asks for (an intent the loop hands on); handlers only enqueue
     intake.py          room: fetch, cut each partition's run into batches (per lane)
     scheduler.py       room: which worker runs each batch; the only writer of rings
     results.py         room: what workers report, redelivery of a dead worker's batches, dead letters
@@ -21,7 +21,7 @@ on that same thread; the admin server reads published snapshots from its own thr
     commits.py         room: offsets to the group
     deadletter_desk.py room: dead letters the supervisor writes itself (asynchronous, acked)
     isolation.py       what becomes of a batch that crashed its worker (pure)
-    partitions.py      per-partition state, the pause rule, the in-flight table
+    partitions.py      what is held per partition, in parts with one writer each; the Batch
     offsets.py         completion tracking → committable offset (the one rule)
     pool.py            the only module that starts processes
     seams.py           what the rooms call on the consumer, the pool and its handles (Protocols

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.config import Settings
+from runtime.config import SupervisorSettings
 from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
 from runtime.supervisor.assignment import Assignment
 from runtime.supervisor.commits import SyncCommit
@@ -61,10 +61,9 @@ class Release:
 class CaughtUp:
     """The judge of a batch run; inert unless ``supervisor.stop_when_caught_up``."""
 
-    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions,
+    def __init__(self, sup: SupervisorSettings, consumer: Consumer, partitions: Partitions,
                  intake: Intake, assignment: Assignment, workforce: Workforce[Any],
                  rebalances: Callable[[], int], clock: Callable[[], float]) -> None:
-        sup = settings.supervisor
         self.enabled = sup.stop_when_caught_up
         self.idle_s = sup.caught_up_idle_s
         self.timeout_s = sup.caught_up_timeout_s

@@ -19,13 +19,13 @@ Request (one JSON object): ``{"command": "reload"}``, ``{"command": "scale", "pr
 from __future__ import annotations
 
 import logging
-import signal
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from runtime.ops.control_socket import ControlServer, Request
 from runtime.supervisor.rollout import Operation, OpKind, Rollout
+from runtime.supervisor.signals import Asked, Intent
 
 log = logging.getLogger("ringmaster.commands")
 
@@ -48,21 +48,21 @@ class Commands:
         self.queue: deque[_Command] = deque()
         self._running: _Command | None = None
 
-    def on_signal(self, sig: signal.Signals) -> None:
-        """SIGHUP: reload; SIGTTIN / SIGTTOU: one worker more / fewer."""
-        if sig == signal.SIGHUP:
+    def on_signal(self, asked: Asked) -> None:
+        """A signal asked for a reload (SIGHUP), or one worker more or fewer (SIGTTIN, SIGTTOU)."""
+        if asked.intent is Intent.RELOAD:
             if any(c.kind is OpKind.RELOAD and c.request is None for c in self.queue):
                 log.info("reload already waiting; SIGHUP coalesced")
                 return
             self._enqueue(_Command(OpKind.RELOAD, "SIGHUP"))
             return
-        change = 1 if sig == signal.SIGTTIN else -1
+        change = 1 if asked.intent is Intent.GROW else -1
         last = self.queue[-1] if self.queue else None
         if last is not None and last.kind is OpKind.SCALE and last.request is None:
             last.change += change
-            last.requested_by = f"{last.requested_by}, {sig.name}"
+            last.requested_by = f"{last.requested_by}, {asked.by}"
             return
-        self._enqueue(_Command(OpKind.SCALE, sig.name, change=change))
+        self._enqueue(_Command(OpKind.SCALE, asked.by, change=change))
 
     def step(self) -> None:
         """Take new requests, move the operation in progress on, answer what is over, start the next."""

@@ -118,119 +118,117 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     socket only, whichever of them gets there first."""
     signals = (signals or SignalQueue()).install()
     sup = settings.supervisor
-    segments: SegmentSet | None = None
-    epochs: EpochTable | None = None
-    pool: WorkerPool | None = None
     consumer: GroupConsumer | None = None
     supervisor: Supervisor | None = None
-    admin: AdminServer | None = None
     control: ControlServer | None = None
-    sources = PluginSources()
-    try:
-        status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
-        # What this host cannot give is said before Kafka is touched (exit 4, one line): a
-        # segment of a dead run of ours still counts against what is free until reclaimed.
-        reclaim_stale(sup.shm_dir)
-        problem = host_problem(settings)
-        if problem is not None:
-            raise SharedMemoryError(problem)
-        with _stop_requests() as stop_requested:
-            # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
-            # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
-            give_up = settings.kafka.connect_timeout_s if sup.stop_when_caught_up else None
-            if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop_requested,
-                                notify=Notifier().notify) is None:
-                log.info("stop requested while waiting for the Kafka cluster")
-                return RunResult(0, None, False)
-        socket_path = control_socket_path(settings)
-        admin_listen = settings.admin.listen
-        if socket_path is not None:  # unusable: an error, before anything else
-            control = ControlServer(socket_path, beside=bool(member))
-            if control.path != socket_path:
-                # Another daemon of this group, from this config, runs on this host and holds
-                # the config's own socket, admin endpoint and status file: this one answers on
-                # its pid-named socket (ringmaster status/reload/scale reach both).
+    # INVARIANT (7): each resource is released on every exit path, the last taken first: the
+    # group is left before the workers stop, and they stop before their rings are unlinked.
+    with contextlib.ExitStack() as release:
+        try:
+            sources = PluginSources()
+            release.callback(sources.close)
+            status_file = StatusFile(sup.status_file)  # a bad directory is a config error: before anything
+            # What this host cannot give is said before Kafka is touched (exit 4, one line): a
+            # segment of a dead run of ours still counts against what is free until reclaimed.
+            reclaim_stale(sup.shm_dir)
+            problem = host_problem(settings)
+            if problem is not None:
+                raise SharedMemoryError(problem)
+            with _stop_requests() as stop_requested:
+                # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
+                # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
+                give_up = settings.kafka.connect_timeout_s if sup.stop_when_caught_up else None
+                if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop_requested,
+                                    notify=Notifier().notify) is None:
+                    log.info("stop requested while waiting for the Kafka cluster")
+                    return RunResult(0, None, False)
+            socket_path = control_socket_path(settings)
+            admin_listen = settings.admin.listen
+            if socket_path is not None:  # unusable: an error, before anything else
+                control = ControlServer(socket_path, beside=bool(member))
+                release.callback(control.close)  # (idempotent: the commands close it too)
+                if control.path != socket_path:
+                    # Another daemon of this group, from this config, runs on this host and holds
+                    # the config's own socket, admin endpoint and status file: this one answers on
+                    # its pid-named socket (ringmaster status/reload/scale reach both).
+                    admin_listen, status_file = None, StatusFile(None)
+                    if member:
+                        log.info("member of ringmaster run --members: this one serves its own control socket "
+                                 "only (member 0 has the admin endpoint and the status file)",
+                                 extra={"member": member, "control_socket": str(control.path)})
+                    else:
+                        log.warning("another daemon of this group runs on this host: this one serves its own "
+                                    "control socket only (no admin endpoint, no status file)",
+                                    extra={"control_socket": str(control.path), "first": str(socket_path)})
+            if member and socket_path is None:  # no control socket: still only member 0 serves these
                 admin_listen, status_file = None, StatusFile(None)
-                if member:
-                    log.info("member of ringmaster run --members: this one serves its own control socket "
-                             "only (member 0 has the admin endpoint and the status file)",
-                             extra={"member": member, "control_socket": str(control.path)})
-                else:
-                    log.warning("another daemon of this group runs on this host: this one serves its own "
-                                "control socket only (no admin endpoint, no status file)",
-                                extra={"control_socket": str(control.path), "first": str(socket_path)})
-        if member and socket_path is None:  # no control socket: still only member 0 serves these
-            admin_listen, status_file = None, StatusFile(None)
-        reclaim_stale(sup.shm_dir)  # again: a run that died while we waited for the cluster
-        w = settings.workers
-        _warn_if_no_room_to_grow(settings)
-        segments = SegmentSet(sup.shm_dir)
-        epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
-        # One slot more than max_processes: a reload's first new worker runs beside the old ones.
-        pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
-                          worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
-        consumer = GroupConsumer(consumer_properties(settings))
-        desk = None
-        if settings.dead_letter.topic is not None:
-            desk = DeadLetterDesk(settings.dead_letter.topic,
-                                  lambda: OutputProducer(producer_properties(settings)),
-                                  max_message_bytes(settings), time.monotonic,
-                                  settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
-        pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
-        holder: list[Supervisor] = []
-        metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
-                                 settings.admin.partition_metrics,
-                                 lambda: holder[0].loop_age() if holder else None,
-                                 group=settings.kafka.group_id)
-        supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status,
-                                dead_letters=desk, pauses=pauses, metrics=metrics, status_file=status_file,
-                                control=control, reread=reread, signals=signals)
-        holder.append(supervisor)
-        if admin_listen:
-            sv = supervisor
-            admin = AdminServer(admin_listen, settings.admin.allow_remote, metrics,
-                                lambda: sv.latest_status, sv.health, sv.ready,
-                                max_connections=settings.admin.max_connections,
-                                request_timeout_s=settings.admin.request_timeout_s).start()
-        if on_started is not None:
-            on_started(supervisor)
-        if "processes" not in settings.workers.model_fields_set:
-            log.info("workers sized to the CPUs this process may use", extra={
-                "workers": settings.workers.processes, "bound_by": settings.workers.processes_from})
-        slow = python_warning([PACK])  # said at every start, beside the start-up line
-        if slow is not None:
-            log.warning(slow)
-        code = supervisor.run()
-        return RunResult(code, supervisor.final_status, consumer.abandoned)
-    except RingmasterError as exc:
-        final = supervisor.final_status if supervisor is not None else None
-        return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
-    finally:
-        if supervisor is not None:
-            supervisor.commands.close("the daemon is stopping")  # idempotent; closes the socket
-        elif control is not None:
-            control.close()
-        if admin is not None:
-            admin.close()
-        if supervisor is not None:
-            supervisor.operator.close()
-        if consumer is not None:
-            try:
-                consumer.close(5.0)
-            except Exception:  # already failing; the group will time us out
-                log.debug("consumer close failed", exc_info=True)
-        if supervisor is not None and supervisor.dead_letters is not None:
-            supervisor.dead_letters.close(2.0)
-        if pool is not None:
-            if any(h.process is not None for h in pool.handles):
-                pool.stop_all(2.0)
-            pool.kill_strays()
-            pool.close()
-        sources.close()
-        if epochs is not None:
-            epochs.release()
-        if segments is not None:
-            segments.unlink_all()
+            reclaim_stale(sup.shm_dir)  # again: a run that died while we waited for the cluster
+            w = settings.workers
+            _warn_if_no_room_to_grow(settings)
+            segments = SegmentSet(sup.shm_dir)
+            release.callback(segments.unlink_all)
+            epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
+            release.callback(epochs.release)
+            # One slot more than max_processes: a reload's first new worker runs beside the old ones.
+            pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
+                              worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
+            release.callback(_release_pool, pool)
+            consumer = GroupConsumer(consumer_properties(settings))
+            release.callback(_close_consumer, consumer)
+            desk = None
+            if settings.dead_letter.topic is not None:
+                desk = DeadLetterDesk(settings.dead_letter.topic,
+                                      lambda: OutputProducer(producer_properties(settings)),
+                                      max_message_bytes(settings), time.monotonic,
+                                      settings.output.retry_backoff_s, settings.output.retry_backoff_max_s)
+                release.callback(desk.close, 2.0)
+            pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
+            if pauses is not None:
+                release.callback(pauses.close)
+            holder: list[Supervisor] = []
+            metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
+                                     settings.admin.partition_metrics,
+                                     lambda: holder[0].loop_age() if holder else None,
+                                     group=settings.kafka.group_id)
+            supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status, dead_letters=desk,
+                                    pauses=pauses, metrics=metrics, status_file=status_file, control=control,
+                                    reread=reread, signals=signals)
+            holder.append(supervisor)
+            release.callback(supervisor.commands.close, "the daemon is stopping")  # idempotent
+            if admin_listen:
+                sv = supervisor
+                admin = AdminServer(admin_listen, settings.admin.allow_remote, metrics,
+                                    lambda: sv.latest_status, sv.health, sv.ready,
+                                    max_connections=settings.admin.max_connections,
+                                    request_timeout_s=settings.admin.request_timeout_s).start()
+                release.callback(admin.close)
+            if on_started is not None:
+                on_started(supervisor)
+            if "processes" not in settings.workers.model_fields_set:
+                log.info("workers sized to the CPUs this process may use", extra={
+                    "workers": settings.workers.processes, "bound_by": settings.workers.processes_from})
+            slow = python_warning([PACK])  # said at every start, beside the start-up line
+            if slow is not None:
+                log.warning(slow)
+            code = supervisor.run()
+            return RunResult(code, supervisor.final_status, consumer.abandoned)
+        except RingmasterError as exc:
+            final = supervisor.final_status if supervisor is not None else None
+            return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
+
+
+def _release_pool(pool: WorkerPool) -> None:
+    if any(h.process is not None for h in pool.handles):
+        pool.stop_all(2.0)
+    pool.kill_strays()
+    pool.close()
+
+
+def _close_consumer(consumer: GroupConsumer) -> None:
+    try:
+        consumer.close(5.0)
+    except Exception:  # already failing; the group will time us out
+        log.debug("consumer close failed", exc_info=True)
 
 
 def _warn_if_no_room_to_grow(settings: Settings) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from runtime.config import Settings
+from runtime.config import WorkerSettings
 from runtime.supervisor.intake import Intake
 from runtime.supervisor.partitions import HOLDS, Hold, Partition, Partitions, PauseReason
 from runtime.supervisor.scheduler import Scheduler
@@ -52,9 +52,9 @@ def wants_flow_pause(paused: bool, backlog: float, share: float, pause_above: fl
 
 
 class FlowControl:
-    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions, intake: Intake,
+    def __init__(self, w: WorkerSettings, consumer: Consumer, partitions: Partitions, intake: Intake,
                  scheduler: Scheduler, ring_capacity: int, clock: Callable[[], float]) -> None:
-        self.w = settings.workers
+        self.w = w
         self.consumer = consumer
         self.partitions = partitions
         self.intake = intake

@@ -195,7 +195,7 @@ class Intake:
         parts: list[Batch | SetAside] = []
         for bucket, run in self._bucket_runs(p, msgs):
             for i in range(0, len(run), step):
-                self._pack(p, bucket, run, i, min(i + step, len(run)), now, parts)
+                self._pack(p, bucket, run, i, min(i + step, len(run)), parts)
         self._register(p, msgs, parts, now)
         self._skip_invisible_tail(p, now)
         s.batch_records = self._size(p)
@@ -224,7 +224,7 @@ class Intake:
             for bid, first, last in spans:  # one lane, in offset order: a span per batch
                 p.tracker.register(bid, first, last, now)
 
-    def _pack(self, p: Partition, bucket: Bucket, msgs: Run, start: int, stop: int, now: float,
+    def _pack(self, p: Partition, bucket: Bucket, msgs: Run, start: int, stop: int,
               out: list[Batch | SetAside]) -> None:
         """Pack msgs[start:stop] into one frame (split in two while it does not fit)."""
         batch_id = self.next_id()
@@ -238,11 +238,11 @@ class Intake:
             if not start <= i < stop:
                 raise  # a packer bug, not the record's fault: never guess which record it was
             if start < i:
-                self._pack(p, bucket, msgs, start, i, now, out)
+                self._pack(p, bucket, msgs, start, i, out)
             row, why = salvage(msgs[i], bad)
             out.append(Unreadable(p.tp, batch_id, row, why))
             if i + 1 < stop:
-                self._pack(p, bucket, msgs, i + 1, stop, now, out)
+                self._pack(p, bucket, msgs, i + 1, stop, out)
             return
         size = len(frame) / count
         p.intake.bytes_per_record = _moving_average(p.intake.bytes_per_record, size)
@@ -250,13 +250,13 @@ class Intake:
         if len(frame) > self.max_frame:
             if count > 1:
                 mid = start + count // 2
-                self._pack(p, bucket, msgs, start, mid, now, out)
-                self._pack(p, bucket, msgs, mid, stop, now, out)
+                self._pack(p, bucket, msgs, start, mid, out)
+                self._pack(p, bucket, msgs, mid, stop, out)
                 return
             out.append(TooLarge(p.tp, batch_id, fields_of(msgs[start]), len(frame), self.max_frame))
             return
         first, last = offset_of(msgs[start]), offset_of(msgs[stop - 1])
-        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket, now))
+        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket))
 
     def _watch_skew(self, p: Partition, msgs: Run, by_bucket: dict[int, Run]) -> None:
         """Key ordering spreads a partition over workers only as far as its keys allow: a hot

@@ -60,14 +60,14 @@ from runtime.supervisor.results import Results
 from runtime.supervisor.rollout import Rollout
 from runtime.supervisor.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer, H, LoopPool
-from runtime.supervisor.signals import SignalHandlers, SignalQueue
+from runtime.supervisor.signals import Intent, SignalHandlers, SignalQueue, log_status
 from runtime.supervisor.workforce import Workforce
 from runtime.transport.board import EpochTable
 from runtime.transport.packing import PACK
 
 log = logging.getLogger("ringmaster.supervisor")
 
-_GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see start())
+_GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see _quiet_gc())
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
 # ... while batches wait for their lanes' busy workers and another worker has next to nothing
 # to do: the records a fetch may bring are work for it, and the client's wait cannot be woken
@@ -100,7 +100,7 @@ class Supervisor(Generic[H]):
         # Key lanes per partition: fixed for the run (a key keeps its lane across resizes).
         self.intake = Intake(settings, consumer, self.partitions, w.process_limit, ring.capacity,
                              ring.max_frame, ids, clock)
-        self.flow = FlowControl(settings, consumer, self.partitions, self.intake, self.scheduler,
+        self.flow = FlowControl(w, consumer, self.partitions, self.intake, self.scheduler,
                                 ring.capacity, clock)
         self.assignment = Assignment(settings, consumer, self.partitions, SlotTable(epochs), self.intake,
                                      self.scheduler, self.flow, clock)
@@ -112,17 +112,17 @@ class Supervisor(Generic[H]):
         self.commits = Committer(consumer, self.partitions, sup.commit_interval_ms / 1000, clock,
                                  sync_timeout_s=sup.revoke_timeout_s)
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
-        self.caught_up = CaughtUp(settings, consumer, self.partitions, self.intake, self.assignment,
+        self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
                                   self.workforce, lambda: self.rebalance.rebalances, clock)
-        self.rebalance = Rebalance(settings, self.assignment, self.flow, self.operator, self.results,
-                                   self.commits, self.caught_up, self.scheduler, self.workforce, pool.handles,
-                                   dead_letters, clock, metrics.observe_revocation if metrics else None)
+        self.rebalance = Rebalance(sup.revoke_timeout_s, self.assignment, self.flow, self.operator,
+                                   self.results, self.commits, self.caught_up, self.scheduler, self.workforce,
+                                   pool.handles, dead_letters, clock,
+                                   metrics.observe_revocation if metrics else None)
         self.reporter = Reporter(settings, consumer, self.partitions, pool.handles, self.intake,
                                  self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
                                  self.operator, self.rollout, dead_letters, clock)
         self.dead_letters = dead_letters
-        self.signals = SignalHandlers(signals or SignalQueue(), settings, lambda: self.latest_status,
-                                      self.commands.on_signal)
+        self.signals = SignalHandlers(signals or SignalQueue())
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
         self.stop_reason = "stopped"  # why, for the final status: a signal, caught up
@@ -177,15 +177,7 @@ class Supervisor(Generic[H]):
         self.operator.load()
         self.consumer.subscribe(self.s.kafka.topics, self.rebalance.on_assign, self.rebalance.on_revoke,
                                 self.rebalance.on_lost)
-        # Every fetched record is a Message the cyclic GC tracks. With the default
-        # threshold (700 net allocations) a collection runs inside nearly every consume()
-        # and walks thousands of live Messages: 1,139 collections and 100-130 ns per
-        # record on trivial work. Messages die once packed, so net allocations stay far
-        # below _GC_THRESHOLD and young collections all but stop; garbage cycles (rare
-        # here) are still collected once that many objects pile up. Freezing what
-        # start-up built (modules, config, clients) keeps full collections short.
-        gc.freeze()
-        gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+        _quiet_gc()
         self.notifier.notify("READY=1", f"STATUS=consuming {', '.join(self.s.kafka.topics)}")
         log.info("supervisor started", extra={
             "group": self.s.kafka.group_id, "topics": ",".join(self.s.kafka.topics),
@@ -194,9 +186,14 @@ class Supervisor(Generic[H]):
             "frame_packer": "C" if PACK.in_c else f"Python ({PACK.why_python})"})
 
     def handle_signals(self) -> None:
-        if self.signals.dispatch():  # one handle_<signal> each (signals.py)
-            self.stop_reason = f"{self.signals.stop_requested} received"
-            self.stopping = True
+        """What the signals that arrived ask for (signals.py), each handed to the room that does it."""
+        for asked in self.signals.dispatch():
+            if asked.intent is Intent.STOP:
+                self.stop_reason, self.stopping = f"{self.signals.stop_requested} received", True
+            elif asked.intent is Intent.LOG_STATUS:
+                log_status(self.latest_status)
+            else:
+                self.commands.on_signal(asked)
 
     # ------------------------------------------------------------------ steps
     def fetch(self) -> None:
@@ -233,8 +230,16 @@ class Supervisor(Generic[H]):
             self.sleep(timeout_s)
 
     def manage_workers(self) -> None:
-        for death in self.workforce.manage(drain=self.results.drain):
+        """A dead worker's last results are read before it is reaped (acknowledgements sent
+        before death count); the STOP frames the workforce wants are the scheduler's to write."""
+        dead = self.workforce.dead()
+        for h in dead:
+            self.results.drain(h)
+        for death in self.workforce.manage(dead):
             self.results.redeliver(death)
+        for i in self.workforce.stops_due():
+            if self.scheduler.write_stop(i):
+                self.workforce.stop_written(i)
         if self.workforce.fatal is not None:
             raise self.workforce.fatal
 
@@ -301,12 +306,7 @@ class Supervisor(Generic[H]):
         self.consumer.stop()
         self.commands.close("the daemon is stopping")
         self.flow.pause_all()
-        if self.dead_letters is not None:
-            # Dead letters on their way: a short wait lets their records be committed now.
-            until = min(deadline, self.clock() + 2.0)
-            while self.dead_letters.pending() and self.clock() < until:
-                self.results.deliver_dead_letters()
-                self.sleep(0.02)
+        self.results.settle_dead_letters(min(deadline, self.clock() + 2.0), self.sleep)
         held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
         self.rebalance.release(list(self.partitions) + over, commit=True)  # over capacity: no slot taken
         self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)
@@ -317,11 +317,17 @@ class Supervisor(Generic[H]):
         # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
         # end the process within shutdown_timeout_s whatever the group is doing.
         self.consumer.close(max(1.0, deadline - self.clock()))
-        self.workforce.stop_all(max(1.0, deadline - self.clock()), drain=self._drain_all_quietly)
+        self.workforce.stop_all(max(1.0, deadline - self.clock()))
         restarts = sum(life.restarts for life in self.workforce.lives)
         log.info("supervisor stopped", extra={"records": self.results.totals.records, "restarts": restarts})
 
-    def _drain_all_quietly(self) -> None:
-        for h in self.pool.handles:
-            if h.results is not None:
-                h.results.read()
+
+def _quiet_gc() -> None:
+    """Every fetched record is a Message the cyclic GC tracks. With the default threshold (700
+    net allocations) a collection runs inside nearly every consume() and walks thousands of
+    live Messages: 1,139 collections and 100-130 ns per record on trivial work. Messages die
+    once packed, so net allocations stay far below _GC_THRESHOLD and young collections all but
+    stop; garbage cycles (rare here) are still collected once that many objects pile up.
+    Freezing what start-up built (modules, config, clients) keeps full collections short."""
+    gc.freeze()
+    gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])

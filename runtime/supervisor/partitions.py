@@ -52,7 +52,6 @@ class Batch:
     count: int
     frame: bytes
     bucket: Bucket
-    cut_at: float = 0.0  # clock time it was cut: lanes are served oldest first
     crashes: int = 0
 
 

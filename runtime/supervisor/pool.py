@@ -288,14 +288,17 @@ class WorkerPool:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(h.process.pid, sig)
 
-    def stop_all(self, timeout_s: float, drain: Callable[[], None] = lambda: None) -> None:
-        """SIGTERM every worker, wait up to timeout (draining result pipes meanwhile, so that
-        no worker blocks writing a result nobody reads), then SIGKILL and join (no zombies)."""
+    def stop_all(self, timeout_s: float) -> None:
+        """SIGTERM every worker, wait up to timeout (reading and dropping what the result pipes
+        bring meanwhile, so that no worker blocks writing a result nobody reads), then SIGKILL
+        and join (no zombies)."""
         for h in self.handles:
             self.kill(h, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while any(h.alive for h in self.handles) and time.monotonic() < deadline:
-            drain()
+            for h in self.handles:
+                if h.results is not None:
+                    h.results.read()
             multiprocess.connection.wait(self.sentinels() + self.result_fds(),
                                          min(0.1, max(0.0, deadline - time.monotonic())))
         for h in self.handles:

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
-from runtime.config import Settings
 from runtime.supervisor.assignment import Assignment
 from runtime.supervisor.caught_up import CaughtUp
 from runtime.supervisor.commits import Committer
@@ -38,12 +37,12 @@ log = logging.getLogger("ringmaster.rebalance")
 
 
 class Rebalance(Generic[H]):
-    def __init__(self, settings: Settings, assignment: Assignment, flow: FlowControl, operator: OperatorHolds,
-                 results: Results[H], commits: Committer, caught_up: CaughtUp, scheduler: Scheduler,
-                 workforce: Workforce[H],
-                 handles: Sequence[H], desk: DeadLetterDesk | None, clock: Callable[[], float],
+    def __init__(self, revoke_timeout_s: float, assignment: Assignment, flow: FlowControl,
+                 operator: OperatorHolds, results: Results[H], commits: Committer, caught_up: CaughtUp,
+                 scheduler: Scheduler, workforce: Workforce[H], handles: Sequence[H],
+                 desk: DeadLetterDesk | None, clock: Callable[[], float],
                  on_revocation: Callable[[float], None] | None = None) -> None:
-        self.revoke_timeout_s = settings.supervisor.revoke_timeout_s
+        self.revoke_timeout_s = revoke_timeout_s
         self.assignment = assignment
         self.flow = flow
         self.operator = operator

@@ -199,6 +199,13 @@ class Results(Generic[H]):
                   "plugin or configure one, then restart", extra={"tp": p.label, "reason": detail})
         self.assignment.rewind(p, PauseReason.BLOCKED, detail, None)
 
+    def settle_dead_letters(self, until: float, sleep: Callable[[float], None]) -> None:
+        """Stopping: dead letters on their way are waited for until ``until`` (a short wait),
+        so that their records are committed now rather than read again by the next owner."""
+        while self.desk is not None and self.desk.pending() and self.clock() < until:
+            self.deliver_dead_letters()
+            sleep(0.02)
+
     def deliver_dead_letters(self) -> None:
         if self.desk is None:
             return

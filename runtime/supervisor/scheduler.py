@@ -60,9 +60,13 @@ from typing import Protocol
 from runtime.supervisor.partitions import Batch, Bucket
 from runtime.supervisor.seams import Bell, SlotRing
 from runtime.tp import TP
+from runtime.transport.frames import STOP_FRAME
 
 log = logging.getLogger("ringmaster.scheduler")
 
+# Batches queued in a ring behind the one running: a worker that finishes one starts the next
+# without waiting for the supervisor (CPython's ProcessPoolExecutor names it EXTRA_QUEUED_CALLS).
+_EXTRA_QUEUED = 1
 _AHEAD_S = 0.02  # queued work a worker may have beyond one queued batch (see module docstring)
 _COST_WEIGHT = 0.2  # moving average of a worker's µs per record
 _INF = float("inf")
@@ -334,8 +338,7 @@ class Scheduler:
     def _room(self, w: int) -> bool:
         if not self.accepting(w):
             return False
-        out = len(self._out[w])
-        if out < 2:
+        if len(self._out[w]) <= _EXTRA_QUEUED:
             return True  # one running, one queued: the worker never waits for us
         if not self._cost_us[w]:
             return False  # nothing learnt yet: no more than that
@@ -352,8 +355,8 @@ class Scheduler:
 
     def _hungry(self) -> set[int]:
         """Workers with room and next to nothing to do."""
-        return {w for w in range(len(self.handles))
-                if len(self._out[w]) < 2 and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
+        return {w for w in range(len(self.handles)) if len(self._out[w]) <= _EXTRA_QUEUED
+                and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
 
     def _sent(self, w: int, lane: Lane, b: Batch) -> None:
         self._probe.discard(w)
@@ -405,6 +408,18 @@ class Scheduler:
                 lane.worker = None
                 self._lanes_on[w] -= 1
                 self._bound.pop(lane.key, None)
+
+    def write_stop(self, w: int) -> bool:
+        """A STOP frame behind the batches in worker w's ring (the workforce's stops_due: a
+        recycle or a retirement): the worker finishes them, then exits. False when the ring has
+        no room for it now: asked again next tick, and nothing else is written there meanwhile
+        (the workforce no longer accepts the worker)."""
+        h = self.handles[w]
+        if not h.ring.try_write(STOP_FRAME):
+            return False
+        if h.bell is not None:
+            h.bell.ring()
+        return True
 
     def new_worker(self, w: int, generation: int, probe: bool = False) -> None:
         """Slot w gets a worker running plugin generation ``generation``: nothing learnt of it

@@ -55,8 +55,9 @@ class SlotRing(Protocol):
     def reader_reached(self, position: int, /) -> bool: ...
 
 
-class Ring(SlotRing, Protocol):
-    """... and as the loop sizes batches by it and the status reports it."""
+class SizedRing(SlotRing, Protocol):
+    """... and as the loop sizes batches by it and the status reports it (transport/ring.py's
+    Ring fits it)."""
 
     @property
     def capacity(self) -> int: ...
@@ -73,8 +74,10 @@ class Process(Protocol):
     def join(self, timeout: float | None = ..., /) -> None: ...
 
 
-class Lock(Protocol):
-    """The lock a worker holds while it changes its board's current batch."""
+class TimedLock(Protocol):
+    """The lock a worker holds while it changes its board's current batch, as the supervisor
+    takes it: with a timeout, and an answer of unknown when it runs out (transport/board.py
+    BoardLock; rebalance.py)."""
 
     def acquire(self, timeout: float | None = ...) -> bool: ...
     def release(self) -> None: ...
@@ -114,9 +117,9 @@ class Handle(Slot, Protocol):
     """A worker slot, as the other rooms see it too: its results, its lock, its ring's fill."""
 
     @property
-    def ring(self) -> Ring: ...
+    def ring(self) -> SizedRing: ...
     @property
-    def lock(self) -> Lock: ...
+    def lock(self) -> TimedLock: ...
     @property
     def results(self) -> ResultPipe | None: ...
 
@@ -142,7 +145,8 @@ class Pool(Protocol[S]):
     def watch_descendants(self) -> None: ...
     def code_held(self, generation: int, /) -> bool: ...
     def reap_orphans(self) -> None: ...
-    def stop_all(self, timeout_s: float, drain: Callable[[], None], /) -> None: ...
+    def stop_all(self, timeout_s: float, /) -> None:
+        """Stop every worker; what they still report meanwhile is read and dropped."""
 
 
 class LoopPool(Pool[S], Protocol[S]):

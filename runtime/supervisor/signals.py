@@ -1,19 +1,23 @@
-"""The supervisor's signals: what each one means, and the queue their handlers fill.
+"""The supervisor's signals: what each one asks for, and the queue their handlers fill.
 
 Runs in: supervisor. Handlers only enqueue (a handler never logs, raises or decides
 anything: it may run between any two bytecodes of the loop); the loop drains the queue
-between its steps and calls one ``handle_<name>`` method per signal, gunicorn's way.
+between its steps, and each signal becomes an :class:`Intent` that the loop hands to the room
+that does it (this room calls no other: it answers what was asked).
 
-===========  =============================================================================
-TERM, INT    graceful stop: stop fetching, finish the batches in progress, fence the rest,
-             commit, leave the group, unlink shared memory, exit 0
-QUIT         the same graceful stop (Ctrl-\\ in a terminal sends it to the whole group)
-HUP          reload the plugin, as ``ringmaster reload`` does (rollout.py), without a rebalance
-TTIN, TTOU   one worker more / less, up to ``workers.max_processes`` (as in gunicorn)
-USR1         one log line summing up the daemon: records, rate, lag, partitions, workers
-USR2, WINCH  ignored, with a log line
-PIPE         ignored (a reader of our output went away: never a reason to die)
-===========  =============================================================================
+===========  ==========  ==================================================================
+TERM, INT    STOP        graceful stop: stop fetching, finish the batches in progress, fence
+                         the rest, commit, leave the group, unlink shared memory, exit 0
+QUIT         STOP        the same graceful stop (Ctrl-\\ in a terminal sends it to the group)
+HUP          RELOAD      reload the plugin, as ``ringmaster reload`` does (commands.py), with
+                         no rebalance
+TTIN, TTOU   GROW,       one worker more / less, up to ``workers.max_processes`` (as in
+             SHRINK      gunicorn)
+USR1         LOG_STATUS  one log line summing up the daemon: records, rate, lag, partitions,
+                         workers
+USR2, WINCH  –           ignored, with a log line
+PIPE         –           ignored (a reader of our output went away: never a reason to die)
+===========  ==========  ==================================================================
 
 Workers ignore every one of them but TERM (runtime/worker/main.py): a terminal hangup, a
 Ctrl-C or a Ctrl-\\ reaches the whole process group, and only the supervisor decides.
@@ -21,20 +25,34 @@ Ctrl-C or a Ctrl-\\ reaches the whole process group, and only the supervisor dec
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import signal
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 
-from runtime.config import Settings
 from runtime.ops.status import StatusSnapshot
 
 log = logging.getLogger("ringmaster.supervisor")
 
-HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
-           signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH)
+
+class Intent(enum.Enum):
+    """What a signal asks of the daemon (the module docstring's table)."""
+
+    STOP = "stop"
+    RELOAD = "reload"
+    GROW = "grow"  # one worker more
+    SHRINK = "shrink"  # one worker fewer
+    LOG_STATUS = "log status"
+
+
+# Every signal here gets a handler (install); None: ignored, with a log line.
+MEANS: dict[signal.Signals, Intent | None] = {
+    signal.SIGTERM: Intent.STOP, signal.SIGINT: Intent.STOP, signal.SIGQUIT: Intent.STOP,
+    signal.SIGHUP: Intent.RELOAD, signal.SIGTTIN: Intent.GROW, signal.SIGTTOU: Intent.SHRINK,
+    signal.SIGUSR1: Intent.LOG_STATUS, signal.SIGUSR2: None, signal.SIGWINCH: None}
 
 
 class SignalQueue:
@@ -51,7 +69,7 @@ class SignalQueue:
         """Runs in: the main thread (Python runs handlers there only)."""
         if self.installed or threading.current_thread() is not threading.main_thread():
             return self
-        for sig in HANDLED:
+        for sig in MEANS:
             signal.signal(sig, self._enqueue)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         self.installed = True
@@ -73,54 +91,35 @@ class SignalQueue:
                 return out
 
 
-class SignalHandlers:
-    """``handle_<name>`` for every signal the supervisor handles. Runs in: supervisor, between
-    the loop's steps (never inside a handler). Reload (HUP) and resize (TTIN, TTOU) go to
-    ``live`` (commands.py: queued with the control socket's requests, one at a time)."""
+@dataclass(frozen=True)
+class Asked:
+    intent: Intent
+    by: str  # the signal's name: the log's, and the operation's ``requested_by``
 
-    def __init__(self, signals: SignalQueue, settings: Settings,
-                 status: Callable[[], StatusSnapshot | None],
-                 live: Callable[[signal.Signals], None]) -> None:
+
+class SignalHandlers:
+    """What the signals that arrived ask for. Runs in: supervisor, between the loop's steps
+    (never inside a handler)."""
+
+    def __init__(self, signals: SignalQueue) -> None:
         self.queue = signals
-        self.settings = settings
-        self.status = status
-        self.live = live
         self.stop_requested: str | None = None  # the signal that asked for a stop
 
-    def dispatch(self) -> bool:
-        """Handle what arrived since the last call; True once a stop was requested."""
+    def dispatch(self) -> list[Asked]:
+        """One intent per signal that arrived since the last call, in their order."""
+        asked = []
         for sig in self.queue.drain():
-            getattr(self, f"handle_{sig.name[3:].lower()}")()
-        return self.stop_requested is not None
+            intent = MEANS[sig]
+            if intent is None:
+                log.info(f"{sig.name} ignored", extra={"signal": sig.name})
+                continue
+            if intent is Intent.STOP:
+                log.info("stop requested", extra={"signal": sig.name})
+                self.stop_requested = self.stop_requested or sig.name
+            asked.append(Asked(intent, sig.name))
+        return asked
 
-    def _stop(self, sig: str) -> None:
-        log.info("stop requested", extra={"signal": sig})
-        self.stop_requested = self.stop_requested or sig
 
-    def handle_term(self) -> None:
-        self._stop("SIGTERM")
-
-    def handle_int(self) -> None:
-        self._stop("SIGINT")
-
-    def handle_quit(self) -> None:
-        self._stop("SIGQUIT")
-
-    def handle_hup(self) -> None:
-        self.live(signal.SIGHUP)
-
-    def handle_ttin(self) -> None:
-        self.live(signal.SIGTTIN)
-
-    def handle_ttou(self) -> None:
-        self.live(signal.SIGTTOU)
-
-    def handle_usr1(self) -> None:
-        snap = self.status()
-        log.info(f"status: {snap.one_line() if snap else 'starting'}", extra={"signal": "SIGUSR1"})
-
-    def handle_usr2(self) -> None:
-        log.info("SIGUSR2 ignored", extra={"signal": "SIGUSR2"})
-
-    def handle_winch(self) -> None:
-        log.info("SIGWINCH ignored", extra={"signal": "SIGWINCH"})
+def log_status(snapshot: StatusSnapshot | None) -> None:
+    """SIGUSR1's line."""
+    log.info(f"status: {snapshot.one_line() if snapshot else 'starting'}", extra={"signal": "SIGUSR1"})

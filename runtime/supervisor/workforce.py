@@ -61,7 +61,6 @@ from runtime.ops.status import ExitCause
 from runtime.supervisor.pool import PluginCode, describe_exit
 from runtime.supervisor.seams import Pool, S
 from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
-from runtime.transport.frames import STOP_FRAME
 
 log = logging.getLogger("ringmaster.workforce")
 
@@ -83,7 +82,7 @@ class State(enum.Enum):
     SPARE = "spare"  # a slot with no worker and none wanted (never used, retired, a failed probation)
     STARTING = "starting"
     READY = "ready"
-    RETIRING = "retiring"  # a STOP frame is queued behind its last batch
+    RETIRING = "retiring"  # a STOP frame is queued behind its last batch (the scheduler wrote it)
     RESTARTING = "restarting"  # dead; a new incarnation starts at restart_at
     STOPPED = "stopped"
 
@@ -94,6 +93,7 @@ class Life:
     code: PluginCode | None = None  # what this slot runs, restarts included
     version: str | None = None  # the plugin version its incarnation reported (HELLO)
     retiring: str | None = None  # why it is leaving for good: takes no batches, is not restarted
+    stop_due: str | None = None  # why a STOP frame is due, not written yet (stops_due, stop_written)
     probation: bool = False  # not restarted if it fails before finishing a batch (module docstring)
     frames_once_ready: bool = False  # started by a reload or resize: no frames while it starts
     restart_at: float | None = None
@@ -148,7 +148,8 @@ class Workforce(Generic[S]):
         in its ring while it starts), but for a worker a reload or resize started; never to
         one that is retiring."""
         life = self.lives[i]
-        if life.state not in (State.STARTING, State.READY) or life.kill is not None or life.retiring:
+        if life.state not in (State.STARTING, State.READY) or life.kill is not None or life.retiring \
+                or life.stop_due:
             return False
         if life.state is State.STARTING and life.frames_once_ready:
             return False
@@ -198,8 +199,8 @@ class Workforce(Generic[S]):
 
     def retire(self, i: int, why: str) -> None:
         """Slot i's worker leaves for good: it takes no more batches, finishes those in its
-        ring, reads a STOP frame and exits (manage() writes it). A worker that is not running
-        (waiting to be restarted) is gone at once."""
+        ring, reads a STOP frame and exits (stops_due() asks for it). A worker that is not
+        running (waiting to be restarted) is gone at once."""
         life = self.lives[i]
         life.retiring = why
         h = self.pool.handles[i]
@@ -211,7 +212,7 @@ class Workforce(Generic[S]):
             life.kill, life.term_sent_at = f"retired before it was ready ({why})", self.clock()
             self.pool.kill(h, signal.SIGTERM)
         else:
-            self._write_stop(h, life, why)
+            life.stop_due = why
 
     def confirm(self, i: int) -> None:
         """Slot i's worker passed its probation (rollout.py): from now on an ordinary worker."""
@@ -247,7 +248,7 @@ class Workforce(Generic[S]):
             self._restart_later(life, max(life.crashes, 1))
             return
         life.state, life.frames_once_ready = State.STARTING, False
-        life.restart_at = life.kill = life.term_sent_at = life.reported = life.version = None
+        life.restart_at = life.kill = life.term_sent_at = life.reported = life.version = life.stop_due = None
         life.kill_blames_batch = True
         life.exhausted = life.exhausted_batch = None
         # A start failure stays visible (status) until this incarnation is ready.
@@ -273,14 +274,15 @@ class Workforce(Generic[S]):
         self.lives[h.index].crashes = 0
 
     # ------------------------------------------------------------------ the tick
-    def manage(self, drain: Callable[[S], None]) -> list[Death]:
+    def dead(self) -> list[S]:
+        """Workers whose process ended, to reap with manage() once their last results are read
+        (acknowledgements sent before death count)."""
+        return self.pool.dead()
+
+    def manage(self, dead: list[S]) -> list[Death]:
         """Notice readiness, reap the dead (returned: their batches are the caller's to
-        redeliver), restart when a back-off is over, enforce deadlines, recycle. ``drain``
-        reads a dead worker's last results first: acknowledgements sent before death count."""
-        deaths = []
-        for h in self.pool.dead():
-            drain(h)
-            deaths.append(self._reap(h))
+        redeliver), restart when a back-off is over, enforce deadlines, recycle (stops_due)."""
+        deaths = [self._reap(h) for h in dead]
         now = self.clock()
         for h in self.pool.handles:
             life = self.lives[h.index]
@@ -291,7 +293,7 @@ class Workforce(Generic[S]):
                 if life.state is State.STARTING and h.board.ready:
                     self._became_ready(h, life)
                 if life.retiring and life.state is not State.RETIRING and life.kill is None:
-                    self._write_stop(h, life, life.retiring)
+                    life.stop_due = life.stop_due or life.retiring
                 self._enforce_bounds(h, life, now)
         if now - self._last_watch >= _WATCH_S:
             self._last_watch = now
@@ -356,7 +358,8 @@ class Workforce(Generic[S]):
         it. ``watch``: look at the processes too (psutil), every _WATCH_S."""
         for h in self.pool.handles:
             life = self.lives[h.index]
-            if not h.alive or life.state is not State.READY or life.kill is not None or life.retiring:
+            if not h.alive or life.state is not State.READY or life.kill is not None or life.retiring \
+                    or life.stop_due:
                 continue
             reason = None
             if self._budget_spent(h):
@@ -367,21 +370,23 @@ class Workforce(Generic[S]):
                     reason = self._over_limits(psutil.Process(h.pid))
                 except (psutil.Error, OSError):  # OSError: out of descriptors (EMFILE) itself
                     continue
-            if reason and self._write_stop(h, life, reason):
+            if reason:
+                life.stop_due = reason
                 log.info("recycling worker", extra={"worker": h.index, "incarnation": h.incarnation,
                                                     "pid": h.pid, "why": reason})
 
-    @staticmethod
-    def _write_stop(h: S, life: Life, why: str) -> bool:
-        """A STOP frame behind the work in its ring: the worker finishes that, then exits. False
-        when the ring has no room for it now (tried again next tick; nothing more is written)."""
-        if not h.alive or not h.ring.try_write(STOP_FRAME):
-            return False
-        life.state = State.RETIRING
-        if h.bell is not None:
-            h.bell.ring()
-        log.debug("stop frame written", extra={"worker": h.index, "pid": h.pid, "why": why})
-        return True
+    def stops_due(self) -> list[int]:
+        """Workers that must read a STOP frame behind the work in their rings and exit (recycled
+        or retired). The scheduler writes it, the one writer of rings; until it has, nothing
+        more is written to that ring (accepting() is False), and it is asked again each tick."""
+        return [h.index for h in self.pool.handles
+                if self.lives[h.index].stop_due and h.alive and self.lives[h.index].kill is None]
+
+    def stop_written(self, i: int) -> None:
+        """Worker i's STOP frame is in its ring: it finishes what is ahead of it, then exits."""
+        life = self.lives[i]
+        life.state, why, life.stop_due = State.RETIRING, life.stop_due, None
+        log.debug("stop frame written", extra={"worker": i, "pid": self.pool.handles[i].pid, "why": why})
 
     def _over_limits(self, proc: psutil.Process) -> str | None:
         if self.w.max_rss_mb:
@@ -399,6 +404,7 @@ class Workforce(Generic[S]):
     # ------------------------------------------------------------------ deaths
     def _reap(self, h: S) -> Death:
         life = self.lives[h.index]
+        life.stop_due = None  # a STOP frame for a dead worker's ring is owed to nobody
         was_ready = h.board.ready
         batch, _slot = h.board.current
         during = _DURING.get(h.board.phase, "") if batch else ""
@@ -510,9 +516,9 @@ class Workforce(Generic[S]):
         life.state, life.restart_at = State.RESTARTING, self.clock() + wait
 
     # ------------------------------------------------------------------ stop
-    def stop_all(self, timeout_s: float, drain: Callable[[], None]) -> None:
+    def stop_all(self, timeout_s: float) -> None:
         self.stopping = True
-        self.pool.stop_all(timeout_s, drain)
+        self.pool.stop_all(timeout_s)
         for life in self.lives:
             if life.state is not State.SPARE:
                 life.state = State.STOPPED

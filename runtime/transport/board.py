@@ -20,7 +20,8 @@ from pathlib import Path
 from runtime.transport.ordered import ordered_access
 
 BOARD_BYTES = 128
-(_CURRENT_BATCH, _CURRENT_SLOT, _STARTED_NS, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
+# Word 2 is free (it held a batch's start, which nobody read: a phase's start serves).
+(_CURRENT_BATCH, _CURRENT_SLOT, _FREE, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
  _PHASE_NS) = range(9)
 # What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
 # deadline; waiting for the broker (DELIVER) or for a retry (WAIT) does not.
@@ -34,9 +35,7 @@ class Board:
 
     # worker side
     def begin(self, batch_id: int, slot: int) -> None:
-        now = time.monotonic_ns()
-        self._w[_STARTED_NS] = now
-        self._w[_PHASE_NS] = now
+        self._w[_PHASE_NS] = time.monotonic_ns()
         self._w[_PHASE] = PHASE_CALL
         self._w[_CURRENT_SLOT] = slot
         self._publish(_CURRENT_BATCH, batch_id)  # the batch's other words are seen with it
@@ -71,13 +70,6 @@ class Board:
         """(batch_id, slot) in progress; batch_id 0 when idle."""
         batch = self._acquire(_CURRENT_BATCH)
         return batch, self._w[_CURRENT_SLOT]
-
-    @property
-    def busy_for_s(self) -> float:
-        """Since the batch in progress began (0 when idle)."""
-        if self._acquire(_CURRENT_BATCH) == 0:
-            return 0.0
-        return (time.monotonic_ns() - self._w[_STARTED_NS]) / 1e9
 
     def in_phase_for_s(self, phase: int) -> float:
         """How long the worker has been in ``phase`` of its current batch (0 if it is not)."""

@@ -11,7 +11,7 @@ a column of 500 values is one C loop, and the usual cases cost nothing per recor
 (offsets ``nil`` when they run first, first+1, ...; headers ``nil`` when no record has any;
 one timestamp type for the whole batch). Measured with 500 × 256 B records: packing rows
 of six fields cost ~590 ns/record, this layout ~190 ns in Python and ~0.2 µs with the
-supervisor's C packer (runtime/_speedups.c, which writes these exact bytes).
+supervisor's C packer (runtime/transport/_speedups.c, which writes these exact bytes).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ STOP_FRAME = msgpack.packb([STOP], use_bin_type=True)
 
 def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
     """Decode a ring frame; None means STOP. Raises FrameError on anything malformed, and
-    nothing else whatever the bytes (tests/fuzz/fuzz_frames.py): the fields' shapes are
+    nothing else whatever the bytes (tests/fuzz/targets.py, the ``frames`` target): the fields' shapes are
     checked here, so that the worker builds Records from lists of the right length."""
     try:
         obj = msgpack.unpackb(data, raw=False, **_LIMITS)

@@ -1,4 +1,4 @@
-"""The optional C speedups (runtime/_speedups.c) and the switch between them and Python.
+"""The optional C speedups (runtime/transport/_speedups.c) and the switch between them and Python.
 
 Each hot path that has a C version keeps its pure-Python twin. A path starts in C when the
 extension was built; the first call in each process runs both and compares the results,

@@ -15,15 +15,16 @@ from typing import Protocol
 from runtime.transport.board import Board, EpochTable
 
 
-class Lock(Protocol):
-    """The worker's lock (runtime.transport.board.BoardLock), shared with the supervisor."""
+class ScopedLock(Protocol):
+    """The worker's lock (runtime.transport.board.BoardLock), shared with the supervisor, as the
+    worker takes it: for the length of a ``with`` block."""
 
     def __enter__(self) -> object: ...
     def __exit__(self, *exc: object) -> None: ...
 
 
 class FenceCheck:
-    def __init__(self, epochs: EpochTable, board: Board, lock: Lock) -> None:
+    def __init__(self, epochs: EpochTable, board: Board, lock: ScopedLock) -> None:
         self._epochs = epochs
         self._board = board
         self._lock = lock

@@ -155,7 +155,7 @@ class FakePool:
     def reap_orphans(self) -> None:
         pass
 
-    def stop_all(self, timeout_s: float, drain: Callable[[], None] = lambda: None) -> None:
+    def stop_all(self, timeout_s: float) -> None:
         pass
 
 
@@ -498,7 +498,7 @@ class ProcPool:
     def reap_orphans(self) -> None:
         self.reaped += 1
 
-    def stop_all(self, timeout_s: float, drain: Any) -> None:
+    def stop_all(self, timeout_s: float) -> None:
         for h in self.handles:
             if h.alive:
                 assert h.process is not None

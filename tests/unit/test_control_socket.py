@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -27,6 +26,7 @@ from runtime.errors import CommandTimeout, ConfigError, ControlDirUnusable, Daem
 from runtime.ops.control_socket import ControlServer, Request, control_socket_path, send_command
 from runtime.supervisor.commands import Commands
 from runtime.supervisor.rollout import Operation, OpKind, OpState
+from runtime.supervisor.signals import Asked, Intent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -432,14 +432,16 @@ def test_a_refused_command_is_answered_at_once_and_bad_requests_say_why() -> Non
 
 def test_signals_coalesce_and_carry_on_after_the_operation_in_progress() -> None:
     commands, _server, rollout = room()
-    commands.on_signal(signal.SIGHUP)
+    hup, ttin = Asked(Intent.RELOAD, "SIGHUP"), Asked(Intent.GROW, "SIGTTIN")
+    ttou = Asked(Intent.SHRINK, "SIGTTOU")
+    commands.on_signal(hup)
     commands.step()
     assert rollout.calls == [("reload", "SIGHUP")]
-    commands.on_signal(signal.SIGHUP)
-    commands.on_signal(signal.SIGHUP)  # the same reload: it has not started yet
-    commands.on_signal(signal.SIGTTIN)
-    commands.on_signal(signal.SIGTTIN)
-    commands.on_signal(signal.SIGTTOU)
+    commands.on_signal(hup)
+    commands.on_signal(hup)  # the same reload: it has not started yet
+    commands.on_signal(ttin)
+    commands.on_signal(ttin)
+    commands.on_signal(ttou)
     rollout.finish(True, "done")
     commands.step()
     assert rollout.calls[1] == ("reload", "SIGHUP") and len(rollout.calls) == 2

@@ -210,6 +210,8 @@ def test_a_worker_near_its_descriptor_limit_is_recycled_between_batches(monkeypa
     sup.workforce.lives[0].state = State.READY
     monkeypatch.setattr(workforce_module.psutil, "Process", lambda pid: _Proc(fds, 1024))
     sup.workforce._recycle_if_needed(watch=True)
+    assert (sup.workforce.stops_due() == [0]) is recycled and sup.workforce.accepting(0) is not recycled
+    sup.manage_workers()  # the loop hands the STOP frame due to the scheduler, which writes it
     assert (sup.workforce.lives[0].state is State.RETIRING) is recycled
     assert (h.ring.frames != []) is recycled, "a STOP frame behind the work in its ring"
 

@@ -204,8 +204,8 @@ def test_a_boards_phase_and_batch_are_published_after_the_words_they_vouch_for(
     board.begin(batch_id=7, slot=3)
     (_, batch, at_batch), = [p for p in spy.published if p[0] == 0]
     seen = memoryview(at_batch).cast("q")
-    assert batch == 7 and seen[1] == 3 and seen[2] > 0 and seen[7] == PHASE_CALL, \
-        "slot, start time and phase are in place when the batch is published"
+    assert batch == 7 and seen[1] == 3 and seen[8] > 0 and seen[7] == PHASE_CALL, \
+        "slot, the phase and its start time are in place when the batch is published"
     board.set_phase(PHASE_DELIVER)
     index, phase, at_phase = spy.published[-1]
     assert (index, phase) == (7, PHASE_DELIVER) and memoryview(at_phase).cast("q")[8] == words[8] > 0

@@ -63,7 +63,10 @@ class Rig:
 
     def tick(self, dt: float = 0.05) -> None:
         self.clock.now += dt
-        self.deaths += self.wf.manage(lambda _h: None)
+        self.deaths += self.wf.manage(self.wf.dead())
+        for i in self.wf.stops_due():  # as the loop hands them on (loop.py manage_workers)
+            if self.sched.write_stop(i):
+                self.wf.stop_written(i)
         op = self.rollout.step()
         if op is not None:
             self.finished.append(op)
@@ -308,6 +311,8 @@ def test_scaling_down_lets_the_removed_workers_drain_before_they_stop(clock: Tic
     r.tick()
     retiring = [i for i in range(3) if r.wf.lives[i].retiring]
     assert len(retiring) == 2 and holder not in retiring, "the worker with work queued stays"
+    assert not any(r.wf.accepting(i) for i in retiring), "no frame goes in before the STOP frame"
+    r.tick()  # the STOP frames are due: the scheduler writes them on the next tick
     for i in retiring:
         assert r.pool.handles[i].ring.frames[-1] == STOP_FRAME and not r.wf.accepting(i)
         assert not r.pool.kills, "drained, not killed"

@@ -13,41 +13,36 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import settings
 from test_admin_metrics import snapshot
 
-from runtime.supervisor.signals import HANDLED, SignalHandlers, SignalQueue
+from runtime.supervisor.signals import MEANS, Asked, Intent, SignalHandlers, SignalQueue, log_status
 from runtime.worker.main import WORKER_IGNORES
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-LIVE: list[signal.Signals] = []  # what the handlers passed on to the live commands
-
-
 @pytest.fixture
 def handlers() -> Iterator[SignalHandlers]:
-    saved = {sig: signal.getsignal(sig) for sig in (*HANDLED, signal.SIGPIPE)}
-    LIVE.clear()
+    saved = {sig: signal.getsignal(sig) for sig in (*MEANS, signal.SIGPIPE)}
     try:
-        yield SignalHandlers(SignalQueue().install(), settings(processes=3), snapshot, LIVE.append)
+        yield SignalHandlers(SignalQueue().install())
     finally:
         for sig, old in saved.items():
             signal.signal(sig, old)
 
 
-def deliver(h: SignalHandlers, *sigs: signal.Signals) -> bool:
+def deliver(h: SignalHandlers, *sigs: signal.Signals) -> list[Asked]:
     for sig in sigs:
         os.kill(os.getpid(), sig)  # Python runs the handler before the next bytecode
     return h.dispatch()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU],
-                         ids=lambda s: s.name)
-def test_reload_and_resize_signals_go_to_the_live_commands_and_stop_nothing(
-        handlers: SignalHandlers, sig: signal.Signals) -> None:
-    assert deliver(handlers, sig, sig) is False
-    assert [sig, sig] == LIVE, "each arrival is one request (commands.py queues and judges them)"
+@pytest.mark.parametrize(("sig", "intent"), [(signal.SIGHUP, Intent.RELOAD), (signal.SIGTTIN, Intent.GROW),
+                                             (signal.SIGTTOU, Intent.SHRINK)], ids=lambda s: str(s))
+def test_reload_and_resize_signals_ask_the_live_commands_and_stop_nothing(
+        handlers: SignalHandlers, sig: signal.Signals, intent: Intent) -> None:
+    assert deliver(handlers, sig, sig) == [Asked(intent, sig.name)] * 2, \
+        "each arrival is one request (commands.py queues and judges them)"
     assert handlers.stop_requested is None
 
 
@@ -56,14 +51,17 @@ def test_reload_and_resize_signals_go_to_the_live_commands_and_stop_nothing(
 def test_an_operator_signal_is_named_and_stops_nothing(handlers: SignalHandlers, sig: signal.Signals,
                                                        caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="ringmaster.supervisor"):
-        assert deliver(handlers, sig, sig) is False
+        asked = deliver(handlers, sig, sig)
+        for a in asked:
+            assert a.intent is Intent.LOG_STATUS
+            log_status(snapshot())  # as the loop does with the latest status
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     if sig is signal.SIGPIPE:
-        assert lines == [], "ignored by the kernel: nothing reaches the queue"
+        assert lines == [] and asked == [], "ignored by the kernel: nothing reaches the queue"
         return
     assert len(lines) == 2, f"one line per arrival: {lines}"
+    assert len(asked) == (2 if sig is signal.SIGUSR1 else 0)
     level, text = lines[0]
-    assert not LIVE
     expected = {signal.SIGUSR1: ("INFO", "status: 1,000 records (100/s), 997 outputs, 3 dead letters, lag 7; "
                                          "2 partitions (1 paused); 2/2 workers alive, 2 restarts; ready"),
                 signal.SIGUSR2: ("INFO", "SIGUSR2 ignored"),
@@ -74,16 +72,17 @@ def test_an_operator_signal_is_named_and_stops_nothing(handlers: SignalHandlers,
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT], ids=lambda s: s.name)
 def test_term_int_and_quit_ask_for_the_same_graceful_stop(handlers: SignalHandlers,
                                                            sig: signal.Signals) -> None:
-    assert deliver(handlers, signal.SIGHUP) is False
-    assert deliver(handlers, sig) is True
+    assert [a.intent for a in deliver(handlers, signal.SIGHUP)] == [Intent.RELOAD]
+    assert deliver(handlers, sig) == [Asked(Intent.STOP, sig.name)]
     assert handlers.stop_requested == sig.name
-    assert deliver(handlers, signal.SIGTERM) is True
+    assert [a.intent for a in deliver(handlers, signal.SIGTERM)] == [Intent.STOP]
     assert handlers.stop_requested == sig.name, "the first one says why"
 
 
-def test_every_handled_signal_has_its_handle_method() -> None:
-    for sig in HANDLED:
-        assert callable(getattr(SignalHandlers, f"handle_{sig.name[3:].lower()}"))
+def test_every_handled_signal_has_a_meaning_and_the_table_says_it() -> None:
+    doc = (ROOT / "runtime/supervisor/signals.py").read_text()
+    for sig, intent in MEANS.items():
+        assert sig.name[3:] in doc and (intent is None or intent.name in doc), sig
 
 
 _SPAWN = """

@@ -48,8 +48,7 @@ def enqueue(sup: Any, tp: Any, bid: int, first: int, last: int, size: int = 100,
     p = sup.partitions[tp]
     p.tracker.register(bid, first, last)
     data = frame(bid, p.fence.slot, p.fence.epoch, tp, first, last, size)
-    b = Batch(bid, tp, p.fence.slot, p.fence.epoch, first, last, last - first + 1, data, bucket,
-              cut_at=sup.clock.now)
+    b = Batch(bid, tp, p.fence.slot, p.fence.epoch, first, last, last - first + 1, data, bucket)
     sup.scheduler.enqueue([b])
     return b
 

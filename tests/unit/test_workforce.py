@@ -46,7 +46,16 @@ class Rig:
     drained: list[int] = field(default_factory=list)
 
     def manage(self) -> list[Death]:
-        return self.wf.manage(lambda h: self.drained.append(h.index))
+        """One tick as the loop runs it (loop.py manage_workers): the dead are drained first,
+        then reaped; the STOP frames due are written (here straight to the fake rings; the
+        scheduler's write_stop in the daemon)."""
+        dead = self.wf.dead()
+        self.drained += [h.index for h in dead]
+        deaths = self.wf.manage(dead)
+        for i in self.wf.stops_due():
+            if self.pool.handles[i].ring.try_write(STOP_FRAME):
+                self.wf.stop_written(i)
+        return deaths
 
     def at(self, t: float) -> list[Death]:
         """Advance the clock to start + t and run one tick."""
@@ -473,7 +482,7 @@ def test_a_worker_being_killed_accepts_nothing(clock: Clock) -> None:
 def test_after_stop_all_the_dead_are_not_restarted(clock: Clock) -> None:
     r = rig(clock)
     r.ready()
-    r.wf.stop_all(1.0, lambda: None)
+    r.wf.stop_all(1.0)
     deaths = r.at(1.0)
     assert len(deaths) == 1
     r.at(100.0)

@@ -426,7 +426,7 @@ class SimPool:
     def reap_orphans(self) -> None:
         pass
 
-    def stop_all(self, timeout_s: float, drain: Callable[[], None] = lambda: None) -> None:
+    def stop_all(self, timeout_s: float) -> None:
         pass
 
     def sleep(self, timeout_s: float) -> None:
