@@ -54,6 +54,9 @@ class Batch:
     bucket: Bucket
     cut_at: float = 0.0  # clock time it was cut: lanes are served oldest first
     crashes: int = 0
+    # Key ordering: the buckets a frame holds when one frame carries several (a small cut,
+    # intake.py); it is in each of their lanes (scheduler.py). None: just ``bucket``.
+    buckets: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
