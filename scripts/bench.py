@@ -120,15 +120,18 @@ plugin = "benchkit.work"
 
 
 def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iterations: int,
-                   processes: int, tmp: Path, overrides: dict[str, str] | None = None) -> dict[str, Any]:
-    """One `ringmaster run --until-caught-up`; overrides are RINGMASTER__… variables."""
+                   processes: int, tmp: Path, overrides: dict[str, str] | None = None,
+                   root: Path = ROOT) -> dict[str, Any]:
+    """One `ringmaster run --until-caught-up`; overrides are RINGMASTER__… variables. ``root``:
+    another checkout with its own .venv (an older version, compared in the same invocation)."""
     cfg = tmp / f"rm-{uuid.uuid4().hex[:6]}.toml"
     cfg.write_text(ringmaster_config(bootstrap, topic, workload, iterations, processes))
     summary = tmp / "summary.json"
-    out = subprocess.run([PY, "-m", "runtime.cli", "run", "-c", str(cfg), "--until-caught-up",
-                          "--no-progress", "--summary-json", str(summary)],
-                         capture_output=True, text=True, env={**ENV, **(overrides or {})}, timeout=900,
-                         cwd=ROOT)
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(root / "scripts"), str(root)])) if root != ROOT else ENV
+    out = subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "runtime.cli", "run", "-c", str(cfg),
+                          "--until-caught-up", "--no-progress", "--summary-json", str(summary)],
+                         capture_output=True, text=True, env={**env, **(overrides or {})}, timeout=900,
+                         cwd=root)
     if out.returncode != 0:
         raise RuntimeError(f"ringmaster failed: {out.stderr[-2000:]}")
     s = json.loads(summary.read_text())
@@ -640,6 +643,11 @@ def main() -> int:
     ap.add_argument("--scale-work-us", default="100,10", help="--scale: µs of work per record")
     ap.add_argument("--scale-seconds", type=float, default=4.0,
                     help="--scale: records per run = this many seconds of work on one core")
+    ap.add_argument("--scale-orderings", default="partition,key,unordered",
+                    help="--scale: the ringmaster orderings to run")
+    ap.add_argument("--scale-against", default=None, metavar="DIR",
+                    help="--scale: also run ringmaster from this checkout (its own .venv and C build), "
+                         "interleaved with this one: old against new in one invocation")
     ap.add_argument("--simulate", action="store_true",
                     help="the real supervisor loop on a simulated clock with simulated workers, against "
                          "a simulated Pool(N): no broker, seconds (docs/simulation.md; docs/scaling.md "
