@@ -83,11 +83,12 @@ def make_data_sets(bootstrap: str, workloads: list[str], records: int,
 
 
 def run_peer(kind: str, bootstrap: str, topic: str, records: int, workload: str, iterations: int,
-             processes: int) -> dict[str, Any]:
+             processes: int, output_topic: str | None = None) -> dict[str, Any]:
+    more = ["--output-topic", output_topic] if output_topic else []
     out = subprocess.run([PY, "-m", "benchkit.runners", kind, "--bootstrap", bootstrap, "--topic", topic,
                           "--group", f"bench-{uuid.uuid4().hex[:8]}", "--records", str(records),
                           "--workload", workload, "--iterations", str(iterations),
-                          "--processes", str(processes)],
+                          "--processes", str(processes), *more],
                          capture_output=True, text=True, env=ENV, timeout=900, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} failed: {out.stderr[-2000:]}")
@@ -659,6 +660,12 @@ def main() -> int:
     ap.add_argument("--admin-load", action="store_true",
                     help="trivial work with and without 4 clients polling /status and /metrics every 100 ms "
                          "(docs/admin_load.md)")
+    ap.add_argument("--naive", action="store_true",
+                    help="a plain loop, Pool(N) and ringmaster(N), each producing one output a record, on "
+                         "--scale-partitions (default here 8,3), interleaved; CPU per record by process and "
+                         "thread role (docs/scaling.md); --scale-against adds another checkout's ringmaster")
+    ap.add_argument("--naive-workers", type=int, default=2, help="--naive: N")
+    ap.add_argument("--naive-work-us", type=float, default=100.0, help="--naive: µs of work per record")
     ap.add_argument("--members", action="store_true",
                     help="light work: 1 supervisor x N workers against N supervisors x 1 worker "
                          "(run --members N), interleaved; use --records 300000 (docs/scaling.md)")
@@ -671,6 +678,12 @@ def main() -> int:
         from benchkit.sim.report import simulate
 
         return simulate(args, console)
+    if args.naive:
+        from benchkit import naive
+
+        if args.scale_partitions == ap.get_default("scale_partitions"):
+            args.scale_partitions = "8,3"
+        return naive.compare(args, sys.modules[__name__])
     if args.members:
         from benchkit import members
 
