@@ -666,6 +666,8 @@ def main() -> int:
                          "thread role (docs/scaling.md); --scale-against adds another checkout's ringmaster")
     ap.add_argument("--naive-workers", type=int, default=2, help="--naive: N")
     ap.add_argument("--naive-work-us", type=float, default=100.0, help="--naive: µs of work per record")
+    ap.add_argument("--naive-variant", default=None, metavar="RINGMASTER__X=V,...",
+                    help="--naive: also ringmaster(N) with these settings (environment overrides)")
     ap.add_argument("--members", action="store_true",
                     help="light work: 1 supervisor x N workers against N supervisors x 1 worker "
                          "(run --members N), interleaved; use --records 300000 (docs/scaling.md)")

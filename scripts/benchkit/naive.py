@@ -134,6 +134,11 @@ def compare(args: argparse.Namespace, bench: Any) -> int:
                 cases.append((f"{name}({n})", functools.partial(
                     bench.run_ringmaster, broker.bootstrap, topic, records, "cpu", iterations, n, tmp, env,
                     root=root)))
+            if args.naive_variant:  # this checkout with other settings: RINGMASTER__X=V,...
+                more = dict(kv.split("=", 1) for kv in args.naive_variant.split(","))
+                cases.append((f"ringmaster({n}) {args.naive_variant}", functools.partial(
+                    bench.run_ringmaster, broker.bootstrap, topic, records, "cpu", iterations, n, tmp,
+                    env | more)))
             cases = [(label, functools.partial(_sampled, fn, broker.proc.pid)) for label, fn in cases]
             console.print(f"  {partitions} partitions: {len(cases)} cases × {args.runs} runs")
             measured = bench.measure_all(cases, args.runs)
