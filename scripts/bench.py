@@ -646,9 +646,9 @@ def main() -> int:
                     help="--scale: records per run = this many seconds of work on one core")
     ap.add_argument("--scale-orderings", default="partition,key,unordered",
                     help="--scale: the ringmaster orderings to run")
-    ap.add_argument("--scale-against", default=None, metavar="DIR",
-                    help="--scale: also run ringmaster from this checkout (its own .venv and C build), "
-                         "interleaved with this one: old against new in one invocation")
+    ap.add_argument("--scale-against", default=None, metavar="DIR[,DIR]",
+                    help="--scale, --naive: also run ringmaster from these checkouts (each with its own "
+                         ".venv and C build), interleaved with this one: old against new in one invocation")
     ap.add_argument("--simulate", action="store_true",
                     help="the real supervisor loop on a simulated clock with simulated workers, against "
                          "a simulated Pool(N): no broker, seconds (docs/simulation.md; docs/scaling.md "

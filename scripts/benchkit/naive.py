@@ -108,8 +108,7 @@ def compare(args: argparse.Namespace, bench: Any) -> int:
     console = bench.console
     n = args.naive_workers
     roots: list[tuple[str, Path]] = [("ringmaster", bench.ROOT)]
-    if args.scale_against:
-        other = Path(args.scale_against).resolve()
+    for other in [Path(d).resolve() for d in (args.scale_against or "").split(",") if d]:
         roots.append((f"ringmaster@{_revision(other)}", other))
     results: dict[str, Any] = {"machine": machine(), "workers": n, "runs": args.runs, "sets": [],
                                "revisions": {name: _revision(root) for name, root in roots}}

@@ -65,8 +65,7 @@ def sweep(args: argparse.Namespace, bench: Any) -> int:
     peers = [p for p in args.peers.split(",") if p in ("baseline", "pool", "arroyo")]
     orderings = [o for o in args.scale_orderings.split(",") if o in ORDERINGS]
     roots: list[tuple[str, Path]] = [("ringmaster", bench.ROOT)]
-    if args.scale_against:
-        other = Path(args.scale_against).resolve()
+    for other in [Path(d).resolve() for d in (args.scale_against or "").split(",") if d]:
         roots.append((f"ringmaster@{_revision(other)}", other))
     results: dict[str, Any] = {"machine": info, "workers": counts, "runs": args.runs, "sets": [],
                                "revisions": {name: _revision(root) for name, root in roots}}
