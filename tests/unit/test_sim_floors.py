@@ -52,13 +52,14 @@ def test_a_hot_partition_gets_a_worker_to_itself() -> None:
     assert out.of_bound >= 0.95, out.row()
 
 
-def test_light_work_keeps_up_with_the_naive_pool() -> None:
+@pytest.mark.parametrize("sup_us", [1.0, 2.0])
+def test_light_work_keeps_up_with_the_naive_pool(sup_us: float) -> None:
     """~10 µs a record: the supervisor's own cost is the limit; ringmaster must not fall
     behind Pool(15) paying the same cost per record (it was 0.49–0.54 against 0.57; `key`
     0.54 against 0.62 while it split every cut into a frame per key bucket). On a shorter
     run the last batch's tail (up to batch_target_ms) counts for more than Pool's chunk of
     100: at 300,000 records 0.61 against 0.62."""
-    case = replace(BASE, work_us=10.0, records=600_000, sup_us=1.0)
+    case = replace(BASE, work_us=10.0, records=600_000, sup_us=sup_us)
     pool = run_pool(case)
     for ordering in ORDERINGS:
         out = run_ringmaster(replace(case, ordering=ordering))
