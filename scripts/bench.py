@@ -83,11 +83,12 @@ def make_data_sets(bootstrap: str, workloads: list[str], records: int,
 
 
 def run_peer(kind: str, bootstrap: str, topic: str, records: int, workload: str, iterations: int,
-             processes: int) -> dict[str, Any]:
+             processes: int, output_topic: str | None = None) -> dict[str, Any]:
+    more = ["--output-topic", output_topic] if output_topic else []
     out = subprocess.run([PY, "-m", "benchkit.runners", kind, "--bootstrap", bootstrap, "--topic", topic,
                           "--group", f"bench-{uuid.uuid4().hex[:8]}", "--records", str(records),
                           "--workload", workload, "--iterations", str(iterations),
-                          "--processes", str(processes)],
+                          "--processes", str(processes), *more],
                          capture_output=True, text=True, env=ENV, timeout=900, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{kind} failed: {out.stderr[-2000:]}")
@@ -120,15 +121,18 @@ plugin = "benchkit.work"
 
 
 def run_ringmaster(bootstrap: str, topic: str, records: int, workload: str, iterations: int,
-                   processes: int, tmp: Path, overrides: dict[str, str] | None = None) -> dict[str, Any]:
-    """One `ringmaster run --until-caught-up`; overrides are RINGMASTER__… variables."""
+                   processes: int, tmp: Path, overrides: dict[str, str] | None = None,
+                   root: Path = ROOT) -> dict[str, Any]:
+    """One `ringmaster run --until-caught-up`; overrides are RINGMASTER__… variables. ``root``:
+    another checkout with its own .venv (an older version, compared in the same invocation)."""
     cfg = tmp / f"rm-{uuid.uuid4().hex[:6]}.toml"
     cfg.write_text(ringmaster_config(bootstrap, topic, workload, iterations, processes))
     summary = tmp / "summary.json"
-    out = subprocess.run([PY, "-m", "runtime.cli", "run", "-c", str(cfg), "--until-caught-up",
-                          "--no-progress", "--summary-json", str(summary)],
-                         capture_output=True, text=True, env={**ENV, **(overrides or {})}, timeout=900,
-                         cwd=ROOT)
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(root / "scripts"), str(root)])) if root != ROOT else ENV
+    out = subprocess.run([str(root / ".venv" / "bin" / "python"), "-m", "runtime.cli", "run", "-c", str(cfg),
+                          "--until-caught-up", "--no-progress", "--summary-json", str(summary)],
+                         capture_output=True, text=True, env={**env, **(overrides or {})}, timeout=900,
+                         cwd=root)
     if out.returncode != 0:
         raise RuntimeError(f"ringmaster failed: {out.stderr[-2000:]}")
     s = json.loads(summary.read_text())
@@ -640,6 +644,11 @@ def main() -> int:
     ap.add_argument("--scale-work-us", default="100,10", help="--scale: µs of work per record")
     ap.add_argument("--scale-seconds", type=float, default=4.0,
                     help="--scale: records per run = this many seconds of work on one core")
+    ap.add_argument("--scale-orderings", default="partition,key,unordered",
+                    help="--scale: the ringmaster orderings to run")
+    ap.add_argument("--scale-against", default=None, metavar="DIR[,DIR]",
+                    help="--scale, --naive: also run ringmaster from these checkouts (each with its own "
+                         ".venv and C build), interleaved with this one: old against new in one invocation")
     ap.add_argument("--simulate", action="store_true",
                     help="the real supervisor loop on a simulated clock with simulated workers, against "
                          "a simulated Pool(N): no broker, seconds (docs/simulation.md; docs/scaling.md "
@@ -651,6 +660,14 @@ def main() -> int:
     ap.add_argument("--admin-load", action="store_true",
                     help="trivial work with and without 4 clients polling /status and /metrics every 100 ms "
                          "(docs/admin_load.md)")
+    ap.add_argument("--naive", action="store_true",
+                    help="a plain loop, Pool(N) and ringmaster(N), each producing one output a record, on "
+                         "--scale-partitions (default here 8,3), interleaved; CPU per record by process and "
+                         "thread role (docs/scaling.md); --scale-against adds another checkout's ringmaster")
+    ap.add_argument("--naive-workers", type=int, default=2, help="--naive: N")
+    ap.add_argument("--naive-work-us", type=float, default=100.0, help="--naive: µs of work per record")
+    ap.add_argument("--naive-variant", default=None, metavar="RINGMASTER__X=V,...",
+                    help="--naive: also ringmaster(N) with these settings (environment overrides)")
     ap.add_argument("--members", action="store_true",
                     help="light work: 1 supervisor x N workers against N supervisors x 1 worker "
                          "(run --members N), interleaved; use --records 300000 (docs/scaling.md)")
@@ -663,6 +680,12 @@ def main() -> int:
         from benchkit.sim.report import simulate
 
         return simulate(args, console)
+    if args.naive:
+        from benchkit import naive
+
+        if args.scale_partitions == ap.get_default("scale_partitions"):
+            args.scale_partitions = "8,3"
+        return naive.compare(args, sys.modules[__name__])
     if args.members:
         from benchkit import members
 

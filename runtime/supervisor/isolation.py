@@ -44,4 +44,4 @@ def isolate(batch: Batch, max_crashes: int, next_id: Callable[[], int]) -> Isola
 def _part(batch: Batch, cols: Columns, batch_id: int, max_crashes: int) -> Batch:
     frame = encode_batch(batch_id, batch.slot, batch.epoch, batch.tp[0], batch.tp[1], cols)
     return Batch(batch_id, batch.tp, batch.slot, batch.epoch, cols.first, cols.last, len(cols), frame,
-                 batch.bucket, crashes=max_crashes - 1)
+                 batch.bucket, crashes=max_crashes - 1, buckets=batch.buckets)

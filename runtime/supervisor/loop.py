@@ -69,11 +69,11 @@ log = logging.getLogger("ringmaster.supervisor")
 
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see _quiet_gc())
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
-# ... while batches wait for their lanes' busy workers and another worker has next to nothing
+# ... but Intake.hungry_wait_s (1 ms after records came, doubling while fetches bring none)
+# while batches wait for their lanes' busy workers and another worker has next to nothing
 # to do: the records a fetch may bring are work for it, and the client's wait cannot be woken
 # by a result. Not whenever some worker has room: on 2 cores a loop turning every millisecond
 # takes CPU the workers need (issue 24).
-_HUNGRY_WAIT_S = 0.001
 
 
 class Supervisor(Generic[H]):
@@ -197,19 +197,18 @@ class Supervisor(Generic[H]):
 
     # ------------------------------------------------------------------ steps
     def fetch(self) -> None:
-        """Take what the client has queued. A tick waits for what unblocks it: for results
-        when batches wait for room in rings (a worker finishing is what lets them go), else
-        for records (the client returns as soon as one is there); see _HUNGRY_WAIT_S."""
-        # What was fetched and not dispatched waits for room (cut() gives a worker with room
-        # whatever is open): only a worker's result can unblock it, so wait for those.
+        """Take what the client has queued. A tick waits for what unblocks it: for results when
+        batches wait for room in rings (cut() gives a worker with room whatever is open: only
+        a result lets them go), else for records (the client returns as soon as one is there)."""
         open_msgs = any(p.intake.open_msgs and not p.held for p in self.partitions.values())
         waiting_for_room = open_msgs or self.scheduler.waiting_for_room()
         wait_s = min(self.s.workers.batch_max_wait_ms / 1000, _IDLE_WAIT_S) if open_msgs else _IDLE_WAIT_S
         wait_s = max(wait_s, 0.001)  # batch_max_wait_ms = 0 must not spin a core
         fetching = not self.assignment.assigned_once or any(
             not p.pause.paused for p in self.partitions.values())
-        if waiting_for_room or not fetching:
-            self._wait_for_workers(_HUNGRY_WAIT_S if fetching and self.scheduler.has_hungry() else wait_s)
+        if waiting_for_room or not fetching:  # the idle wait, or less for a hungry worker (above)
+            self._wait_for_workers(self.intake.hungry_wait_s if fetching and self.scheduler.has_hungry()
+                                   else wait_s)
         fetched = self.intake.fetch(self.flow.records_wanted(),
                                     wait_s if fetching and not waiting_for_room else 0)
         self.assignment.settle(fetched)

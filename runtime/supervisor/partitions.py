@@ -53,6 +53,9 @@ class Batch:
     frame: bytes
     bucket: Bucket
     crashes: int = 0
+    # Key ordering: the buckets a frame holds when one frame carries several (a small cut,
+    # intake.py); it is in each of their lanes (scheduler.py). None: just ``bucket``.
+    buckets: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)

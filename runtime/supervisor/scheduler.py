@@ -8,6 +8,11 @@ in ``partition`` ordering, a key bucket of a partition in ``key`` ordering (``cr
 buckets``, a fixed number for the run, so a key always maps to the same lane).
 ``unordered`` batches keep no order and go to whichever worker has room.
 
+In ``key`` ordering one frame may hold several buckets' records (a small cut, intake.py: 15
+frames of a dozen records each filled the supervisor with per-frame work, issue 24). Such a
+batch is in each of its buckets' lanes, and goes only when it heads all of them and they are
+out on no worker but the one it goes to: invariant 2 holds for each of its lanes.
+
 INVARIANT (2): all the batches of a lane that are in rings are in one worker's ring; the next
 batch goes to another worker only once none is out. Each ring is read in order, so a lane's
 batches run in offset order on whichever workers it visits: a partition is on one worker at a
@@ -135,28 +140,34 @@ class Scheduler:
     def enqueue(self, batches: Iterable[Batch]) -> None:
         """Batches cut by intake, in offset order within each lane."""
         for b in batches:
-            lane = self._lane(b)
-            lane.pending.append(b)
-            lane.records += b.count
-            self._ready[lane.key] = lane
+            for lane in self._lanes_of(b):
+                lane.pending.append(b)
+                lane.records += b.count
+                self._ready[lane.key] = lane
             self._add_pending(b, 1)
 
     def requeue(self, batches: Sequence[Batch]) -> None:
         """Put batches back in front of their lanes, in the order given (a worker died with
         them in its ring: they run again, on whichever worker the lane goes to next)."""
         for b in reversed(batches):
-            lane = self._lane(b)
-            lane.pending.appendleft(b)
-            lane.records += b.count
-            self._ready[lane.key] = lane
+            for lane in self._lanes_of(b):
+                lane.pending.appendleft(b)
+                lane.records += b.count
+                self._ready[lane.key] = lane
             self._add_pending(b, 1)
 
-    def _lane(self, b: Batch) -> Lane:
-        key = (b.tp, b.bucket)
+    def _lanes_of(self, b: Batch) -> list[Lane]:
+        """The lanes a batch is in: its bucket's, or each of its buckets' (key ordering)."""
+        if b.buckets is None:
+            return [self._lane(b.tp, b.bucket)]
+        return [self._lane(b.tp, x) for x in b.buckets]
+
+    def _lane(self, tp: TP, bucket: Bucket) -> Lane:
+        key = (tp, bucket)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = Lane(key)
-            self._of_tp.setdefault(b.tp, set()).add(key)
+            self._of_tp.setdefault(tp, set()).add(key)
         return lane
 
     def _add_pending(self, b: Batch, sign: int) -> None:
@@ -183,8 +194,14 @@ class Scheduler:
         while lanes and room:
             next_round = []
             for lane in lanes:
+                if not lane.pending:
+                    continue  # a batch of several lanes, sent from another of them this round
                 b = lane.pending[0]
-                w = self._place(lane, room, hungry)
+                shared = None if b.buckets is None else self._lanes_of(b)
+                if shared is None:
+                    w = self._place(lane, room, hungry)
+                else:
+                    w = self._place_shared(b, shared, room, hungry)
                 if w is None:
                     continue
                 ring = self.handles[w].ring
@@ -194,17 +211,20 @@ class Scheduler:
                     next_round.append(lane)
                     continue
                 written.setdefault(w, start)
-                lane.pending.popleft()
-                lane.records -= b.count
                 self._add_pending(b, -1)
-                self._sent(w, lane, b)
+                self._sent(w, b)
+                for sent in shared or (lane,):
+                    sent.pending.popleft()
+                    sent.records -= b.count
+                    self._lane_sent(w, sent, b)
+                    if sent.pending:
+                        if sent is lane:
+                            next_round.append(lane)  # another of them is still in this round's list
+                    else:
+                        del self._ready[sent.key]
                 hungry.discard(w)
                 if not self._room(w):
                     room.discard(w)
-                if lane.pending:
-                    next_round.append(lane)
-                else:
-                    del self._ready[lane.key]
             lanes = next_round
         for w, start in written.items():
             # A worker still busy with frames written before this round reads the new ones
@@ -266,6 +286,26 @@ class Scheduler:
         self._turn = best[1] + 1
         lane.leaving = None
         return best[1]
+
+    def _place_shared(self, b: Batch, lanes: list[Lane], room: set[int], hungry: set[int]) -> int | None:
+        """Where a batch of several lanes goes (key ordering, module docstring): only once it
+        heads each of them; to the one worker those with batches out are on, or, none being
+        out, where the first of them would go. Never to a worker older than any lane's floor."""
+        if any(lane.pending[0] is not b for lane in lanes):
+            return None  # a lane still has earlier batches to send: it comes back here after them
+        on = {lane.worker for lane in lanes if lane.out}
+        if len(on) > 1:
+            return None  # they drain first: a result lets it go
+        floor = max(lane.floor for lane in lanes)
+        if on:
+            w = on.pop()
+            return w if w is not None and w in room and self._gen[w] >= floor else None
+        first = lanes[0]
+        first.floor, saved = floor, first.floor
+        try:
+            return self._place(first, room, hungry)
+        finally:
+            first.floor = saved
 
     def _left(self, lane: Lane) -> float:
         """Records a lane has left: pending, in rings, and its share of its partition's
@@ -358,25 +398,27 @@ class Scheduler:
         return {w for w in range(len(self.handles)) if len(self._out[w]) <= _EXTRA_QUEUED
                 and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
 
-    def _sent(self, w: int, lane: Lane, b: Batch) -> None:
+    def _sent(self, w: int, b: Batch) -> None:
         self._probe.discard(w)
         self._probe_lane.pop(w, None)
         self._sent_count += 1
+        self._out[w][b.batch_id] = b
+        self._queued[w] += b.count
+        self._out_bytes[b.tp] = self._out_bytes.get(b.tp, 0) + len(b.frame)
+        self._out_by_tp[b.tp] = self._out_by_tp.get(b.tp, 0) + 1
+
+    def _lane_sent(self, w: int, lane: Lane, b: Batch) -> None:
         lane.served = self._sent_count
         lane.out_records += b.count
         if self.ordered and lane.worker != w:
             self._left_on[w] += self._left(lane)
             self._find_least()
-        self._out[w][b.batch_id] = b
-        self._queued[w] += b.count
         lane.floor = max(lane.floor, self._gen[w])
         if lane.out == 0 and self.ordered:
             lane.worker = w
             self._lanes_on[w] += 1
             self._bound[lane.key] = lane
         lane.out += 1
-        self._out_bytes[b.tp] = self._out_bytes.get(b.tp, 0) + len(b.frame)
-        self._out_by_tp[b.tp] = self._out_by_tp.get(b.tp, 0) + 1
 
     # ------------------------------------------------------------------ batches back
     def returned(self, w: int, batch_id: int) -> Batch | None:
@@ -400,8 +442,10 @@ class Scheduler:
         self._queued[w] -= b.count
         self._out_bytes[b.tp] -= len(b.frame)
         self._out_by_tp[b.tp] -= 1
-        lane = self._lanes.get((b.tp, b.bucket))
-        if lane is not None:
+        for bucket in (b.bucket,) if b.buckets is None else b.buckets:
+            lane = self._lanes.get((b.tp, bucket))
+            if lane is None:
+                continue
             lane.out -= 1
             lane.out_records -= b.count
             if lane.out == 0 and self.ordered:
@@ -449,10 +493,13 @@ class Scheduler:
     # ------------------------------------------------------------------ partitions
     def drop_pending(self, tp: TP) -> None:
         """Forget the partition's batches not yet in a ring (a fence made them stale)."""
+        dropped: set[int] = set()  # a batch of several lanes is counted once
         for key in self._of_tp.get(tp, ()):
             lane = self._lanes[key]
             for b in lane.pending:
-                self._add_pending(b, -1)
+                if b.batch_id not in dropped:
+                    dropped.add(b.batch_id)
+                    self._add_pending(b, -1)
             lane.pending.clear()
             lane.records = 0
             self._ready.pop(key, None)

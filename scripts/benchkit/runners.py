@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchkit.work import do_work
 
@@ -66,24 +66,55 @@ def _commit(c: Consumer, offsets: Mapping[tuple[str, int], int], asynchronous: b
                  asynchronous=asynchronous)
 
 
+class Outputs:
+    """--output-topic: one output a record (the work's result), produced by this process and
+    delivered before the offsets of its records are committed (what a user's loop must do)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.topic = args.output_topic
+        self.p = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5}) if self.topic else None
+
+    def send(self, results: list[int]) -> None:
+        if self.p is None:
+            return
+        for r in results:
+            while True:
+                try:
+                    self.p.produce(self.topic, b"%08x" % (r & 0xFFFFFFFF))
+                    break
+                except BufferError:
+                    self.p.poll(0.01)
+        self.p.poll(0)
+
+    def flush(self) -> None:
+        """Every output acknowledged: only then may the offsets be committed."""
+        if self.p is not None and self.p.flush(60):
+            raise RuntimeError("outputs not delivered in 60 s")
+
+
 def baseline(args: argparse.Namespace) -> dict[str, Any]:
     """One process: consume(1000) and work, commit once a second and at the end."""
     c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
     c.subscribe([args.topic])
+    out = Outputs(args)
     done, first, offsets, last_commit = 0, None, {}, time.monotonic()
     while done < args.records:
+        results = []
         for m in c.consume(1000, 0.1):
             if m.error():
                 continue
             if first is None:
                 first = time.monotonic()
                 CPU.start()
-            do_work(args.workload, args.iterations, m.value())
+            results.append(do_work(args.workload, args.iterations, m.value()))
             offsets[(m.topic(), m.partition())] = m.offset() + 1
             done += 1
+        out.send(results)
         if time.monotonic() - last_commit >= 1:
+            out.flush()
             _commit(c, offsets, asynchronous=True)
             last_commit = time.monotonic()
+    out.flush()
     _commit(c, offsets)
     end = time.monotonic()
     CPU.stop()
@@ -91,17 +122,16 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     return {"records": done, "window_s": end - (first or end)}
 
 
-def _work_batch(payload: tuple[str, int, list[bytes]]) -> int:
+def _work_batch(payload: tuple[str, int, list[bytes]]) -> list[int]:
     workload, iterations, values = payload
-    for v in values:
-        do_work(workload, iterations, v)
-    return len(values)
+    return [do_work(workload, iterations, v) for v in values]
 
 
 def pool(args: argparse.Namespace) -> dict[str, Any]:
     """The naive answer: multiprocessing.Pool(N) over pickled batches, commits in order."""
     c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
     c.subscribe([args.topic])
+    out = Outputs(args)  # the parent produces what the workers return
     done, first, last_commit = 0, None, time.monotonic()
     offsets: dict[tuple[str, int], int] = {}
     pending: list[tuple[Any, dict[tuple[str, int], int]]] = []
@@ -117,11 +147,15 @@ def pool(args: argparse.Namespace) -> dict[str, Any]:
                                                               [m.value() for m in msgs]),)), ends))
             while pending and (pending[0][0].ready() or len(pending) > 4 * args.processes):
                 res, ends = pending.pop(0)
-                done += res.get()
+                results = res.get()
+                out.send(results)
+                done += len(results)
                 offsets.update(ends)
             if time.monotonic() - last_commit >= 1:
+                out.flush()
                 _commit(c, offsets, asynchronous=True)
                 last_commit = time.monotonic()
+        out.flush()
         _commit(c, offsets)
         end = time.monotonic()
         CPU.stop()
@@ -238,6 +272,7 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--latency-dir", default=None)
     ap.add_argument("--fetch-wait-ms", type=int, default=500)
+    ap.add_argument("--output-topic", default=None, help="baseline, pool: produce one output a record here")
     args = ap.parse_args()
     result = {"baseline": baseline, "pool": pool, "arroyo": arroyo, "latency": latency}[args.kind](args)
     main_cpu, worker_cpu = CPU.used

@@ -19,6 +19,7 @@ import functools
 import json
 import platform
 import statistics
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -62,7 +63,12 @@ def sweep(args: argparse.Namespace, bench: Any) -> int:
     partition_counts = [int(x) for x in args.scale_partitions.split(",")]
     works = [float(x) for x in args.scale_work_us.split(",")]
     peers = [p for p in args.peers.split(",") if p in ("baseline", "pool", "arroyo")]
-    results: dict[str, Any] = {"machine": info, "workers": counts, "runs": args.runs, "sets": []}
+    orderings = [o for o in args.scale_orderings.split(",") if o in ORDERINGS]
+    roots: list[tuple[str, Path]] = [("ringmaster", bench.ROOT)]
+    for other in [Path(d).resolve() for d in (args.scale_against or "").split(",") if d]:
+        roots.append((f"ringmaster@{_revision(other)}", other))
+    results: dict[str, Any] = {"machine": info, "workers": counts, "runs": args.runs, "sets": [],
+                               "revisions": {name: _revision(root) for name, root in roots}}
     with tempfile.TemporaryDirectory() as tmpdir, DevBroker() as broker:
         tmp = Path(tmpdir)
         for work_us in works:
@@ -84,22 +90,38 @@ def sweep(args: argparse.Namespace, bench: Any) -> int:
                             cases.append((f"{peer}({n})", functools.partial(
                                 bench.run_peer, peer, broker.bootstrap, topic, records, "cpu", iterations,
                                 n)))
-                    for ordering in ORDERINGS:
-                        cases.append((f"ringmaster {ordering}({n})", functools.partial(
-                            bench.run_ringmaster, broker.bootstrap, topic, records, "cpu", iterations, n, tmp,
-                            {"RINGMASTER__WORKERS__ORDERING": ordering})))
+                    for ordering in orderings:
+                        for name, root in roots:
+                            cases.append((f"{name} {ordering}({n})", functools.partial(
+                                bench.run_ringmaster, broker.bootstrap, topic, records, "cpu", iterations, n,
+                                tmp, {"RINGMASTER__WORKERS__ORDERING": ordering}, root=root)))
                 console.print(f"  {partitions} partitions: {len(cases)} cases × {args.runs} runs")
                 measured = bench.measure_all(cases, args.runs)
                 results["sets"].append({"work_us": measured_us, "work_us_after": time_work(iterations),
                                         "partitions": partitions, "records": records,
                                         "rows": [summarize(r) for r in measured]})
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scaling.json").write_text(json.dumps(results, indent=2))
+                _write_json(args, results)  # after every set: a run cut short keeps what it measured
+    out = _write_json(args, results)
     md = render(results)
     (out / "scaling.md").write_text("\n".join(md) + "\n")
     console.print("\n".join(md))
     return 0
+
+
+def _write_json(args: argparse.Namespace, results: dict[str, Any]) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scaling.json").write_text(json.dumps(results, indent=2))
+    return out
+
+
+def _revision(root: Path) -> str:
+    """The checkout's commit, short (and "+" when its tracked files differ from it)."""
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+    head = git("rev-parse", "--short=7", "HEAD") or "unknown"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def summarize(r: dict[str, Any]) -> dict[str, Any]:
@@ -121,6 +143,10 @@ def render(results: dict[str, Any]) -> list[str]:
           "case; records/s min / median / max; ratios of medians within this invocation only (× plain: the "
           "single-process loop; × Pool: `multiprocessing.Pool` with the same N). Busy: each worker's time on "
           "batches / the run's window (min–max over workers). Supervisor: its CPU µs per record.\n"]
+    revisions = results.get("revisions", {})
+    if len(revisions) > 1:
+        md.append("Checkouts, interleaved: " + ", ".join(f"{name} = {rev}" for name, rev in revisions.items())
+                  + ".\n")
     for s in results["sets"]:
         rows = s["rows"]
         plain = next((r["median"] for r in rows if r["label"] == "plain loop"), None)

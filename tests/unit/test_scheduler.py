@@ -48,11 +48,16 @@ class Handle:
 BATCHES: dict[bytes, Batch] = {}  # frame -> batch: the fake rings keep batches, not bytes
 
 
-def batch(bid: int, tp: Any, bucket: int | None = None, count: int = 10) -> Batch:
+def batch(bid: int, tp: Any, bucket: int | None = None, count: int = 10,
+          buckets: tuple[int, ...] | None = None) -> Batch:
     frame = f"frame-{bid}".encode()
-    b = Batch(bid, tp, 0, 1, bid * 10, bid * 10 + count - 1, count, frame, bucket)
+    b = Batch(bid, tp, 0, 1, bid * 10, bid * 10 + count - 1, count, frame, bucket, buckets=buckets)
     BATCHES[frame] = b
     return b
+
+
+def lanes_of(b: Batch) -> list[tuple[Any, Any]]:
+    return [(b.tp, x) for x in b.buckets] if b.buckets else [(b.tp, b.bucket)]
 
 
 def rig(workers: int, ordered: bool = True) -> tuple[Scheduler, list[Handle], set[int]]:
@@ -289,19 +294,25 @@ class Scheduling(RuleBasedStateMachine):
         self.ran: dict[tuple[Any, Any], list[int]] = {}
         self.sent: dict[tuple[Any, Any], list[int]] = {}  # lane -> generation of each worker it was sent to
         self.newest = 0
-        sent = self.s._sent
+        sent = self.s._lane_sent
 
         def record(w: int, lane: Any, b: Batch) -> None:
             self.sent.setdefault(lane.key, []).append(self.s._gen[w])
             sent(w, lane, b)
-        self.s._sent = record  # type: ignore[method-assign]
+        self.s._lane_sent = record  # type: ignore[method-assign]
 
-    @rule(tp=st.integers(0, 2), bucket=st.sampled_from([None, 0, 1]), n=st.integers(1, 4))
-    def enqueue(self, tp: int, bucket: int | None, n: int) -> None:
+    @rule(tp=st.integers(0, 2), bucket=st.sampled_from([None, 0, 1, 2, (0, 1), (1, 2)]), n=st.integers(1, 4))
+    def enqueue(self, tp: int, bucket: int | tuple[int, int] | None, n: int) -> None:
+        """A tuple: one frame holding several key buckets' records (key ordering's small cuts)."""
         batches = []
         for _ in range(n):
-            batches.append(batch(self.next_id, ("t", tp), bucket))
-            self.enqueued.setdefault((("t", tp), bucket), []).append(self.next_id)
+            if isinstance(bucket, tuple):
+                b = batch(self.next_id, ("t", tp), bucket[0], buckets=bucket)
+            else:
+                b = batch(self.next_id, ("t", tp), bucket)
+            batches.append(b)
+            for key in lanes_of(b):
+                self.enqueued.setdefault(key, []).append(self.next_id)
             self.next_id += 1
         self.s.enqueue(batches)
 
@@ -314,7 +325,8 @@ class Scheduling(RuleBasedStateMachine):
         if w < len(self.hs) and self.hs[w].ring.frames:
             b = run_first(self.s, self.hs[w], cost)
             self.finished.add(b.batch_id)
-            self.ran.setdefault((b.tp, b.bucket), []).append(b.batch_id)
+            for key in lanes_of(b):
+                self.ran.setdefault(key, []).append(b.batch_id)
 
     @rule(w=st.integers(0, 3))
     def finish_all(self, w: int) -> None:
@@ -347,7 +359,7 @@ class Scheduling(RuleBasedStateMachine):
     @invariant()
     def lanes_are_in_one_ring_in_order(self) -> None:
         for key in self.enqueued:
-            rings = [[b.batch_id for b in h.ring.frames if (b.tp, b.bucket) == key] for h in self.hs]
+            rings = [[b.batch_id for b in h.ring.frames if key in lanes_of(b)] for h in self.hs]
             holding = [r for r in rings if r]
             if self.ordered:
                 assert len(holding) <= 1, f"lane {key} in {len(holding)} rings"
@@ -426,3 +438,25 @@ def test_ties_between_idle_workers_are_taken_in_turn() -> None:
     s.enqueue([batch(10, ("t", 10))])
     s.dispatch()
     assert [len(h.ring.frames) for h in hs] == [0, 1, 0, 0], "then worker 1's, not worker 0 again"
+
+
+def test_a_frame_of_several_buckets_waits_to_head_each_of_its_lanes_on_one_worker() -> None:
+    """Key ordering's small cut is one frame of several buckets (intake.py): it goes after each
+    of its lanes' earlier batches, and only to the one worker those lanes are out on."""
+    s, hs, _ = rig(2)
+    s.enqueue([batch(1, ("t", 0), 0), batch(2, ("t", 0), 1)])
+    s.dispatch()
+    assert {b.batch_id for b in hs[0].ring.frames} | {b.batch_id for b in hs[1].ring.frames} == {1, 2}
+    assert hs[0].ring.frames and hs[1].ring.frames, "two lanes, two idle workers: one each"
+    s.enqueue([batch(3, ("t", 0), 0, buckets=(0, 1)), batch(4, ("t", 0), 0)])
+    s.dispatch()
+    assert len(hs[0].ring.frames) == len(hs[1].ring.frames) == 1, "its lanes are out on two workers"
+    assert s.pending(("t", 0)) == 2, "and the lane's next batch waits behind it"
+    run_first(s, hs[0])
+    s.dispatch()
+    assert not hs[0].ring.frames, "not to the idle worker: one of its lanes is still out on the other"
+    assert [b.batch_id for b in hs[1].ring.frames][-1] == 3
+    while hs[1].ring.frames:
+        run_first(s, hs[1])
+    s.dispatch()
+    assert [b.batch_id for h in hs for b in h.ring.frames] == [4], "then lane 0 goes on"

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from benchkit.sim.cases import Case, run_pool, run_ringmaster
+from benchkit.sim.cases import ORDERINGS, Case, run_pool, run_ringmaster
 
 BASE = Case("floor")  # 15 workers, 32 partitions, 240,000 records of ~100 µs, sup 1 µs
 
@@ -25,8 +25,11 @@ BASE = Case("floor")  # 15 workers, 32 partitions, 240,000 records of ~100 µs, 
     (replace(BASE, partitions=16, sup_us=2.0), 0.95),
     (replace(BASE, sup_us=1.0), 0.95),
     (replace(BASE, sup_us=2.0, ordering="key", records=120_000), 0.95),  # 480 lanes: slow to simulate
+    (replace(BASE, partitions=16, sup_us=2.0, ordering="key", records=120_000), 0.95),
     (replace(BASE, sup_us=2.0, ordering="unordered"), 0.95),
-], ids=["partition-16p-sup2", "partition-32p-sup1", "key-32p-sup2", "unordered-32p-sup2"])
+    (replace(BASE, partitions=16, sup_us=1.0, ordering="unordered"), 0.95),
+], ids=["partition-16p-sup2", "partition-32p-sup1", "key-32p-sup2", "key-16p-sup2", "unordered-32p-sup2",
+        "unordered-16p-sup1"])
 def test_every_worker_is_kept_busy_at_100us_a_record(case: Case, floor: float) -> None:
     out = run_ringmaster(case)
     assert out.records == case.records
@@ -46,25 +49,28 @@ def test_a_hot_partition_gets_a_worker_to_itself() -> None:
     """One partition with 5× the others' records: `partition` ordering cannot run it faster
     than one worker; the rest must not slow it down (it was 0.80 of that bound)."""
     out = run_ringmaster(replace(BASE, hot=5.0))
-    assert out.of_bound >= 0.93, out.row()
+    assert out.of_bound >= 0.95, out.row()
 
 
-def test_light_work_keeps_up_with_the_naive_pool() -> None:
+@pytest.mark.parametrize("sup_us", [1.0, 2.0])
+def test_light_work_keeps_up_with_the_naive_pool(sup_us: float) -> None:
     """~10 µs a record: the supervisor's own cost is the limit; ringmaster must not fall
-    behind Pool(15) paying the same cost per record (it was 0.49–0.54 against 0.57). On a
-    shorter run the last batch's tail (up to batch_target_ms) counts for more than Pool's
-    chunk of 100: at 300,000 records 0.61 against 0.62."""
-    case = replace(BASE, work_us=10.0, records=600_000, sup_us=1.0)
+    behind Pool(15) paying the same cost per record (it was 0.49–0.54 against 0.57; `key`
+    0.54 against 0.62 while it split every cut into a frame per key bucket). On a shorter
+    run the last batch's tail (up to batch_target_ms) counts for more than Pool's chunk of
+    100: at 300,000 records 0.61 against 0.62."""
+    case = replace(BASE, work_us=10.0, records=600_000, sup_us=sup_us)
     pool = run_pool(case)
-    for ordering in ("partition", "unordered"):
+    for ordering in ORDERINGS:
         out = run_ringmaster(replace(case, ordering=ordering))
         assert out.efficiency >= pool.efficiency, (out.row(), pool.row())
 
 
 def test_half_capacity_latency_is_a_few_milliseconds() -> None:
     """p99 arrival → processed at half the workers' capacity, ~10 µs a record (it was 42 ms:
-    results read a tick late and the loop asleep while workers were idle)."""
+    results read a tick late and the loop asleep while workers were idle; 28 ms in `key`
+    while every cut became a frame per key bucket of a few records each)."""
     case = replace(BASE, work_us=10.0, load=0.5, seconds=0.05)
-    for ordering in ("partition", "unordered"):
+    for ordering in ORDERINGS:
         out = run_ringmaster(replace(case, ordering=ordering))
         assert out.p99_ms <= 10.0, out.row()

@@ -422,7 +422,8 @@ def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() ->
 
 # ---------------------------------------------------------------------- key ordering
 def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span() -> None:
-    sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
+    # Batches of 40: each bucket's ~20 records are worth a frame of their own (intake._groups).
+    sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0, batch_max_records=40)
     assign(sup, consumer, [TP0])
     sup.assignment.touched.clear()
     run = []
@@ -450,6 +451,31 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
         sup.results.collect()
         sup.scheduler.dispatch()
     assert p.tracker.committable == 40
+
+
+def test_key_ordering_puts_a_small_cut_in_one_frame_of_several_buckets_in_offset_order() -> None:
+    """A dozen records per bucket frame filled the supervisor with per-frame work (issue 24):
+    a cut too small for a worthwhile frame per bucket is one frame, in offset order (so each
+    key's records are too), in every bucket's lane."""
+    sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
+    assign(sup, consumer, [TP0])
+    sup.assignment.touched.clear()
+    run = []
+    for o in range(40):
+        run += msgs(TP0, o, key=f"k{o % 8}".encode())
+    fetch(sup, consumer, Fetched(runs={TP0: run}, count=40))
+    batches = sup.intake.cut(True)
+    assert len(batches) == 1 and batches[0].buckets is not None and len(batches[0].buckets) == 2
+    sup.scheduler.enqueue(batches)
+    sup.scheduler.dispatch()
+    frames = [decode_frame(f) for h in pool.handles for f in h.ring.frames]
+    assert len(frames) == 1 and frames[0] is not None
+    assert list(frames[0].columns.offset_list()) == list(range(40))
+    f = frames[0]
+    report(pool, next(i for i, h in enumerate(pool.handles) if h.ring.frames),
+           Result(DONE, f.batch_id, f.slot, f.epoch, processed=40))
+    sup.results.collect()
+    assert sup.partitions[TP0].tracker.committable == 40
 
 
 def test_key_ordering_pauses_a_partition_that_runs_too_far_ahead_of_its_commit() -> None:

