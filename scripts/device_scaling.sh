@@ -35,7 +35,11 @@ left() { echo $(( $1 - ($(date +%s) - START) )); }  # seconds left of a budget c
 echo "== $(date -u +%FT%TZ) $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB; tree $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # 1. set-up -------------------------------------------------------------------------------
-PY="${PYTHON:-$(command -v python3.12 || command -v python3)}"
+PY="${PYTHON:-}"
+for candidate in python3.12 python3; do  # the first that runs (a pyenv shim may not)
+  [ -z "$PY" ] && "$candidate" -c 'import venv' 2>/dev/null && PY="$candidate"
+done
+echo "== $("$PY" -V)"
 if [ -e .venv ]; then
   echo "error: .venv exists here; run this in a fresh copy of the tree (it builds its own)" >&2
   exit 2

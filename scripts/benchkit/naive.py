@@ -65,7 +65,9 @@ class ThreadCPU:
             for t in threads:
                 key = (p.pid, t.id)
                 old = self.seen.get(key)
-                role = old[0] if old else self._role(p, t.id, roots)
+                # Asked again while it looks like Python: librdkafka names its threads just
+                # after starting them.
+                role = old[0] if old and not old[0].endswith("Python") else self._role(p, t.id, roots)
                 self.seen[key] = (role, t.user_time + t.system_time)
 
     def __enter__(self) -> ThreadCPU:
@@ -163,7 +165,8 @@ def _summary(r: dict[str, Any], records: int) -> dict[str, Any]:
     roles = sorted({role for run in r["runs"] for role in run["cpu_by_role"]})
     us = {role: statistics.median(run["cpu_by_role"].get(role, 0.0) / records * 1e6 for run in r["runs"])
           for role in roles}
-    return {k: r[k] for k in ("label", "min", "median", "max", "others_share")} | {"cpu_us_per_record": us}
+    keys = ("label", "min", "median", "max", "others_share", "main_us_per_record", "worker_us_per_record")
+    return {k: r[k] for k in keys} | {"cpu_us_per_record": us}
 
 
 def _write(args: argparse.Namespace, results: dict[str, Any]) -> Path:
@@ -180,12 +183,12 @@ def render(results: dict[str, Any]) -> list[str]:
     m = results["machine"]
     md = [f"# Against the naive peer, with outputs\n\nMachine: {m['cpu']}, {m['cores']} cores. Produced by "
           f"`./scripts/bench --naive`; {results['runs']} interleaved runs per case, records/s min / median / "
-          "max, "
-          "ratios of medians within this invocation only. CPU µs per record by role (medians), start-up "
-          "included: the consumer side is the plain loop, Pool's parent or the supervisor; its librdkafka "
-          "threads fetch (and, but for ringmaster, produce); the workers' librdkafka threads are "
-          "ringmaster's producers. Others: the CPU the rest of the machine used during the runs, a share "
-          "of all cores.\n"]
+          "max, ratios of medians within this invocation only. Window: CPU µs per record of the consumer "
+          "side's process and of the workers' from the first record to the last commit (start-up "
+          "excluded). By role: CPU µs per record of each kind of thread (medians), start-up included: the "
+          "consumer side is the plain loop, Pool's parent or the supervisor; its librdkafka threads fetch "
+          "(and, but for ringmaster, produce); the workers' librdkafka threads are ringmaster's producers. "
+          "Others: the CPU the rest of the machine used during the runs, a share of all cores.\n"]
     revisions = results.get("revisions", {})
     if len(revisions) > 1:
         md.append("Checkouts, interleaved: " + ", ".join(f"{k} = {v}" for k, v in revisions.items()) + ".\n")
@@ -196,14 +199,16 @@ def render(results: dict[str, Any]) -> list[str]:
         md += [f"## {s['partitions']} partitions, ~{s['work_us']:.0f} µs of work a record\n",
                f"{s['records']:,} records; the work unit took {s['work_us']:.1f} µs at the start and "
                f"{s['work_us_after']:.1f} µs after.\n",
-               "| consumer | records/s min / median / max | × plain | × Pool | others | "
-               + " | ".join(ROLES) + " |",
-               "|---|---|---|---|---|" + "---|" * len(ROLES)]
+               "| consumer | records/s min / median / max | × plain | × Pool | others | window: consumer "
+               "side | window: workers | " + " | ".join(ROLES) + " |",
+               "|---|---|---|---|---|---|---|" + "---|" * len(ROLES)]
         for r in rows:
             x_plain = f"{r['median'] / plain:.2f}" if plain else "-"
             x_pool = f"{r['median'] / pool:.2f}" if pool and not r["label"].startswith("pool") else "-"
             cpu = " | ".join(f"{r['cpu_us_per_record'].get(role, 0.0):.1f}" for role in ROLES)
             rates = f"{r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f}"
-            md.append(f"| {r['label']} | {rates} | {x_plain} | {x_pool} | {r['others_share']:.0%} | {cpu} |")
+            window = f"{r['main_us_per_record']:.1f} | {r['worker_us_per_record']:.1f}"
+            md.append(f"| {r['label']} | {rates} | {x_plain} | {x_pool} | {r['others_share']:.0%} | "
+                      f"{window} | {cpu} |")
         md.append("")
     return md
