@@ -20,6 +20,7 @@ from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import NotCaughtUp, RingmasterError
+from runtime.ops.cluster import refuse_early
 from runtime.spark.progress import SparkStatus
 from runtime.worker.execution import RetryPolicy
 
@@ -42,18 +43,28 @@ def session(settings: Settings) -> Any:
 
     from runtime.spark.source import KafkaSource
 
+    # Before a JVM starts: credentials the cluster refuses are one line and exit 14, not a
+    # Spark job whose every task retries the login.
+    refuse_early(settings)
     sp = settings.spark
     paths = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
     builder = (SparkSession.builder.master(sp.master).appName(sp.app_name)
                .config("spark.executorEnv.PYTHONPATH", paths)
                .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false"))
+               .config("spark.ui.enabled", "false")
+               # The source and sink options carry the Kafka clients' properties, the SASL
+               # password too: Spark shows an option whose name or value matches this as
+               # *********(redacted) in plans, explain() and the event log (default: "(?i)url").
+               .config("spark.sql.redaction.options.regex", SPARK_REDACTION))
     for k, v in sp.conf.items():
         builder = builder.config(k, str(v))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(KafkaSource)
     return spark
+
+
+SPARK_REDACTION = r"(?i)url|password|secret|token|jaas|credential"
 
 
 def source_options(settings: Settings) -> dict[str, str]:
