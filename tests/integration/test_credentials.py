@@ -11,6 +11,7 @@ RINGMASTER_TEST_BROKER says."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -157,3 +158,50 @@ def test_a_refused_login_is_one_line_and_exit_14_not_a_retry_flood(secure: Apach
         assert len(errors) == 1 and says in errors[0] and "kafka.security" in errors[0], r.stderr
         assert len(r.stderr.splitlines()) <= 6, f"{args}: a flood of lines:\n{r.stderr}"
         assert PASSWORD not in r.stdout + r.stderr
+
+
+@pytest.mark.spark
+def test_spark_reads_and_writes_with_the_credentials(secure: ApacheKafkaBroker, tmp_path: Path) -> None:
+    n = names()
+    ensure_topics(secure.bootstrap, [n["in"], n["out"], n["dlq"]], partitions=2,
+                  extra=secure.client_properties())
+    cfg = config(secure, tmp_path, n)
+    cfg["spark"] = {"master": "local[2]", "checkpoint_location": str(tmp_path / "checkpoint")}
+    path = tmp_path / "spark.toml"
+    path.write_text(to_toml(cfg))
+    env = {"RINGMASTER__KAFKA__SECURITY__PASSWORD": PASSWORD}
+    assert cli(path, "produce", "--topic", n["in"], env=env,
+               stdin="".join(f"r{i}\n" for i in range(16))).returncode == 0
+    r = cli(path, "spark", "run", "--until-caught-up", env=env, timeout_s=400)
+    assert r.returncode == 0 and "spark run: 16 record(s) in" in r.stderr, r.stderr[-4000:]
+    assert PASSWORD not in r.stdout + r.stderr
+    outs = cli(path, "tail", "--max", "16", "--timeout", "60", env=env)
+    assert len(outs.stdout.splitlines()) == 16, outs.stderr
+
+
+def test_the_broker_command_prints_the_settings_a_client_connects_with(tmp_path: Path) -> None:
+    port = free_port()
+    tls = tmp_path / "tls"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "broker", "--apache-kafka", "--port", str(port),
+         "--sasl-scram", f"{USER}:{PASSWORD}", "--tls-dir", str(tls)],
+        stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stderr is not None
+        banner = ""
+        while "password_file" not in banner:
+            line = proc.stderr.readline()
+            assert line, f"the broker stopped: {banner}"
+            banner += line
+        assert f'username = "{USER}"' in banner and f'ca_location = "{tls / "ca.pem"}"' in banner
+        assert PASSWORD not in banner
+        n = names()
+        cfg = config(ApacheKafkaBroker(port, scram=(USER, PASSWORD)), tmp_path, n, password=PASSWORD)
+        cfg["kafka"]["security"]["ca_location"] = str(tls / "ca.pem")
+        path = tmp_path / "c.toml"
+        path.write_text(to_toml(cfg))
+        assert cli(path, "produce", "--topic", n["in"], stdin="one\n").returncode == 0
+        assert cli(path, "tail", "--topic", n["in"], "--max", "1", "--timeout", "60").stdout == "one\n"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
