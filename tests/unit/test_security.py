@@ -111,3 +111,26 @@ def test_a_refused_login_or_handshake_is_one_line_naming_the_settings(code: int,
     assert line is not None and says in line and "kafka.security" in line and "\n" not in line
     assert "after" not in line  # the varying part of librdkafka's text is left out
     assert refused_access(CKError(CKError._TRANSPORT, "Connection refused"), "127.0.0.1:9") is None
+
+
+def test_librdkafka_debug_lines_we_forward_never_carry_the_password(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Even with every debug context on, librdkafka prints the configuration with the
+    password redacted; the lines reach the structured log through CLIENT_LOG."""
+    import logging
+    import time
+
+    from confluent_kafka import Producer
+
+    from runtime.kafka.client_log import with_logger
+
+    plaintext = SCRAM.replace("SASL_SSL", "SASL_PLAINTEXT")  # no TLS context: the CA file is not read
+    s = load_settings(config(tmp_path, plaintext + f'password = "{PASSWORD}"'), env={}, check_plugin=False)
+    with caplog.at_level(logging.DEBUG, logger="ringmaster.kafka.client"):
+        p = Producer(with_logger({**producer_properties(s), "debug": "all"}))
+        deadline = time.monotonic() + 30
+        while "sasl.password = [redacted]" not in caplog.text and time.monotonic() < deadline:
+            p.poll(0.1)
+        p.flush(0)
+    assert "sasl.password = [redacted]" in caplog.text
+    assert PASSWORD not in caplog.text
