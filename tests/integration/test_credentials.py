@@ -137,12 +137,14 @@ def test_every_command_connects_with_the_credentials_and_the_password_is_shown_n
         assert text and PASSWORD not in text, f"the password is in {where}"
 
 
-@pytest.mark.parametrize("what", ["wrong password", "untrusted CA"])
+@pytest.mark.parametrize("what", ["wrong password", "untrusted CA", "mechanism the broker lacks"])
 def test_a_refused_login_is_one_line_and_exit_14_not_a_retry_flood(secure: ApacheKafkaBroker, tmp_path: Path,
                                                                   what: str) -> None:
     n = names()
     if what == "wrong password":
         cfg, says = config(secure, tmp_path, n, password="not-" + PASSWORD), "refused the credentials"
+    elif what == "mechanism the broker lacks":
+        cfg, says = config(secure, tmp_path, n, password=PASSWORD, sasl_mechanism="SCRAM-SHA-256"), "refused"
     else:
         other = make_certificates(tmp_path / "other-ca")
         cfg = config(secure, tmp_path, n, password=PASSWORD, ca_location=str(other.ca))
