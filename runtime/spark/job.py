@@ -43,9 +43,6 @@ def session(settings: Settings) -> Any:
 
     from runtime.spark.source import KafkaSource
 
-    # Before a JVM starts: credentials the cluster refuses are one line and exit 14, not a
-    # Spark job whose every task retries the login.
-    refuse_early(settings)
     sp = settings.spark
     paths = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
     builder = (SparkSession.builder.master(sp.master).appName(sp.app_name)
@@ -230,6 +227,9 @@ def run_stream(settings: Settings) -> StreamResult:
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
+    # Before any client or JVM starts: credentials the cluster refuses are one line and exit
+    # 14, not a driver and tasks that retry the login for ever.
+    refuse_early(settings)
     sp = settings.spark
     # INVARIANT: an availableNow run reports success only when the group has committed the
     # end of every partition as it was before the query started (checked with the broker
@@ -342,6 +342,7 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
+    refuse_early(settings)  # as in run_stream
     # Planned once, here, before Spark starts: the job reads exactly these ranges and the
     # summary counts them, so a bad --from/--to fails in seconds and nothing moves in between.
     c = driver_client(settings)

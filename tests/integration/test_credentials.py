@@ -10,6 +10,7 @@ RINGMASTER_TEST_BROKER says."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -151,8 +152,11 @@ def test_a_refused_login_is_one_line_and_exit_14_not_a_retry_flood(secure: Apach
         says = "is not trusted"
     path = tmp_path / "c.toml"
     path.write_text(to_toml({**cfg, "supervisor": {**cfg["supervisor"], "control_socket": ""}}))
-    for args in (["run", "--no-progress"], ["pause", "--topic", n["in"]], ["produce", "--topic", n["in"]],
-                 ["tail", "--topic", n["in"]], ["redrive"]):
+    commands = [["run", "--no-progress"], ["pause", "--topic", n["in"]], ["produce", "--topic", n["in"]],
+                ["tail", "--topic", n["in"]], ["redrive"]]
+    if importlib.util.find_spec("pyspark") is not None:  # refused before a JVM starts: no Java needed
+        commands += [["spark", "run", "--until-caught-up"], ["spark", "backfill", "--parquet", str(tmp_path)]]
+    for args in commands:
         # The bound is the subprocess timeout: a command that retried the login would run on.
         r = cli(path, *args, stdin="x\n", timeout_s=60)
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("ringmaster: error:")]
