@@ -110,7 +110,8 @@ def parse_scram_user(text: str) -> tuple[str, str]:
 def secured_properties(port: int, advertised_port: int, controller_port: int, internal_port: int,
                        certs: DevCertificates) -> dict[str, str]:
     """SASL_SSL with SCRAM-SHA-512 for clients on ``port``; the broker's own traffic (the
-    inter-broker listener a KRaft node needs) on a plaintext loopback port nothing advertises."""
+    inter-broker listener a KRaft node needs) on a plaintext loopback port: a client learns only
+    the addresses of the listener it connected to, so it is never told of that one."""
     return {
         "listeners": (f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
                       f"CONTROLLER://127.0.0.1:{controller_port}"),

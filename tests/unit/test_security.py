@@ -134,3 +134,15 @@ def test_librdkafka_debug_lines_we_forward_never_carry_the_password(tmp_path: Pa
         p.flush(0)
     assert "sasl.password = [redacted]" in caplog.text
     assert PASSWORD not in caplog.text
+
+
+@pytest.mark.parametrize("args", [["--sasl-scram", "alice:pw"], ["--apache-kafka", "--sasl-scram", "alice"],
+                                  ["--apache-kafka", "--sasl-scram", "alice:pw,x=y"],
+                                  ["--apache-kafka", "--tls-dir", "/tmp/x"]])
+def test_the_broker_command_refuses_a_bad_scram_option_before_starting_anything(args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from runtime.cli import main
+
+    result = CliRunner().invoke(main, ["broker", "--port", "1", *args])
+    assert result.exit_code == 2 and result.output.count("ringmaster: error:") == 1, result.output
