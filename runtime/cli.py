@@ -24,6 +24,7 @@ from runtime.config import Settings, load_settings, redacted
 from runtime.errors import (
     AdminListenFailed,
     ConfigError,
+    KafkaAccessRefused,
     KafkaError,
     KafkaUnreachable,
     NotCaughtUp,
@@ -85,6 +86,8 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" fo
     (KafkaUnreachable.exit_code, "the cluster did not answer within kafka.connect_timeout_s"),
     (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
     (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
+    (KafkaAccessRefused.exit_code, "the cluster refused the credentials or its certificate is not "
+                                   "trusted (kafka.security; not restarted)"),
     ("128+N", "--members: a member was killed by signal N (else a member's first non-zero status)"),
 ))
 
@@ -439,7 +442,7 @@ def _scope(topic: str | None, partition: int | None) -> str:
 
 def _reach_cluster(settings: Settings) -> dict[str, int]:
     """The cluster's topics and partition counts, or KafkaUnreachable after
-    kafka.connect_timeout_s (exit 8)."""
+    kafka.connect_timeout_s (exit 8), or KafkaAccessRefused at once (exit 14)."""
     from runtime.ops.cluster import wait_for_cluster
 
     topics = wait_for_cluster(settings, give_up_after_s=settings.kafka.connect_timeout_s)
@@ -641,6 +644,7 @@ Exit codes:
   8  the cluster did not answer within kafka.connect_timeout_s
   9  stopped before the end (SIGTERM, Ctrl-C), or another redrive of the group holds the
      partitions; progress is committed: run it again to go on
+  14 the cluster refused the credentials or its certificate is not trusted (kafka.security)
 
 \b
 Examples:
@@ -833,24 +837,41 @@ def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> No
 @click.option("--apache-kafka", "apache_kafka", is_flag=True,
               help="Run Apache Kafka itself (one KRaft node; Java 17+, resolved with Maven on first "
                    "use) instead of the embedded Tansu.")
-def broker(port: int, apache_kafka: bool) -> None:
+@click.option("--sasl-scram", "sasl_scram", default=None, metavar="USER:PASSWORD",
+              help="With --apache-kafka: clients must log in with SCRAM-SHA-512 as this user over TLS "
+                   "(SASL_SSL), with certificates made at start; prints the [kafka.security] to use.")
+@click.option("--tls-dir", "tls_dir", type=click.Path(file_okay=False), default=None,
+              help="With --sasl-scram: where the CA (ca.pem) and the broker's keystore are written "
+                   "(default: in the broker's log dir, gone at stop).")
+def broker(port: int, apache_kafka: bool, sasl_scram: str | None, tls_dir: str | None) -> None:
     """Run a development broker in the foreground: the embedded Tansu (memory-only), or with
     --apache-kafka a single-node Apache Kafka with a log dir removed at stop."""
     import time
 
     from runtime.ops.devbroker import FAST_JOIN, DevBroker
-    from runtime.ops.kafkabroker import KAFKA_VERSION, ApacheKafkaBroker, cache_dir, resolved
+    from runtime.ops.kafkabroker import (
+        KAFKA_VERSION,
+        ApacheKafkaBroker,
+        cache_dir,
+        parse_scram_user,
+        resolved,
+    )
 
     # RACE: the handler goes in before the banner, which is what tells a caller it may stop us.
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda s, f: stop.append(s))
     b: DevBroker | ApacheKafkaBroker
     try:
+        if (sasl_scram or tls_dir) and not apache_kafka:
+            raise ConfigError("--sasl-scram and --tls-dir need --apache-kafka")
+        if tls_dir and not sasl_scram:
+            raise ConfigError("--tls-dir needs --sasl-scram")
+        scram = parse_scram_user(sasl_scram) if sasl_scram else None
         if apache_kafka:
             if not resolved():
                 click.echo(f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {cache_dir()} "
                            "(first run only)", err=True)
-            b = ApacheKafkaBroker(port).start()
+            b = ApacheKafkaBroker(port, scram=scram, tls_dir=tls_dir).start()
         else:
             b = DevBroker(port).start()
     except RingmasterError as exc:
@@ -863,6 +884,14 @@ def broker(port: int, apache_kafka: bool) -> None:
                    f"dir goes at stop; Ctrl-C stops it)\n"
                    f"Transactions, the consumer group protocol (KIP-848: group.protocol = \"consumer\") "
                    f"and share groups are on.", err=True)
+        if scram is not None:
+            assert isinstance(b, ApacheKafkaBroker)
+            click.echo(f"Clients log in over TLS (SASL_SSL, SCRAM-SHA-512). In the config of what you run "
+                       f"against it:\n[kafka.security]\nprotocol = \"SASL_SSL\"\n"
+                       f"sasl_mechanism = \"SCRAM-SHA-512\"\nusername = \"{scram[0]}\"\n"
+                       f"ca_location = \"{b.ca}\"\n"
+                       "# and the password: RINGMASTER__KAFKA__SECURITY__PASSWORD, or password_file",
+                       err=True)
     else:
         fast = "\n".join(f'  "{k}" = {v}' for k, v in FAST_JOIN.items())
         click.echo(f"embedded broker listening on {b.bootstrap} (memory-only; Ctrl-C stops it)\n"

@@ -16,7 +16,15 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from runtime import durations
 from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginError
@@ -44,6 +52,83 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# [kafka.security] -> the librdkafka property each sets, in every client (the consumer, the
+# producers of the supervisor and the workers, admin clients, redrive, produce/tail, Spark).
+SECURITY_PROPERTIES = {"protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
+                       "username": "sasl.username", "password": "sasl.password",
+                       "ca_location": "ssl.ca.location"}
+
+
+def _first_line(path: str) -> str:
+    """A secret file's first line; ValueError (never the content) when it cannot be had."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path!r} cannot be read: {type(exc).__name__}") from None
+    line = text.splitlines()[0] if text.strip() else ""
+    if not line:
+        raise ValueError(f"{path!r} is empty")
+    return line
+
+
+class KafkaSecuritySettings(_Section):
+    """Credentials and TLS for every Kafka client the runtime makes (docs/security.md)."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] | None = Field(
+        default=None, description="security.protocol (unset: librdkafka's PLAINTEXT)")
+    sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] | None = None
+    username: str | None = Field(default=None, min_length=1)
+    password: SecretStr | None = Field(default=None, description="better given as "
+                                       "RINGMASTER__KAFKA__SECURITY__PASSWORD, or in password_file")
+    password_file: str | None = Field(default=None, description="a file holding the password (one "
+                                      "line; a trailing newline is dropped), read at start")
+    ca_location: str | None = Field(default=None, description="PEM file of the CA(s) that signed the "
+                                    "brokers' certificates (unset: the system's)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSecuritySettings:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("set password or password_file, not both")
+        has_password = self.password is not None or self.password_file is not None
+        if (self.username is None) != (not has_password):
+            raise ValueError("username and a password (password or password_file) go together")
+        sasl = self.protocol is not None and self.protocol.startswith("SASL_")
+        if self.username is not None and not sasl:
+            raise ValueError('a username needs protocol = "SASL_SSL" (or "SASL_PLAINTEXT")')
+        if sasl and self.sasl_mechanism is None:
+            raise ValueError(f"protocol = {self.protocol!r} needs sasl_mechanism "
+                             '(e.g. "SCRAM-SHA-512")')
+        return self
+
+    @field_validator("password_file")
+    @classmethod
+    def _readable(cls, path: str | None) -> str | None:
+        if path is not None:
+            _first_line(path)
+        return path
+
+    @field_validator("ca_location")
+    @classmethod
+    def _a_file(cls, path: str | None) -> str | None:
+        if path is not None and not os.path.isfile(path):
+            raise ValueError(f"{path!r} is not a file")
+        return path
+
+    def read_password(self) -> str | None:
+        """The password: ``password``, or the first line of ``password_file`` (read on each
+        call: a client made after the file changed gets the new one)."""
+        if self.password is not None:
+            return self.password.get_secret_value()
+        return None if self.password_file is None else _first_line(self.password_file)
+
+    def properties(self) -> dict[str, LibrdkafkaValue]:
+        """The librdkafka properties these settings stand for (only those set)."""
+        values = {"protocol": self.protocol, "sasl_mechanism": self.sasl_mechanism,
+                  "username": self.username, "password": self.read_password(),
+                  "ca_location": self.ca_location}
+        return {SECURITY_PROPERTIES[k]: v for k, v in values.items() if v is not None}
+
+
 class KafkaSettings(_Section):
     bootstrap_servers: str = Field(min_length=1)
     group_id: str = Field(min_length=1)
@@ -54,6 +139,24 @@ class KafkaSettings(_Section):
         f"{KafkaUnreachable.exit_code}; the daemon waits as long as it takes")
     consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
+    security: KafkaSecuritySettings = Field(
+        default_factory=KafkaSecuritySettings, description="credentials and TLS for every client "
+        "(docs/security.md)")
+
+    @model_validator(mode="after")
+    def _security_set_once(self) -> KafkaSettings:
+        """A property set both in [kafka.security] and a pass-through table would leave one of
+        the two silently unused."""
+        owned = {SECURITY_PROPERTIES[k] for k in self.security.model_fields_set
+                 if k in SECURITY_PROPERTIES}
+        if self.security.password_file is not None:
+            owned.add("sasl.password")
+        for table, props in (("consumer", self.consumer), ("producer", self.producer)):
+            clash = sorted(owned & props.keys())
+            if clash:
+                raise ValueError(f"kafka.{table} sets {', '.join(clash)}, which [kafka.security] sets too; "
+                                 "keep one")
+        return self
 
     @field_validator("topics")
     @classmethod
@@ -629,6 +732,7 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
     if settings.admin.librdkafka_stats_s:
         props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
     props.update(settings.kafka.consumer)
+    props.update(settings.kafka.security.properties())
     props.update({
         "bootstrap.servers": settings.kafka.bootstrap_servers,
         "group.id": settings.kafka.group_id,
@@ -646,6 +750,7 @@ def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         "message.timeout.ms": int(settings.output.delivery_timeout_s * 1000),
     }
     props.update(settings.kafka.producer)
+    props.update(settings.kafka.security.properties())
     props["bootstrap.servers"] = settings.kafka.bootstrap_servers
     return props
 

@@ -20,6 +20,8 @@ Exit codes of ``ringmaster run`` (the systemd unit keeps 2 and 3 from restarting
 13    ``admin.listen`` cannot be bound because its address is in use (another process, or
       this one's previous run, still holds the port) or not available yet: a condition that
       passes, so unlike 2 the systemd unit restarts it
+14    the Kafka cluster refused the credentials (SASL authentication failed) or its TLS
+      certificate is not trusted (``kafka.security``); not restarted by the systemd unit
 ====  =====================================================================================
 
 Exit codes of ``ringmaster redrive``:
@@ -37,6 +39,7 @@ Exit codes of ``ringmaster redrive``:
 8     the Kafka cluster could not be reached within ``kafka.connect_timeout_s``
 9     stopped before the end (SIGTERM, SIGINT), or another redrive of the same group holds the
       partitions; progress is committed: run it again to go on
+14    the Kafka cluster refused the credentials or its certificate is not trusted
 ====  =====================================================================================
 
 Exit codes of ``ringmaster reload`` and ``ringmaster scale`` (commands to a running daemon
@@ -99,6 +102,15 @@ class KafkaUnreachable(KafkaError):
     and the operator commands give up after ``kafka.connect_timeout_s``."""
 
     exit_code = 8
+
+
+class KafkaAccessRefused(KafkaError):
+    """The cluster answers but the client cannot get in: SASL authentication failed (a wrong
+    user or password, an unknown mechanism) or the TLS handshake failed (the broker's
+    certificate is not signed by a trusted CA, or not for its address). Not an outage: retrying
+    with the same settings cannot succeed, so the commands stop at once with one line."""
+
+    exit_code = 14
 
 
 class AdminListenFailed(RingmasterError):

@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as _CKError
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from runtime.errors import ConfigError, KafkaError, KafkaUnreachable
-from runtime.kafka.client_log import UNREACHABLE, with_logger
+from runtime.errors import ConfigError, KafkaAccessRefused, KafkaError, KafkaUnreachable
+from runtime.kafka.client_log import UNREACHABLE, refused_access, with_logger
 
 
 def check_client_properties(consumer_props: Mapping[str, Any], producer_props: Mapping[str, Any]) -> None:
@@ -84,15 +84,25 @@ class ClusterProbe:
     def __init__(self, props: Mapping[str, Any]) -> None:
         self.props = dict(props)
         self.bootstrap = str(props.get("bootstrap.servers", "?"))
-        self._admin = AdminClient(with_logger(admin_properties(props)))
+        # A refused login or TLS handshake reaches us only through error_cb: to list_topics()
+        # it looks like a broker that went away (_TRANSPORT), which the daemon would wait out.
+        self.refused: str | None = None
+        self._admin = AdminClient(with_logger(admin_properties(props)) | {"error_cb": self._on_error})
+
+    def _on_error(self, err: _CKError) -> None:
+        self.refused = self.refused or refused_access(err, self.bootstrap)
 
     def topics(self, timeout_s: float) -> dict[str, int]:
         """Topic -> partition count. KafkaUnreachable when nothing answers within timeout_s;
-        KafkaError when the cluster answers with an error (authentication, authorisation)."""
+        KafkaAccessRefused when the cluster refuses the credentials or the TLS handshake
+        fails; KafkaError when the cluster answers with another error (authorisation)."""
         try:
             meta = self._admin.list_topics(timeout=timeout_s)
         except KafkaException as exc:
             err = exc.args[0]
+            self._admin.poll(0)  # error_cb: why the broker "went away"
+            if self.refused is not None:
+                raise KafkaAccessRefused(self.refused) from None
             if isinstance(err, _CKError) and err.code() in UNREACHABLE:
                 raise KafkaUnreachable(f"no metadata from {self.bootstrap} within {timeout_s:g} s: "
                                        f"{err.str()}") from None

@@ -44,6 +44,25 @@ UNREACHABLE = frozenset({_CKError._TRANSPORT, _CKError._ALL_BROKERS_DOWN, _CKErr
                          _CKError._TIMED_OUT})
 
 
+# Error codes that mean "the cluster answers but will not let this client in": retrying with
+# the same settings cannot help (runtime.errors.KafkaAccessRefused).
+REFUSED = frozenset({_CKError._AUTHENTICATION, _CKError._SSL, _CKError.SASL_AUTHENTICATION_FAILED})
+
+
+def refused_access(err: _CKError, bootstrap: str) -> str | None:
+    """One line saying why the cluster refused this client and which settings to check, or
+    None when ``err`` is not such a refusal. librdkafka's text names the broker, the mechanism
+    and the TLS failure; it never carries the password."""
+    if err.code() not in REFUSED:
+        return None
+    text = _THREAD.sub("", err.str())
+    if err.code() == _CKError._SSL:
+        return (f"the Kafka cluster at {bootstrap} is not trusted: {same_line(text).strip()} "
+                "(check kafka.security.ca_location and kafka.security.protocol)")
+    return (f"the Kafka cluster at {bootstrap} refused the credentials: {same_line(text).strip()} "
+            "(check kafka.security.username, the password and kafka.security.sasl_mechanism)")
+
+
 def same_line(text: str) -> str:
     """The part of a client's line that stays the same when it repeats (the throttle key)."""
     return _VARYING.sub("", text)

@@ -11,10 +11,14 @@ caller does about it:
 * ``ringmaster run --until-caught-up`` and ``ringmaster pause``/``resume`` give up after
   ``kafka.connect_timeout_s`` with one line naming the address and exit 8
   (KafkaUnreachable).
+
+A cluster that answers but refuses the client (SASL authentication failed, a certificate not
+trusted) is not an outage: every caller stops at once with KafkaAccessRefused (exit 14).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -72,3 +76,13 @@ def wait_for_cluster(settings: Settings, *, give_up_after_s: float | None,
             sleep(0.1)
         if stop():
             return None
+
+
+def refuse_early(settings: Settings, probe: ClusterProbe | None = None) -> None:
+    """One question to the cluster, for commands that wait for it in their own way (redrive,
+    Spark): KafkaAccessRefused (exit 14) if it refuses the credentials or the TLS handshake,
+    so that they stop in one line instead of retrying the login for ever; nothing otherwise,
+    an unreachable cluster included (theirs to handle)."""
+    probe = probe or ClusterProbe(consumer_properties(settings))
+    with contextlib.suppress(KafkaUnreachable):
+        probe.topics(ATTEMPT_S)

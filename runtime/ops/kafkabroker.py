@@ -13,6 +13,7 @@ import base64
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,8 +25,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from runtime.errors import RingmasterError
+from runtime.errors import ConfigError, RingmasterError
 from runtime.ops.devbroker import _die_with_parent, free_port
+from runtime.ops.devcerts import DevCertificates, make_certificates
 
 # The newest 4.x on Maven Central when pinned. Changing it re-resolves into a new cache dir.
 KAFKA_VERSION = "4.4.0"
@@ -90,6 +92,38 @@ logger.state.level = WARN
 """
 
 _STARTED = "Kafka Server started"
+
+SCRAM = "SCRAM-SHA-512"
+# What StorageTool's --add-scram can carry: its value is "[name=...,password=...]", split on
+# commas and "=", with no quoting.
+_SCRAM_TEXT = re.compile(r"^[A-Za-z0-9._@+-]{1,128}$")
+
+
+def parse_scram_user(text: str) -> tuple[str, str]:
+    """``USER:PASSWORD`` (``ringmaster broker --sasl-scram``) -> (user, password)."""
+    user, sep, password = text.partition(":")
+    if not sep or not _SCRAM_TEXT.match(user) or not _SCRAM_TEXT.match(password):
+        raise ConfigError("--sasl-scram: expected USER:PASSWORD, each 1-128 of letters, digits and ._@+-")
+    return user, password
+
+
+def secured_properties(port: int, advertised_port: int, controller_port: int, internal_port: int,
+                       certs: DevCertificates) -> dict[str, str]:
+    """SASL_SSL with SCRAM-SHA-512 for clients on ``port``; the broker's own traffic (the
+    inter-broker listener a KRaft node needs) on a plaintext loopback port: a client learns only
+    the addresses of the listener it connected to, so it is never told of that one."""
+    return {
+        "listeners": (f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
+                      f"CONTROLLER://127.0.0.1:{controller_port}"),
+        "advertised.listeners": f"SASL_SSL://127.0.0.1:{advertised_port},INTERNAL://127.0.0.1:{internal_port}",
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms": SCRAM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(certs.keystore),
+    }
 
 
 def cache_dir(version: str = KAFKA_VERSION) -> Path:
@@ -190,11 +224,16 @@ class ApacheKafkaBroker:
     """``with ApacheKafkaBroker() as b: b.bootstrap`` – Apache Kafka on a free loopback port.
 
     The same interface as :class:`runtime.ops.devbroker.DevBroker`. ``overrides`` replace
-    server properties (tests shorten the KIP-848 session timeout with them)."""
+    server properties (tests shorten the KIP-848 session timeout with them). ``scram`` (user,
+    password) makes the listener SASL_SSL with SCRAM-SHA-512 and that one user, its TLS
+    certificates made at start in ``tls_dir`` (default: in the log dir); ``ca`` is then the
+    certificate clients must trust."""
 
     def __init__(self, port: int | None = None, log_path: str | os.PathLike[str] | None = None,
                  advertised_port: int | None = None,
-                 overrides: Mapping[str, str] | None = None) -> None:
+                 overrides: Mapping[str, str] | None = None,
+                 scram: tuple[str, str] | None = None,
+                 tls_dir: str | os.PathLike[str] | None = None) -> None:
         self.port = port or free_port()
         self.advertised_port = advertised_port or self.port
         self.bootstrap = f"127.0.0.1:{self.advertised_port}"
@@ -202,6 +241,16 @@ class ApacheKafkaBroker:
         self._overrides = dict(overrides or {})
         self.data: Path | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.scram = scram
+        self._tls_dir = Path(tls_dir) if tls_dir else None
+        self.ca: Path | None = None
+
+    def client_properties(self) -> dict[str, str]:
+        """The librdkafka properties a client of this broker needs besides bootstrap.servers."""
+        if self.scram is None:
+            return {}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM, "sasl.username": self.scram[0],
+                "sasl.password": self.scram[1], "ssl.ca.location": str(self.ca)}
 
     @property
     def log_path(self) -> Path | None:
@@ -225,7 +274,18 @@ class ApacheKafkaBroker:
                                           dir=self._log_path.parent if self._log_path else None))
         log = self.log_path
         assert log is not None
-        props = server_properties(self.port, free_port(), self.advertised_port, self.data, self._overrides)
+        controller = free_port()
+        overrides = dict(self._overrides)
+        scram: list[str] = []
+        if self.scram is not None:
+            certs = make_certificates(self._tls_dir or self.data / "tls")
+            self.ca = certs.ca
+            secured = secured_properties(self.port, self.advertised_port, controller, free_port(), certs)
+            overrides = {**secured, **overrides}
+            # The credential goes into the metadata log at format time: the broker knows the
+            # user from its first start, with no admin call (which would need a login itself).
+            scram = ["--add-scram", f"{SCRAM}=[name={self.scram[0]},password={self.scram[1]}]"]
+        props = server_properties(self.port, controller, self.advertised_port, self.data, overrides)
         conf = self.data / "server.properties"
         conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data / "log4j2.properties").write_text(_LOG4J.format(path=log))
@@ -235,7 +295,7 @@ class ApacheKafkaBroker:
         with open(log, "ab") as out:
             fmt = subprocess.run(
                 [*cmd, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
-                 "--feature", "share.version=1", "--ignore-formatted"],
+                 "--feature", "share.version=1", "--ignore-formatted", *scram],
                 stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=_die_with_parent)
             if fmt.returncode != 0:
                 why = _last_error(log, since)

@@ -16,6 +16,7 @@ from runtime.errors import ConfigError, KafkaError, PluginError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
+from runtime.ops.cluster import refuse_early
 from runtime.ops.control_records import shown
 from runtime.plugin import Context, Plugin, load_plugin, plugin_version
 from runtime.redrive.actions import Action, Count, ThroughPlugin, ToSource
@@ -88,6 +89,7 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
              # A redrive group without a cursor starts at the first letter, whatever the
              # daemon's own reset policy.
              "auto.offset.reset": "earliest"}
+    refuse_early(settings)  # a refused login: one line and exit 14, not a login retried for ever
     try:
         bounds = partition_bounds(topic, props, BOUNDS_TIMEOUT_S)
     except KafkaError as exc:

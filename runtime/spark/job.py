@@ -20,6 +20,7 @@ from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import NotCaughtUp, RingmasterError
+from runtime.ops.cluster import refuse_early
 from runtime.spark.progress import SparkStatus
 from runtime.worker.execution import RetryPolicy
 
@@ -47,13 +48,20 @@ def session(settings: Settings) -> Any:
     builder = (SparkSession.builder.master(sp.master).appName(sp.app_name)
                .config("spark.executorEnv.PYTHONPATH", paths)
                .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.ui.enabled", "false"))
+               .config("spark.ui.enabled", "false")
+               # The source and sink options carry the Kafka clients' properties, the SASL
+               # password too: Spark shows an option whose name or value matches this as
+               # *********(redacted) in plans, explain() and the event log (default: "(?i)url").
+               .config("spark.sql.redaction.options.regex", SPARK_REDACTION))
     for k, v in sp.conf.items():
         builder = builder.config(k, str(v))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(KafkaSource)
     return spark
+
+
+SPARK_REDACTION = r"(?i)url|password|secret|token|jaas|credential"
 
 
 def source_options(settings: Settings) -> dict[str, str]:
@@ -219,6 +227,9 @@ def run_stream(settings: Settings) -> StreamResult:
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
+    # Before any client or JVM starts: credentials the cluster refuses are one line and exit
+    # 14, not a driver and tasks that retry the login for ever.
+    refuse_early(settings)
     sp = settings.spark
     # INVARIANT: an availableNow run reports success only when the group has committed the
     # end of every partition as it was before the query started (checked with the broker
@@ -331,6 +342,7 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
     from runtime.spark.apply import applier
     from runtime.spark.source import NAME, OUTPUT_SCHEMA
 
+    refuse_early(settings)  # as in run_stream
     # Planned once, here, before Spark starts: the job reads exactly these ranges and the
     # summary counts them, so a bad --from/--to fails in seconds and nothing moves in between.
     c = driver_client(settings)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runtime.config import Settings
-from runtime.errors import KafkaError, KafkaUnreachable
-from runtime.ops.cluster import REPORT_EVERY_S, wait_for_cluster
+from runtime.errors import KafkaAccessRefused, KafkaError, KafkaUnreachable
+from runtime.ops.cluster import REPORT_EVERY_S, refuse_early, wait_for_cluster
 
 BOOTSTRAP = "kafka-1.internal:9092"
 
@@ -104,3 +104,22 @@ def test_an_answer_that_is_an_error_is_not_waited_out() -> None:
     with pytest.raises(KafkaError, match="SASL") as info:
         wait(probe, time, give_up_after_s=None)
     assert not isinstance(info.value, KafkaUnreachable) and probe.attempts == 1
+
+
+@pytest.mark.parametrize("give_up", [None, 30.0])
+def test_a_refused_login_is_not_waited_out(give_up: float | None) -> None:
+    time = Time()
+    probe = Probe(time, error=KafkaAccessRefused("the Kafka cluster at x refused the credentials"))
+    with pytest.raises(KafkaAccessRefused):
+        wait(probe, time, give_up_after_s=give_up)
+    assert probe.attempts == 1
+
+
+def test_refuse_early_raises_only_for_a_refusal() -> None:
+    """redrive and Spark wait for an unreachable cluster in their own way: one question."""
+    time = Time()
+    down = Probe(time)
+    refuse_early(settings(), probe=down)  # type: ignore[arg-type]  # the probe's interface
+    assert down.attempts == 1
+    with pytest.raises(KafkaAccessRefused):
+        refuse_early(settings(), probe=Probe(time, error=KafkaAccessRefused("refused")))  # type: ignore[arg-type]

@@ -71,7 +71,7 @@ def test_the_unit_creates_and_keeps_the_directory_of_the_example_status_file() -
     service = unit()["Service"]
     assert Path(example.group(1)).parent == Path("/run") / service["RuntimeDirectory"]
     assert service["RuntimeDirectoryPreserve"] == "yes", "the final status must outlive the stop"
-    assert set(service["RestartPreventExitStatus"].split()) == {"2", "3"}
+    assert set(service["RestartPreventExitStatus"].split()) == {"2", "3", "14"}
 
 
 def test_the_unit_says_what_private_tmp_covers() -> None:

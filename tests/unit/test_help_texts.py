@@ -56,7 +56,7 @@ def test_the_tables_in_errors_py_are_read() -> None:
 def test_every_exit_code_class_of_run_is_in_the_run_table_with_its_number() -> None:
     for cls in (errors.ConfigError, errors.PluginError, errors.SharedMemoryError, errors.KafkaError,
                 errors.KafkaUnreachable, errors.WorkerCrashLoop, errors.PartitionsBlocked, errors.NotCaughtUp,
-                errors.AdminListenFailed):
+                errors.AdminListenFailed, errors.KafkaAccessRefused):
         assert cls.exit_code in TABLES["run"], cls.__name__
     assert {c.exit_code for c in _classes()} <= set(TABLES["run"]) | set(TABLES["reload"])
 
@@ -119,4 +119,5 @@ def test_the_systemd_unit_names_the_codes_of_errors_py() -> None:
     assert f"fails the systemctl call (exit {errors.CommandFailed.exit_code})" in unit
     prevent = re.search(r"^RestartPreventExitStatus=(.*)$", unit, re.M)
     assert prevent and set(prevent.group(1).split()) == {str(errors.ConfigError.exit_code),
-                                                        str(errors.PluginError.exit_code)}
+                                                        str(errors.PluginError.exit_code),
+                                                        str(errors.KafkaAccessRefused.exit_code)}
