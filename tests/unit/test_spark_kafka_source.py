@@ -115,3 +115,34 @@ def test_only_partitions_where_listoffsets_answers_short_are_named() -> None:
     listed = {"in": {"0": 1, "1": 50}}
     assert builtin_source.short_of_the_end(listed, {"in": {"0": 150, "1": 50}}) == "in[0] 1 < 150"
     assert builtin_source.short_of_the_end(listed, listed) == ""
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(tmp_path: Path, *args: str, spark: str = 'source = "kafka"', consumer: str = "") -> Any:
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.toml"
+    path.write_text(BASE.format(spark=spark, consumer=consumer))
+    return subprocess.run([sys.executable, "-m", "runtime.cli", *args, "-c", str(path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_says_where_the_offsets_of_the_kafka_source_live(tmp_path: Path) -> None:
+    r = cli(tmp_path, "check", "--shallow")
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith('spark.source = "kafka"'))
+    assert "keeps its offsets in the checkpoint" in line and "ringmaster commits the group's offsets" in line
+    assert "operator pauses do not hold its partitions" in line
+
+
+def test_source_kafka_on_the_command_line_is_validated_before_kafka_is_touched(tmp_path: Path) -> None:
+    """--source kafka over a config that says python: the same refusal as in the file, one
+    line and exit 2 (the bootstrap server is unreachable: nothing got that far)."""
+    r = cli(tmp_path, "spark", "backfill", "--source", "kafka", spark='source = "python"',
+            consumer='"ssl.key.location" = "/k.pem"')
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        line for line in r.stderr.strip().splitlines() if "ssl.key.location has no known equivalent" in line]
