@@ -783,14 +783,17 @@ def _with_source(settings: Settings, source: str | None) -> Settings:
     """``--source`` over ``spark.source``, validated as the config file would be."""
     if source is None or source == settings.spark.source:
         return settings
+    from pydantic import ValidationError
+
     from runtime.config import ConfigError, check_kafka_source
 
     raw = settings.spark.model_dump()
     raw["source"] = source
     try:
         spark_settings = type(settings.spark).model_validate(raw)
-    except ValueError as exc:
-        _fail(ConfigError(f"--source {source}: {exc}".splitlines()[0]))
+    except ValidationError as exc:
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        _fail(ConfigError(f"--source {source}: spark.{why}"))
         raise
     settings = settings.model_copy(update={"spark": spark_settings})
     if source == "kafka":

@@ -146,3 +146,12 @@ def test_source_kafka_on_the_command_line_is_validated_before_kafka_is_touched(t
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
         line for line in r.stderr.strip().splitlines() if "ssl.key.location has no known equivalent" in line]
+
+
+def test_source_python_on_the_command_line_refuses_options_of_the_kafka_source(tmp_path: Path) -> None:
+    r = cli(tmp_path, "spark", "run", "--source", "python",
+            spark='source = "kafka"\nkafka_options = { "failOnDataLoss" = "false" }')
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ('ringmaster: error: --source python: spark.kafka_options only apply '
+                                'to source = "kafka" (source is \'python\'): remove them, or set '
+                                'source = "kafka"')
