@@ -249,6 +249,10 @@ def check(config: str, shallow: bool) -> None:
     if problem is not None:  # the daemon would refuse to start here (exit 4), with this line
         _fail(SharedMemoryError(problem))
     click.echo(shm_report(settings)[0], err=True)
+    if settings.spark.source == "kafka":
+        from runtime.spark.builtin_source import describe
+
+        click.echo(describe(settings), err=True)
     if shallow:
         return
 
@@ -774,16 +778,47 @@ def _fail_if_spark_extra_missing(exc: ImportError) -> None:
                               "pip install 'kafka-ringmaster[spark]'"))
 
 
+_SOURCE = click.option("--source", type=click.Choice(["python", "kafka"]), default=None,
+                       help="What reads the input topics (overrides spark.source): ringmaster's own "
+                            "Python source, or Spark's own Kafka source (docs/spark.md).")
+
+
+def _with_source(settings: Settings, source: str | None) -> Settings:
+    """``--source`` over ``spark.source``, validated as the config file would be."""
+    if source is None or source == settings.spark.source:
+        return settings
+    from pydantic import ValidationError
+
+    from runtime.config import ConfigError, check_kafka_source
+
+    raw = settings.spark.model_dump()
+    raw["source"] = source
+    try:
+        spark_settings = type(settings.spark).model_validate(raw)
+    except ValidationError as exc:
+        why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        _fail(ConfigError(f"--source {source}: spark.{why}"))
+        raise
+    settings = settings.model_copy(update={"spark": spark_settings})
+    if source == "kafka":
+        try:
+            check_kafka_source(settings)
+        except RingmasterError as exc:
+            _fail(exc)
+    return settings
+
+
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
+@_SOURCE
 @click.option("--until-caught-up", is_flag=True,
               help='Use trigger "availableNow" and stop at the end of every partition as it was at the '
                    "start: exit 0 once the group has committed it, exit "
                    f"{NotCaughtUp.exit_code} (one line says what is left) otherwise.")
-def spark_run(config: str, until_caught_up: bool) -> None:
+def spark_run(config: str, source: str | None, until_caught_up: bool) -> None:
     """Structured Streaming over the input topics; commits the group's offsets per batch.
     Prints a summary at the end (records read, micro-batches)."""
-    settings = _load(config)
+    settings = _with_source(_load(config), source)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
             update={"trigger": "availableNow"})})
@@ -813,9 +848,10 @@ def spark_run(config: str, until_caught_up: bool) -> None:
               help="latest, or JSON offsets (exclusive).")
 @click.option("--parquet", type=click.Path(file_okay=False), default=None,
               help="Write outputs as Parquet here instead of to [output] topic.")
-def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> None:
+@_SOURCE
+def spark_backfill(config: str, start: str, end: str, parquet: str | None, source: str | None) -> None:
     """Reprocess an offset range of the input topics in one batch job."""
-    settings = _load(config)
+    settings = _with_source(_load(config), source)
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
     if parquet is None and settings.output.topic is None:
         _fail(RingmasterError("backfill needs [output] topic or --parquet PATH"))

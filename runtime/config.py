@@ -29,6 +29,7 @@ from pydantic import (
 from runtime import durations
 from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginError
 from runtime.host import cpu_budget
+from runtime.java_client import java_properties
 
 ENV_PREFIX = "RINGMASTER__"
 # Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
@@ -364,6 +365,14 @@ class ControlSettings(_Section):
                                   "supervisor does not start (pauses would be unknown)")
 
 
+# Options of Spark's Kafka source that ringmaster derives from the rest of the config; Spark
+# itself refuses the consumer properties it owns (kafka.auto.offset.reset, deserializers...).
+_SPARK_KAFKA_MANAGED = frozenset(k.lower() for k in (
+    "subscribe", "subscribePattern", "assign", "startingOffsets", "endingOffsets", "startingTimestamp",
+    "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "includeHeaders",
+    "maxOffsetsPerTrigger", "kafka.bootstrap.servers", "kafka.group.id", "groupIdPrefix"))
+
+
 class SparkSettings(_Section):
     master: str = "local[*]"
     app_name: str = "ringmaster"
@@ -378,6 +387,29 @@ class SparkSettings(_Section):
     ordering_tasks: int = Field(default=0, ge=0, description="workers.ordering key/unordered: tasks "
                                 "records are spread over (0: Spark's default parallelism)")
     conf: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
+    source: Literal["python", "kafka"] = Field(
+        default="python", description="what reads the input topics: python (ringmaster's own source, "
+        "runtime/spark/source.py) or kafka (Spark's own, spark-sql-kafka-0-10, resolved with Maven; "
+        "docs/spark.md says when to use which)")
+    kafka_options: dict[str, LibrdkafkaValue] = Field(
+        default_factory=dict, description='source = "kafka" only: options of Spark\'s Kafka source, '
+        'as given ("kafka.ssl.keystore.location", "failOnDataLoss", "minPartitions")')
+    kafka_source_version: str | None = Field(
+        default=None, description='source = "kafka": the spark-sql-kafka-0-10 version (default: '
+        "PySpark's, or the newest on Maven Central before it)")
+
+    @model_validator(mode="after")
+    def _kafka_source_only(self) -> SparkSettings:
+        if self.source != "kafka":
+            given = [k for k in ("kafka_options", "kafka_source_version") if getattr(self, k)]
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to source = \"kafka\" (source is "
+                                 f"{self.source!r}): remove them, or set source = \"kafka\"")
+        managed = sorted(k for k in self.kafka_options if k.lower() in _SPARK_KAFKA_MANAGED)
+        if managed:
+            raise ValueError(f"kafka_options: {', '.join(managed)} is set by ringmaster from [kafka] "
+                             "and [spark] (topics, offsets, limits); remove it")
+        return self
 
     @field_validator("trigger")
     @classmethod
@@ -434,11 +466,27 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     if problem is not None:  # `ringmaster check` says it too, before any member starts
         raise ConfigError(problem)
     check_topic_loops(settings)
+    if settings.spark.source == "kafka":
+        check_kafka_source(settings)
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
     if check_plugin:
         check_plugin_importable(settings.workers.plugin)
     return settings
+
+
+def check_kafka_source(settings: Settings) -> None:
+    """Spark's own Kafka source runs the Java client: every property of kafka.consumer must have
+    a Java equivalent (runtime/java_client.py), and it subscribes to topic names (the Python
+    source and the planner list partitions by name too)."""
+    try:
+        java_properties(settings.kafka.consumer)
+    except ValueError as exc:
+        raise ConfigError(f"kafka.consumer.{exc} (spark.source = \"kafka\")") from None
+    patterns = [t for t in settings.kafka.topics if t.startswith("^")]
+    if patterns:
+        raise ConfigError(f"kafka.topics: {', '.join(patterns)}: the Spark backend reads topics by name, "
+                          "not by pattern; list the topics")
 
 
 def subscribed_by(topics: list[str], name: str) -> str | None:

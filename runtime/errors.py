@@ -90,6 +90,11 @@ class ControlDirUnusable(RingmasterError):
     exit_code = 4
 
 
+class ArtifactMissing(RingmasterError):
+    """Maven Central has no such artifact (runtime/ops/maven.py), as opposed to Maven failing
+    to reach it: a caller may try another version."""
+
+
 class KafkaError(RingmasterError):
     """The Kafka client reported a fatal error."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from runtime.errors import ConfigError, RingmasterError
+from runtime.ops import maven
 from runtime.ops.devbroker import _die_with_parent, free_port
 from runtime.ops.devcerts import DevCertificates, make_certificates
 
@@ -53,28 +53,13 @@ FAST_GROUPS: dict[str, str] = {
 # Beside Spark's driver on a 24 GiB machine; the tests' traffic needs far less.
 HEAP = ["-Xms256m", "-Xmx768m"]
 
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>kafka-ringmaster</groupId>
-  <artifactId>apache-kafka-broker</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{scala}</artifactId>
-      <version>{version}</version>
-    </dependency>
-    <!-- Kafka logs through SLF4J 1.7; the distribution binds it to log4j 2 with this. -->
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version>
-      <scope>runtime</scope>
-    </dependency>
-  </dependencies>
-</project>
-"""
+
+def _artifacts(version: str) -> list[maven.Artifact]:
+    """Kafka, and log4j-slf4j-impl: Kafka logs through SLF4J 1.7, which the distribution
+    binds to log4j 2 with it."""
+    return [maven.Artifact("org.apache.kafka", f"kafka_{SCALA}", version),
+            maven.Artifact("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J, scope="runtime")]
+
 
 _LOG4J = """status = warn
 appender.file.type = File
@@ -129,8 +114,7 @@ def secured_properties(port: int, advertised_port: int, controller_port: int, in
 def cache_dir(version: str = KAFKA_VERSION) -> Path:
     """Where the broker's jars are kept: ``$XDG_CACHE_HOME/kafka-ringmaster/kafka-VERSION``
     (``~/.cache/...`` without it)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kafka-ringmaster" / f"kafka-{version}"
+    return maven.cache_root() / f"kafka-{version}"
 
 
 def java() -> str:
@@ -145,43 +129,20 @@ def java() -> str:
 
 
 def resolved(version: str = KAFKA_VERSION) -> bool:
-    return (cache_dir(version) / "libs" / f"kafka_{SCALA}-{version}.jar").is_file()
+    return maven.resolved(cache_dir(version), _marker(version))
+
+
+def _marker(version: str) -> str:
+    return f"kafka_{SCALA}-{version}.jar"
 
 
 def resolve(version: str = KAFKA_VERSION) -> Path:
-    """The directory of the broker's jars, resolved with Maven the first time.
-
-    A lock serialises concurrent first runs (two test sessions, a test run and a CLI); the
-    jars go in under a temporary name and are renamed into place whole, so an interrupted
-    download is never taken for a complete one."""
-    home = cache_dir(version)
-    libs = home / "libs"
-    if resolved(version):
-        return libs
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if resolved(version):
-            return libs
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RingmasterError(f"resolving Apache Kafka {version} needs Maven and 'mvn' is not on PATH "
-                                  "(Debian/Ubuntu: apt-get install maven)")
+    """The directory of the broker's jars, resolved with Maven the first time
+    (runtime/ops/maven.py)."""
+    if not resolved(version):
         java()
-        (home / "pom.xml").write_text(_POM.format(scala=SCALA, version=version, log4j=LOG4J))
-        partial = home / "libs.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        done = subprocess.run(
-            [mvn, "-B", "-q", "-f", str(home / "pom.xml"), "dependency:copy-dependencies",
-             f"-DoutputDirectory={partial}", "-DincludeScope=runtime"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-        if done.returncode != 0:
-            errors = [ln for ln in done.stdout.splitlines() if "ERROR" in ln] or done.stdout.splitlines()
-            raise RingmasterError(f"resolving Apache Kafka {version} with Maven failed: "
-                                  f"{(errors or ['exit ' + str(done.returncode)])[0].strip()}")
-        shutil.rmtree(libs, ignore_errors=True)
-        partial.rename(libs)
-        return libs
+    return maven.resolve(cache_dir(version), _artifacts(version), _marker(version),
+                         f"Apache Kafka {version}")
 
 
 def _cluster_id() -> str:

@@ -10,6 +10,7 @@
 
     job.py       ``ringmaster spark run`` / ``spark backfill``: the driver's side
     source.py    the Kafka source and sink (Python Data Source API)
+    builtin_source.py  Spark's own Kafka source instead (spark.source = "kafka"): jars, options, rows
     apply.py     the plugin over Arrow batches in Spark's Python workers
     offsets.py   start/end offsets, their JSON forms, offset ranges
     progress.py  the same status snapshot and metrics as the local daemon, where they apply

@@ -55,6 +55,15 @@ def session(settings: Settings) -> Any:
                .config("spark.sql.redaction.options.regex", SPARK_REDACTION))
     for k, v in sp.conf.items():
         builder = builder.config(k, str(v))
+    if sp.source == "kafka":
+        from runtime.spark import builtin_source
+
+        version, libs = builtin_source.resolve(settings)
+        given = [str(sp.conf["spark.jars"])] if sp.conf.get("spark.jars") else []
+        builder = builder.config("spark.jars", ",".join(given + builtin_source.jars(libs)))
+        log.info("reading with Spark's own Kafka source; it keeps its offsets in the checkpoint, and "
+                 "ringmaster commits them to the group after each micro-batch",
+                 extra={"kafka_source": version, "jars": str(libs)})
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(KafkaSource)
@@ -85,6 +94,33 @@ def source_options(settings: Settings) -> dict[str, str]:
 def sink_options(settings: Settings) -> dict[str, str]:
     props = {k: v for k, v in producer_properties(settings).items() if k != "bootstrap.servers"}
     return {"bootstrap": settings.kafka.bootstrap_servers, "kafka_producer": json.dumps(props)}
+
+
+def input_stream(spark: Any, settings: Settings) -> Any:
+    """The input topics as a streaming DataFrame of source.INPUT_SCHEMA, read by the source
+    ``spark.source`` names."""
+    if settings.spark.source == "kafka":
+        from runtime.spark import builtin_source
+        from runtime.spark import offsets as ko
+
+        if settings.control.enabled:
+            log.warning("operator pauses do not hold partitions with spark.source = \"kafka\"")
+        c = driver_client(settings)
+        try:
+            tps = ko.partitions_of(c, settings.kafka.topics)
+            starting = ko.parse("committed", c, tps, settings.spark.end_offsets)
+            short = builtin_source.short_of_the_end(ko.latest(c, tps, "list"), ko.latest(c, tps, "checked"))
+        finally:
+            c.close()
+        if short:
+            log.warning("this broker's ListOffsets answers short of the end (the embedded Tansu does): "
+                        "Spark's own Kafka source ends its micro-batches there and does not reach the "
+                        "last records; use spark.source = \"python\" with this broker",
+                        extra={"partitions": short})
+        return builtin_source.stream(spark, settings, starting)
+    from runtime.spark.source import NAME
+
+    return spark.readStream.format(NAME).options(**source_options(settings)).load()
 
 
 def plugin_job(settings: Settings, to_parquet: bool = False) -> Any:
@@ -262,7 +298,7 @@ def run_stream(settings: Settings) -> StreamResult:
     status = SparkStatus(settings)
     admin = _admin(settings, status)
     spark.streams.addListener(Listener())
-    df = arrange(spark.readStream.format(NAME).options(**source_options(settings)).load(), settings)
+    df = arrange(input_stream(spark, settings), settings)
     out = df.mapInArrow(applier(plugin_job(settings)), OUTPUT_SCHEMA)
     writer = (out.writeStream.format(NAME).options(**sink_options(settings))
               .option("checkpointLocation", checkpoint).queryName(sp.app_name))
@@ -361,8 +397,14 @@ def backfill(settings: Settings, start: str, end: str, parquet: str | None) -> d
                 "target": parquet or settings.output.topic}
     spark = session(settings)
     try:
-        opts = {**source_options(settings), "ranges": json.dumps(planned)}
-        df = arrange(spark.read.format(NAME).options(**opts).load(), settings)
+        if settings.spark.source == "kafka":
+            from runtime.spark import builtin_source
+
+            df = builtin_source.batch(spark, settings, first, last)
+        else:
+            opts = {**source_options(settings), "ranges": json.dumps(planned)}
+            df = spark.read.format(NAME).options(**opts).load()
+        df = arrange(df, settings)
         out = df.mapInArrow(applier(plugin_job(settings, to_parquet=parquet is not None)), OUTPUT_SCHEMA)
         status = spark.sparkContext.statusTracker()
         done = threading.Event()
