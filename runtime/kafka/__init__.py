@@ -9,6 +9,7 @@ planner with their own short-lived clients).
     admin.py         client property checks before anything connects; cluster metadata; topics:
                      exist? create
     client_log.py    librdkafka's own log lines and error_cb reports into the structured log
+    coordinator.py   a group coordinator that is moving or loading: ask again (commits, committed offsets)
     watermarks.py    the ends of paused partitions (ListOffsets, off the loop): lag keeps growing
     messages.py      a consumed message's topic, partition, offset and headers, as types say them
 

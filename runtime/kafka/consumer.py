@@ -12,6 +12,7 @@ import enum
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -29,7 +30,9 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as _CKError
 
+from runtime.backoff import backoff_s
 from runtime.errors import KafkaError
+from runtime.kafka import coordinator
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.messages import offset_of, tp_of
 from runtime.kafka.watermarks import LatestOffsets
@@ -94,6 +97,9 @@ class CommitResult:
 
     sent: bool
     refused: dict[TP, str] = field(default_factory=dict)  # synchronous: partition -> why
+    # Synchronous: those of ``refused`` that a moving or loading group coordinator refused
+    # (runtime/kafka/coordinator.py) after the commit asked again until its time was half gone.
+    busy: frozenset[TP] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -370,7 +376,12 @@ class GroupConsumer:
         after an abandoned close(). Inside a rebalance callback it cannot: the client is
         busy in consume() there, and a commit from another thread waits for that to return
         (measured), so a revocation's commit is the plain synchronous call, bounded only by
-        librdkafka's request timeout (socket.timeout.ms) and retries."""
+        librdkafka's request timeout (socket.timeout.ms) and retries.
+
+        Outside a callback, partitions that a moving or loading group coordinator refused are
+        committed again (runtime/kafka/coordinator.py): librdkafka finds the new coordinator
+        but hands the refusal to the caller, and a final commit is the one that says whether
+        the work is done."""
         if not offsets:
             return CommitResult(False)
         if self.state is not ConsumerState.CONSUMING or self.wedged:
@@ -386,13 +397,53 @@ class GroupConsumer:
                                                     "throttle": f"commit failed {same_line(error)}"})
                 return CommitResult(False)
             return CommitResult(True)
-        answer: list[Any] = []
         if self._in_callback:
+            answer: list[Any] = []
             try:
                 answer.append(self._c.commit(offsets=parts, asynchronous=False))
             except KafkaException as exc:
                 answer.append(exc)
             return self._answered(answer[0], offsets)
+        return self._commit_sync(offsets, timeout_s)
+
+    def _commit_sync(self, offsets: Mapping[TP, int], timeout_s: float) -> CommitResult:
+        """A synchronous commit outside a callback, sent again for the partitions a busy group
+        coordinator refused. A new attempt starts only while half of ``timeout_s`` is left, so
+        each has that long to be answered: a healthy broker is never abandoned (wedging the
+        client) just because an earlier attempt found its coordinator loading."""
+        deadline = time.monotonic() + timeout_s
+        pending = dict(offsets)
+        refused: dict[TP, str] = {}
+        sent, refusals = False, 0
+        while True:
+            answer = self._commit_once(pending, max(deadline - time.monotonic(), 0.0))
+            if answer is None:
+                self.abandoned = True
+                self.wedged = (f"a commit got no answer from the broker within {timeout_s:g} s and holds the "
+                               "Kafka client; stopping (a new start makes a new client)")
+                log.error("the broker did not answer a commit in time; going on without it",
+                          extra={"timeout_s": timeout_s, "partitions": len(pending)})
+                why = f"no answer from the broker within {timeout_s:g} s"
+                return CommitResult(True, {**refused, **dict.fromkeys(pending, why)})
+            result = self._answered(answer, pending)
+            sent = sent or result.sent
+            refused.update({tp: why for tp, why in result.refused.items() if tp not in result.busy})
+            busy = {tp: result.refused[tp] for tp in result.busy}
+            wait = backoff_s(coordinator.FIRST_WAIT_S, refusals, coordinator.MAX_WAIT_S)
+            if not busy or deadline - (time.monotonic() + wait) < timeout_s / 2:
+                return CommitResult(sent, {**refused, **busy}, frozenset(busy))
+            refusals += 1
+            log.info("the group coordinator is busy; committing again", extra={
+                "error": next(iter(busy.values())), "partitions": len(busy), "refusals": refusals,
+                "throttle": "coordinator busy commit"})
+            time.sleep(wait)
+            pending = {tp: offsets[tp] for tp in busy}
+
+    def _commit_once(self, offsets: Mapping[TP, int], timeout_s: float) -> Any:
+        """One synchronous commit on a helper thread: its answer (the partitions, or the
+        KafkaException), or None when none came within ``timeout_s``."""
+        parts = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        answer: list[Any] = []
 
         def commit_sync() -> None:
             try:
@@ -403,41 +454,45 @@ class GroupConsumer:
         helper = threading.Thread(target=commit_sync, name="kafka-commit", daemon=True)
         helper.start()
         helper.join(timeout_s)
-        if not answer:
-            self.abandoned = True
-            self.wedged = (f"a commit got no answer from the broker within {timeout_s:g} s and holds the "
-                           "Kafka client; stopping (a new start makes a new client)")
-            log.error("the broker did not answer a commit in time; going on without it",
-                      extra={"timeout_s": timeout_s, "partitions": len(parts)})
-            why = f"no answer from the broker within {timeout_s:g} s"
-            return CommitResult(True, {tp: why for tp in offsets})
-        return self._answered(answer[0], offsets)
+        return answer[0] if answer else None
 
     def _answered(self, answer: Any, offsets: Mapping[TP, int]) -> CommitResult:
         """A synchronous commit's answer: a KafkaException, or the partitions with their errors."""
         if isinstance(answer, KafkaException):
             error = str(answer.args[0])
             log.warning("commit failed", extra={"error": error, "partitions": len(offsets)})
-            return CommitResult(False, {tp: error for tp in offsets})
-        refused = {}
+            return CommitResult(False, dict.fromkeys(offsets, error),
+                                frozenset(offsets) if coordinator.is_busy(answer) else frozenset())
+        refused, busy = {}, set()
         for p in answer or []:
             tp = (p.topic, p.partition)
             if p.error:
                 refused[tp] = str(p.error)
+                if coordinator.is_busy(p.error):
+                    busy.add(tp)
             else:
                 self.acknowledged[tp] = p.offset
         if refused:
             log.warning("commit failed for some partitions",
                         extra={"error": next(iter(refused.values())), "partitions": len(refused)})
-        return CommitResult(True, refused)
+        return CommitResult(True, refused, frozenset(busy))
 
-    def committed(self, tps: Iterable[TP], timeout_s: float = 5.0) -> dict[TP, int | None]:
+    def committed(self, tps: Iterable[TP], timeout_s: float = 5.0,
+                  ask_again: bool = False) -> dict[TP, int | None]:
         """The group's committed offsets; raises KafkaError when the broker does not answer
-        within timeout_s (bounded: this runs on the supervisor's loop)."""
+        within timeout_s (bounded: this runs on the supervisor's loop, which asks again on
+        its next turn). ``ask_again``: a busy coordinator's refusal is asked again until
+        timeout_s has passed (runtime/kafka/coordinator.py), for callers with nothing else to do."""
         if self.wedged:
             raise KafkaError(self.wedged)
+        wanted = [TopicPartition(t, p) for t, p in tps]
+        deadline = time.monotonic() + timeout_s
+
+        def ask() -> list[TopicPartition]:
+            return self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
+
         try:
-            parts = self._c.committed([TopicPartition(t, p) for t, p in tps], timeout=timeout_s)
+            parts = coordinator.until_answered(ask, timeout_s, "committed offsets") if ask_again else ask()
         except KafkaException as exc:
             raise KafkaError(f"reading committed offsets failed: {exc.args[0]}") from None
         return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID or p.offset < 0 else p.offset)

@@ -99,7 +99,7 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
     with contextlib.ExitStack() as release:
         consumer = GroupConsumer(props)
         release.callback(_leave, consumer, result)
-        cursor = consumer.committed([(topic, p) for p in bounds], timeout_s=BOUNDS_TIMEOUT_S)
+        cursor = consumer.committed([(topic, p) for p in bounds], timeout_s=BOUNDS_TIMEOUT_S, ask_again=True)
         to_do = set()
         for p, (first, end) in bounds.items():
             start = max(cursor.get((topic, p)) or first, first)

@@ -50,6 +50,7 @@ class Consumer(Protocol):
     def pause(self, tps: Iterable[TP]) -> None: ...
     def resume(self, tps: Iterable[TP]) -> None: ...
     def commit(self, offsets: Mapping[TP, int], asynchronous: bool) -> CommitResult: ...
+    def take_refused_commits(self) -> dict[TP, int]: ...
 
 
 class Refetch(Protocol):
@@ -399,6 +400,15 @@ class Redrive:
         there was nothing to commit)."""
         if self.summary.dry_run:
             return True
+        # An asynchronous commit is "sent" when handed to the client; the broker's refusal
+        # (NOT_COORDINATOR, REBALANCE_IN_PROGRESS, an outage) comes later through consume().
+        # Its partition is marked unsent here, so a later commit sends it again even if its
+        # prefix has not moved since: else a run could end with its last progress uncommitted
+        # and the next run redrive those letters again.
+        for tp, offset in self.consumer.take_refused_commits().items():
+            part = self.parts.get(tp)
+            if part is not None and part.committed == offset:
+                part.committed = None
         offsets = {}
         for tp, part in self.parts.items():
             if only is not None and tp not in only:

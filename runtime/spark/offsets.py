@@ -21,16 +21,20 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 
+from runtime.backoff import backoff_s
 from runtime.errors import RingmasterError
+from runtime.kafka import coordinator
 
 log = logging.getLogger("ringmaster.spark")
 
 Offsets = dict[str, dict[str, int]]
 Range = tuple[str, int, int, int]  # topic, partition, start, end (exclusive)
+GROUP_TIMEOUT_S = 30.0  # reading or committing the group's offsets, a busy coordinator asked again
 # Spark's conventions inside JSON offsets.
 EARLIEST = -2
 LATEST = -1
@@ -93,9 +97,12 @@ def latest(c: Consumer, tps: list[tuple[str, int]], mode: str) -> Offsets:
 
 
 def committed(c: Consumer, tps: list[tuple[str, int]]) -> Offsets:
-    """The group's committed offsets, only for the partitions that have one."""
+    """The group's committed offsets, only for the partitions that have one. A coordinator
+    that is moving or loading is asked again (runtime/kafka/coordinator.py)."""
+    wanted = [TopicPartition(*tp) for tp in tps]
     try:
-        parts = c.committed([TopicPartition(*tp) for tp in tps], timeout=30)
+        parts = coordinator.until_answered(lambda: c.committed(wanted, timeout=GROUP_TIMEOUT_S),
+                                           GROUP_TIMEOUT_S, "the group's committed offsets")
     except KafkaException as exc:
         raise RingmasterError(f"cannot read the group's committed offsets: {exc}") from None
     return _pack({(p.topic, p.partition): p.offset for p in parts if p.offset != OFFSET_INVALID})
@@ -103,10 +110,25 @@ def committed(c: Consumer, tps: list[tuple[str, int]]) -> Offsets:
 
 def commit(c: Consumer, offsets: Offsets) -> None:
     """Commit as a simple (non-member) consumer of the group: accepted while the group has
-    no active members (do not run `ringmaster run` on the same group at the same time)."""
-    parts = [TopicPartition(t, int(p), o) for t, ps in offsets.items() for p, o in ps.items()]
-    if parts:
-        c.commit(offsets=parts, asynchronous=False)
+    no active members (do not run `ringmaster run` on the same group at the same time).
+    Partitions a moving or loading coordinator refused are committed again until
+    GROUP_TIMEOUT_S has passed; any other refusal is an error naming them."""
+    pending = [TopicPartition(t, int(p), o) for t, ps in offsets.items() for p, o in ps.items()]
+    deadline = time.monotonic() + GROUP_TIMEOUT_S
+    refusals = 0
+    while pending:
+        answer: list[TopicPartition] | None = coordinator.until_answered(
+            partial(c.commit, offsets=pending, asynchronous=False),
+            max(deadline - time.monotonic(), 0.0), "committing group offsets")
+        refused = [part for part in (answer or []) if part.error is not None]
+        pending = [part for part in refused if coordinator.is_busy(part.error)]
+        wait = backoff_s(coordinator.FIRST_WAIT_S, refusals, coordinator.MAX_WAIT_S)
+        if len(pending) < len(refused) or (pending and time.monotonic() + wait > deadline):
+            names = _names((part.topic, part.partition) for part in refused)
+            raise RingmasterError(f"the group's offsets were not committed for {names}: {refused[0].error}")
+        if pending:
+            refusals += 1
+            time.sleep(wait)
 
 
 def parse(spec: str, c: Consumer, tps: list[tuple[str, int]], mode: str, what: str = "offsets",

@@ -35,8 +35,9 @@ that started it is undone (rollout.py, which also decides when it passed), and t
 was running counts no crash (the fault is the new code's or the new process's, not the
 record's).
 
-Kills: a plugin call past ``batch_timeout_s``, a worker silent past
-``heartbeat_timeout_s`` (SIGSTOPped, stuck holding the GIL), a delivery wait far past its
+Kills: a start (import and setup) past ``setup_timeout_s``, a plugin call past
+``batch_timeout_s``, a started worker silent past ``heartbeat_timeout_s`` (SIGSTOPped, stuck
+holding the GIL), a delivery wait far past its
 own bound: SIGTERM, then SIGKILL two seconds later; a worker still busy on a revoked
 partition after ``revoke_timeout_s``: SIGKILL at once (``kill_now``). A worker the
 supervisor killed is logged as such, with why, and counted as ``killed`` (never as a crash
@@ -167,12 +168,12 @@ class Workforce(Generic[S]):
         return any(h.alive and h.board.phase != PHASE_IDLE for h in self.pool.handles)
 
     def stuck(self) -> list[str]:
-        """Workers silent past heartbeat_timeout_s and not yet replaced (for /healthz).
+        """Started workers silent past heartbeat_timeout_s and not yet replaced (for /healthz).
         Runs in: any thread: reads only lifecycle states and the boards in shared memory
         (never the process objects, whose polling reaps)."""
         out = []
         for h in self.pool.handles:
-            if self.lives[h.index].state in (State.STARTING, State.READY, State.RETIRING):
+            if self.lives[h.index].state in (State.READY, State.RETIRING):  # STARTING: setup_timeout_s
                 age = h.board.heartbeat_age_s
                 if age > self.w.heartbeat_timeout_s:
                     out.append(f"worker {h.index} silent for {age:.0f} s (workers.heartbeat_timeout_s "
@@ -329,7 +330,11 @@ class Workforce(Generic[S]):
         elif h.board.in_phase_for_s(PHASE_DELIVER) > self.delivery_bound_s:
             reason = f"waiting for the broker for over {self.delivery_bound_s:g} s"
             blames = False  # an outage the producer's own timeout did not end: not the records'
-        elif h.board.heartbeat_age_s > self.w.heartbeat_timeout_s:
+        # A starting worker is judged by setup_timeout_s alone: its first beat comes only after
+        # the interpreter has started and imported the runtime, which on a loaded host took
+        # longer than a short heartbeat_timeout_s (2 s: every start was killed, and the daemon
+        # stopped for a crash loop of a plugin that had done nothing wrong).
+        elif life.state is not State.STARTING and h.board.heartbeat_age_s > self.w.heartbeat_timeout_s:
             reason = f"silent for {h.board.heartbeat_age_s:.0f} s (workers.heartbeat_timeout_s)"
         elif life.exhausted is not None and now - life.exhausted_at > _EXHAUSTED_EXIT_S:
             reason = f"still running {_EXHAUSTED_EXIT_S:g} s after it ran out of {life.exhausted}"

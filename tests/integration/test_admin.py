@@ -135,8 +135,12 @@ def test_liveness_fails_while_a_worker_is_stopped_and_recovers_once_it_is_replac
     rm = Ringmaster(cfg, tmp_path)
     try:
         wait_for(lambda: get(base + "/readyz")[0] == 200, 60, "ready")
+        # Ready means one worker has started; the victim must be a started one (a starting
+        # worker is judged by setup_timeout_s, not by its heartbeat).
+        s = rm.wait_status(lambda s: len(s["workers"]) == 2
+                           and all(w["state"] == "ready" for w in s["workers"]), 60, "both workers started")
         assert get(base + "/healthz")[0] == 200
-        victim = rm.worker_pids()[0]
+        victim = s["workers"][0]["pid"]
         os.kill(victim, signal.SIGSTOP)
         _code, body = wait_for(lambda: (r := get(base + "/healthz"))[0] == 503 and r, 15,
                                "/healthz to fail", interval_s=0.05)

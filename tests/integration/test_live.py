@@ -118,8 +118,8 @@ def test_two_reloads_under_load_replace_every_worker_without_a_rebalance(
     """A reload with `ringmaster reload`, then another with SIGHUP, while a backlog is being
     processed; then more records, which only the newest version may touch. Under forkserver too:
     the fork server must not hold on to the old module."""
-    # 9,000 records of 2.5 ms on 2 workers are ~11 s of work: room for a reload that takes a few
-    # seconds on a busy machine to finish while a backlog is still there (the lag check below).
+    # 9,000 records of 2.5 ms on 2 workers are ~11 s of work: a backlog for a reload that takes
+    # a few seconds.
     rm, plugin_dir = start(broker, names, tmp_path, ordering=ordering, start_method=start_method,
                            settings={"sleep_ms": 2.5})
     try:
@@ -130,12 +130,17 @@ def test_two_reloads_under_load_replace_every_worker_without_a_rebalance(
         assert group[0] >= 1 and group[1] >= 1, "the join counted: the check below can see a rebalance"
 
         write_plugin(plugin_dir, V2)
+        # Under load: a backlog when the reload is asked for, worked on while it runs. Whether
+        # any of it is left when the reload has finished depends on the broker and the
+        # machine (on Apache Kafka, one run of the four had none left), so that is not asked.
+        asked = rm.status()
+        assert asked and asked["lag"] > 0, "a backlog when the reload is asked for"
         r = rm.command("reload", "--timeout", "100")
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == f"reloaded: 2 workers run plugin 'liveprobe' version {V2} (was {V1})"
         s = rm.wait_status(lambda s: s["reload"] and s["reload"]["state"] == "succeeded", 30, "the status")
         assert s["plugin_version"] == V2 and {w["plugin_version"] for w in s["workers"]} == {V2}
-        assert s["lag"] > 0, "the reload happened under load"
+        assert s["records"] > asked["records"], "records were processed while the reload ran"
 
         write_plugin(plugin_dir, V3)
         rm.proc.send_signal(signal.SIGHUP)

@@ -89,6 +89,8 @@ class FakeConsumer:
         self.consumed_at: list[tuple[float, float]] = []  # (called, returned)
         self.empty = 0
         self.refuse: str | None = None  # synchronous commits refused with this error
+        self.refuse_async = False  # asynchronous commits refused (the answer comes in consume())
+        self._refused_async: dict[tuple[str, int], int] = {}
 
     def consume(self, max_records: int, timeout_s: float) -> Fetched:
         called = self.clock.now
@@ -118,7 +120,13 @@ class FakeConsumer:
         self.commits.append((dict(offsets), asynchronous))
         if self.refuse and not asynchronous:  # the broker's answer to a synchronous commit
             return CommitResult(True, {tp: self.refuse for tp in offsets})
+        if self.refuse_async and asynchronous:
+            self._refused_async.update(offsets)
         return CommitResult(True)
+
+    def take_refused_commits(self) -> dict[tuple[str, int], int]:
+        refused, self._refused_async = self._refused_async, {}
+        return refused
 
     def last_commit(self) -> dict[tuple[str, int], int]:
         out: dict[tuple[str, int], int] = {}
@@ -243,6 +251,19 @@ def test_a_final_commit_the_broker_refuses_is_reported_not_counted_as_done() -> 
     consumer.refuse = "REBALANCE_IN_PROGRESS"
     summary = engine(consumer, FakeAction(), clock, {0: 3}).run()
     assert summary.committed is False, "the summary says the next run may redo some"
+
+
+def test_an_asynchronous_commit_the_broker_refused_is_sent_again_by_the_final_commit() -> None:
+    # The periodic commit of 3 is refused (NOT_COORDINATOR, a rebalance): nothing moves after
+    # it, and yet the final commit must carry 3, or the next run redrives 0-2 again.
+    clock = Clock()
+    consumer = FakeConsumer(clock, [fetched(TP0, 0, 1, 2), *[Fetched() for _ in range(10)],
+                                    fetched(TP0, eof=4)])
+    consumer.refuse_async = True
+    summary = engine(consumer, FakeAction(), clock, {0: 4}).run()
+    assert summary.ending is Ending.END and summary.committed
+    assert ({TP0: 3}, True) in consumer.commits, "the periodic commit was sent (and refused)"
+    assert consumer.commits[-1] == ({TP0: 3}, False)
 
 
 def test_the_end_of_a_partition_reported_with_its_last_records_comes_after_them() -> None:

@@ -390,6 +390,16 @@ def test_a_silent_worker_is_terminated_after_heartbeat_timeout(clock: Clock) -> 
     assert r.pool.kills[-1] == (0, signal.SIGKILL), "a SIGSTOPped worker ignores SIGTERM"
 
 
+def test_a_starting_worker_is_judged_by_setup_timeout_not_by_its_heartbeat(clock: Clock) -> None:
+    # Its first beat comes after the interpreter started and imported the runtime: slow on a
+    # loaded host, and no sign of a stopped process.
+    r = rig(clock, heartbeat_timeout_s=2.0, setup_timeout_s=10.0)
+    r.at(9.9)
+    assert r.pool.kills == [] and r.wf.stuck() == [] and r.life().state is State.STARTING
+    r.at(10.1)
+    assert r.pool.kills == [(0, signal.SIGTERM)] and "setup_timeout_s" in (r.life().kill or "")
+
+
 def test_a_worker_silent_while_it_delivers_is_killed_and_its_batch_counts_a_crash(clock: Clock) -> None:
     r = rig(clock, heartbeat_timeout_s=10.0)
     r.ready()
