@@ -770,6 +770,14 @@ def _fail_if_spark_extra_missing(exc: ImportError) -> None:
                               "pip install 'kafka-ringmaster[spark]'"))
 
 
+def _spark_settings(config: str) -> Settings:
+    settings = _load(config)
+    if settings.kafka.group_type == "share":  # docs/spark.md: Spark reads by offsets, per partition
+        _fail(ConfigError('kafka.group_type = "share" is for `ringmaster run`; Spark reads offset ranges of '
+                          'each partition: set kafka.group_type = "consumer" for ringmaster spark'))
+    return settings
+
+
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--until-caught-up", is_flag=True,
@@ -779,7 +787,7 @@ def _fail_if_spark_extra_missing(exc: ImportError) -> None:
 def spark_run(config: str, until_caught_up: bool) -> None:
     """Structured Streaming over the input topics; commits the group's offsets per batch.
     Prints a summary at the end (records read, micro-batches)."""
-    settings = _load(config)
+    settings = _spark_settings(config)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
             update={"trigger": "availableNow"})})
@@ -811,7 +819,7 @@ def spark_run(config: str, until_caught_up: bool) -> None:
               help="Write outputs as Parquet here instead of to [output] topic.")
 def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> None:
     """Reprocess an offset range of the input topics in one batch job."""
-    settings = _load(config)
+    settings = _spark_settings(config)
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
     if parquet is None and settings.output.topic is None:
         _fail(RingmasterError("backfill needs [output] topic or --parquet PATH"))

@@ -99,6 +99,7 @@ class Intake:
         self.next_id = next_id
         self.clock = clock
         self.ordering = self.w.ordering
+        self.share = settings.kafka.group_type == "share"  # frames carry delivery counts
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()
@@ -133,6 +134,7 @@ class Intake:
                 first = offset_of(run[0])
                 if p.fence.rewinding and (s.dropped_from is None or first < s.dropped_from):
                     s.dropped_from = first
+                self.consumer.release(tp, run)
                 continue
             if s.open_msgs:
                 s.open_msgs.extend(run)
@@ -229,8 +231,10 @@ class Intake:
         """Pack msgs[start:stop] into one frame (split in two while it does not fit)."""
         batch_id = self.next_id()
         count = stop - start
+        counts = [m.delivery_count() or 1 for m in msgs[start:stop]] if self.share else None
         try:
-            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop)
+            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop,
+                             counts)
         except UnreadableRecord as bad:
             # Set aside for the supervisor to dead-letter; the records around it are packed
             # again by the fast path (never one by one: a bad record costs one more pack).
@@ -256,7 +260,12 @@ class Intake:
             out.append(TooLarge(p.tp, batch_id, fields_of(msgs[start]), len(frame), self.max_frame))
             return
         first, last = offset_of(msgs[start]), offset_of(msgs[stop - 1])
-        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket, now))
+        # A share group's record handed out before was not finished by a member (one that
+        # died running it, mostly): those deliveries count as crashes toward
+        # dead_letter.max_crashes, so a record that kills whole daemons is isolated here.
+        crashes = max(counts) - 1 if counts else 0
+        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket, now,
+                         crashes))
 
     def _watch_skew(self, p: Partition, msgs: Run, by_bucket: dict[int, Run]) -> None:
         """Key ordering spreads a partition over workers only as far as its keys allow: a hot
@@ -318,6 +327,7 @@ class Intake:
         if s.open_msgs:
             first = offset_of(s.open_msgs[0])
             s.dropped_from = first if s.dropped_from is None else min(first, s.dropped_from)
+            self.consumer.release(p.tp, s.open_msgs)
         s.open_msgs = []
 
     def rewound(self, p: Partition) -> None:
