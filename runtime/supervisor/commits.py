@@ -97,8 +97,11 @@ class ShareCommitter(Committer):
     """A share group's commits: every tick, each partition's acknowledgement intents
     (acknowledgements.py) go to the share consumer, which sends them once every record of
     its poll is acknowledged. Every tick, not every commit_interval_ms: the share consumer
-    polls again only when all of the last poll is acknowledged. No offset is ever committed;
-    a synchronous commit (a stop) answers "nothing to commit" for every partition."""
+    polls again only when all of the last poll is acknowledged. No offset is ever committed.
+
+    A synchronous commit comes at the end of a release (a stop): the partitions are fenced
+    and the batches in progress are back, so what is not done will not run here: it is
+    released now, before the final status, and the answer is "nothing to commit"."""
 
     def __init__(self, consumer: Consumer, acks: Acknowledging, partitions: Partitions,
                  clock: Callable[[], float]) -> None:
@@ -114,6 +117,8 @@ class ShareCommitter(Committer):
     def commit(self, parts: list[Partition], asynchronous: bool) -> None:
         for p in parts:
             if isinstance(p.tracker, AckTracker):
+                if not asynchronous:
+                    p.tracker.discard_unfinished()
                 for intent in p.tracker.take_intents():
                     self.acks.acknowledge(p.tp, intent.first, intent.last, intent.outcome)
             if not asynchronous:

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from confluent_kafka import Producer
+
 from benchkit.work import calibrate
 from runtime.kafka.admin import ensure_topics
 from runtime.ops.kafkabroker import ApacheKafkaBroker
@@ -54,6 +56,22 @@ log_level = "WARNING"
 status_file = "{status}"
 status_interval_s = 0.2
 """
+
+
+def _produce(bootstrap: str, topic: str, n: int) -> None:
+    """256 B records in producer batches of 100: the broker hands a share group's records out
+    a whole producer batch at a time (docs/share-groups.md), so big batches would go to one
+    daemon whole. The same records for every case."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 100})
+    blob = os.urandom(256)
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, blob, key=str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(120)
 
 
 def run_case(bench: ModuleType, bootstrap: str, topic: str, records: int, group_type: str,
@@ -110,7 +128,7 @@ def compare(args: argparse.Namespace, bench: ModuleType) -> int:
         for parts in (1, 8):
             topic = f"bench-share-{parts}p-{uuid.uuid4().hex[:6]}"
             ensure_topics(broker.bootstrap, [topic], partitions=parts)
-            bench.produce(broker.bootstrap, topic, n, [256])
+            _produce(broker.bootstrap, topic, n)
             topics[parts] = topic
         for i in range(args.runs):
             for label, parts, group_type in cases:

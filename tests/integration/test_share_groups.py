@@ -187,3 +187,34 @@ def test_check_refuses_a_share_group_in_partition_order(tmp_path: Path) -> None:
                           text=True, cwd=ROOT, env=dict(os.environ), timeout=60)
     assert done.returncode != 0
     assert 'set workers.ordering = "unordered"' in done.stderr
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_a_graceful_stop_releases_what_is_not_done(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """SIGTERM mid-poll: the batch in progress finishes and is accepted, what was acquired and
+    not run is released (the next member gets it at once, its delivery count raised), and
+    nothing is left acquired."""
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(300)])
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 20}, batch_max_records=10)
+    rm = Ringmaster(cfg, tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= 20, 120, "records accepted")
+        assert rm.terminate(60) == 0
+        share = (rm.status() or {})["share"]
+        assert share["released"] > 0, share
+        assert share["acquired"] == share["accepted"] + share["released"], share
+    finally:
+        rm.close()
+    again = Ringmaster(cfg, tmp_path, "again")
+    try:
+        again.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= share["released"], 120,
+                          "the released records taken by the next member")
+        seen = {json.loads(m.value())["id"]: json.loads(m.value())["n"] for m in read_all(broker.bootstrap,
+                                                                                      names["out"])}
+        assert max(seen.values()) >= 2, "a released record comes back with its delivery count raised"
+        assert again.terminate(60) == 0
+    finally:
+        again.close()

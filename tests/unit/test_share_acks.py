@@ -217,6 +217,20 @@ def test_the_share_committer_hands_intents_over_every_tick() -> None:
     assert committer.share_counts() == c.counts.as_dict()
 
 
+def test_the_share_committer_releases_what_is_not_done_at_a_stop() -> None:
+    c, _, _ = _consumer([[_Msg(0, 1), _Msg(0, 2), _Msg(0, 3)]])
+    c.consume(500, 0.0)
+    c.consume(500, 0.0)
+    p = new_partition(("t", 0), 0, 1, 10, 0.0, share=True)
+    committer = committer_for(True, c, {p.tp: p}, 60.0, lambda: 0.0, 1.0)
+    p.tracker.register(1, 1, 1)
+    p.tracker.register(2, 2, 3)
+    p.tracker.complete(1)
+    committer.commit([p], asynchronous=False)  # the end of a release: fenced, batches back
+    assert c.counts.accepted == 1 and c.counts.released == 2 and c.held == 0
+    assert committer.take_sync_answers()[p.tp].offset is None
+
+
 # ---------------------------------------------------------------------------- delivery counts
 def test_delivery_counts_reach_the_plugin_and_the_dead_letter() -> None:
     from runtime.plugin import Record
