@@ -124,8 +124,9 @@ class Intake:
             self.consumed += fetched.count
         for tp, run in fetched.runs.items():
             p = self.partitions.get(tp)
-            if p is None:
-                continue  # revoked meanwhile: not ours to process or commit
+            if p is None:  # revoked meanwhile, or over capacity: not ours to process or commit
+                self.consumer.release(tp, run)
+                continue
             s = p.intake
             if p.fence.rewinding or PauseReason.SEEKING in p.pause.holds:
                 # Fenced and about to be read again from its restart offset (these were

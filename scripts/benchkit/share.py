@@ -54,6 +54,7 @@ iterations = {iterations}
 [supervisor]
 log_level = "WARNING"
 status_file = "{status}"
+control_socket = "{status.with_suffix(".sock")}"
 status_interval_s = 0.2
 """
 

@@ -251,3 +251,42 @@ def test_delivery_counts_reach_the_plugin_and_the_dead_letter() -> None:
     assert Record("t", 0, 1, None, b"", None, (0, 0)).delivery_count is None
     letter = Failure(records[1], "ValueError", "bad", "", 3).dead_letter("w", 1_000_000)
     assert dict(letter.headers)["ringmaster.delivery_count"] == b"3"
+
+
+# ---------------------------------------------------------------------------- the loop, on fakes
+def test_the_supervisor_accepts_records_only_once_their_batch_is_done() -> None:
+    """The share consumer under the real supervisor's rooms (fake pool and client): records
+    are cut into batches and sent to a ring; nothing is acknowledged until the worker reports
+    the batch DONE, then every record of it is accepted, and only then does the next poll run."""
+    from fakes import TP0, Clock, FakePool, msgs
+
+    from runtime.supervisor.loop import Supervisor
+    from runtime.transport.frames import DONE, Result, decode_frame, encode_result
+
+    client = _Client([msgs(TP0, 0, 1, 2, 3), msgs(TP0, 4)])  # type: ignore[list-item]
+    consumer = ShareGroupConsumer({"bootstrap.servers": "x:1", "group.id": "g"}, lambda t: None,
+                                  client=client)
+    pool = FakePool(1)
+    s = _settings(workers={"plugin": "workers.enrich", "processes": 1, "ordering": "unordered"})
+    sup = Supervisor(s, consumer, pool, pool.epochs, clock=Clock())
+    sup.workforce.start_all()
+    consumer.subscribe(["t"], sup.rebalance.on_assign, sup.rebalance.on_revoke, sup.rebalance.on_lost)
+    sup.fetch()  # the partition is announced
+    sup.fetch()  # its records
+    sup.scheduler.enqueue(sup.intake.cut(True))
+    sup.scheduler.dispatch()
+    frames = pool.handles[0].ring.take()
+    assert frames and client.acks == []
+    sup.commits.commit_if_due()
+    sup.fetch()
+    assert client.acks == [] and consumer.held == 4, "not acknowledged, no new poll, before DONE"
+    for raw in frames:
+        f = decode_frame(raw)
+        assert f is not None and f.delivery_counts == [1] * len(f.columns)
+        pool.handles[0].results.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch,
+                                                                     processed=len(f.columns))))
+    sup.results.collect()
+    sup.commits.commit_if_due()
+    assert [(o, k) for _, o, k in client.acks] == [(o, AcknowledgeType.ACCEPT) for o in range(4)]
+    sup.fetch()
+    assert consumer.counts.acquired == 5, "the next poll once all of the last one is acknowledged"
