@@ -808,6 +808,14 @@ def _with_source(settings: Settings, source: str | None) -> Settings:
     return settings
 
 
+def _spark_settings(config: str, source: str | None) -> Settings:
+    settings = _with_source(_load(config), source)
+    if settings.kafka.group_type == "share":  # docs/spark.md: Spark reads by offsets, per partition
+        _fail(ConfigError('kafka.group_type = "share" is for `ringmaster run`; Spark reads offset ranges of '
+                          'each partition: set kafka.group_type = "consumer" for ringmaster spark'))
+    return settings
+
+
 @spark.command("run")
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @_SOURCE
@@ -818,7 +826,7 @@ def _with_source(settings: Settings, source: str | None) -> Settings:
 def spark_run(config: str, source: str | None, until_caught_up: bool) -> None:
     """Structured Streaming over the input topics; commits the group's offsets per batch.
     Prints a summary at the end (records read, micro-batches)."""
-    settings = _with_source(_load(config), source)
+    settings = _spark_settings(config, source)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
             update={"trigger": "availableNow"})})
@@ -851,7 +859,7 @@ def spark_run(config: str, source: str | None, until_caught_up: bool) -> None:
 @_SOURCE
 def spark_backfill(config: str, start: str, end: str, parquet: str | None, source: str | None) -> None:
     """Reprocess an offset range of the input topics in one batch job."""
-    settings = _with_source(_load(config), source)
+    settings = _spark_settings(config, source)
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
     if parquet is None and settings.output.topic is None:
         _fail(RingmasterError("backfill needs [output] topic or --parquet PATH"))

@@ -138,6 +138,10 @@ class KafkaSettings(_Section):
         default=30.0, gt=0, le=3600, description="how long `run --until-caught-up` and the operator "
         "commands (pause, resume) wait for the cluster to answer before giving up with exit "
         f"{KafkaUnreachable.exit_code}; the daemon waits as long as it takes")
+    group_type: Literal["consumer", "share"] = Field(
+        default="consumer", description="consumer: a consumer group, each partition read by one member; "
+        "share: a share group (KIP-932, Apache Kafka 4.2+), records handed out one by one to any "
+        "member and acknowledged each on its own (docs/share-groups.md)")
     consumer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     producer: dict[str, LibrdkafkaValue] = Field(default_factory=dict)
     security: KafkaSecuritySettings = Field(
@@ -468,6 +472,9 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     check_topic_loops(settings)
     if settings.spark.source == "kafka":
         check_kafka_source(settings)
+    problems = share_group_problems(settings)
+    if problems:
+        raise ConfigError("; ".join(problems))
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
     if check_plugin:
@@ -487,6 +494,51 @@ def check_kafka_source(settings: Settings) -> None:
     if patterns:
         raise ConfigError(f"kafka.topics: {', '.join(patterns)}: the Spark backend reads topics by name, "
                           "not by pattern; list the topics")
+# librdkafka properties a share consumer has no use for, and where their meaning lives instead.
+_NOT_FOR_SHARE_GROUPS = {
+    "group.protocol": "a share group has one protocol",
+    "auto.offset.reset": "a share group's start is the group config share.auto.offset.reset "
+                         "(ringmaster sets it to earliest when it was never set)",
+    "partition.assignment.strategy": "share group members are not assigned partitions",
+    "group.instance.id": "share groups have no static members",
+    "share.acknowledgement.mode": "ringmaster acknowledges each record, once its outputs are delivered",
+}
+
+
+def share_group_problems(settings: Settings) -> list[str]:
+    """What a share group (``kafka.group_type = "share"``) cannot honour, one line each. A
+    share group hands a partition's records to several members at once and redelivers any
+    record whose lock ran out, so no order holds and no offset marks "done up to here"."""
+    if settings.kafka.group_type != "share":
+        return []
+    problems = []
+    if settings.workers.ordering != "unordered":
+        problems.append(f'kafka.group_type = "share" hands records out in no order: set workers.ordering = '
+                        f'"unordered" (it is {settings.workers.ordering!r})')
+    if settings.supervisor.stop_when_caught_up:
+        problems.append('kafka.group_type = "share" has no end to catch up with (no offsets are committed): '
+                        "remove supervisor.stop_when_caught_up (or --until-caught-up)")
+    for key in sorted(_NOT_FOR_SHARE_GROUPS.keys() & settings.kafka.consumer.keys()):
+        problems.append(f'kafka.consumer.{key} does not apply to kafka.group_type = "share" '
+                        f"({_NOT_FOR_SHARE_GROUPS[key]}); remove it")
+    return problems
+
+
+def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
+    """librdkafka share consumer config: the user's pass-through, then what the runtime owns
+    (acknowledgements are explicit: a record is accepted only when its outputs are delivered)."""
+    # A poll is run whole before the next and must finish within the records' lock
+    # (docs/share-groups.md): the broker hands out whole producer batches, up to about this.
+    props: dict[str, LibrdkafkaValue] = {"max.poll.records": 500}
+    if settings.admin.librdkafka_stats_s:
+        props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
+    props.update(settings.kafka.consumer)
+    props.update({
+        "bootstrap.servers": settings.kafka.bootstrap_servers,
+        "group.id": settings.kafka.group_id,
+        "share.acknowledgement.mode": "explicit",
+    })
+    return props
 
 
 def subscribed_by(topics: list[str], name: str) -> str | None:

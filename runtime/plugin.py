@@ -43,12 +43,16 @@ Headers = list[tuple[str, bytes | None]]
 
 
 class Record:
-    """One input record. ``timestamp`` is ``(type, ms)`` as confluent-kafka gives it."""
+    """One input record. ``timestamp`` is ``(type, ms)`` as confluent-kafka gives it.
+    ``delivery_count``: in a share group (``kafka.group_type = "share"``), how many times the
+    broker has handed this record out, this time included (above 1: a member before did not
+    finish it); None in a consumer group."""
 
-    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic", "value")
+    __slots__ = ("_delivery_count", "headers", "key", "offset", "partition", "timestamp", "topic", "value")
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, headers: Headers | None, timestamp: tuple[int, int]) -> None:
+                 value: bytes | None, headers: Headers | None, timestamp: tuple[int, int],
+                 delivery_count: int | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -56,6 +60,18 @@ class Record:
         self.value = value
         self.headers = headers
         self.timestamp = timestamp
+        if delivery_count is not None:
+            self._delivery_count = delivery_count
+
+    @property
+    def delivery_count(self) -> int | None:
+        # Left unset when None: the workers' fast paths fill the other slots only.
+        return getattr(self, "_delivery_count", None)
+
+    @delivery_count.setter
+    def delivery_count(self, n: int | None) -> None:
+        if n is not None:
+            self._delivery_count = n
 
     def __repr__(self) -> str:
         return f"Record({self.topic}[{self.partition}]@{self.offset})"

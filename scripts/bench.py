@@ -672,6 +672,10 @@ def main() -> int:
                     help="light work: 1 supervisor x N workers against N supervisors x 1 worker "
                          "(run --members N), interleaved; use --records 300000 (docs/scaling.md)")
     ap.add_argument("--members-n", type=int, default=2, help="--members: N")
+    ap.add_argument("--share", action="store_true",
+                    help="share groups (KIP-932) against consumer groups on Apache Kafka, two daemons of "
+                         "one worker: 1 partition, and 8 partitions against unordered (benchkit/share.py)")
+    ap.add_argument("--share-work-us", type=float, default=100.0, help="--share: µs of work per record")
     ap.add_argument("--members-work-us", type=float, default=10.0, help="--members: µs of work per record")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
@@ -686,6 +690,10 @@ def main() -> int:
         if args.scale_partitions == ap.get_default("scale_partitions"):
             args.scale_partitions = "8,3"
         return naive.compare(args, sys.modules[__name__])
+    if args.share:
+        from benchkit import share
+
+        return share.compare(args, sys.modules[__name__])
     if args.members:
         from benchkit import members
 

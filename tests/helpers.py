@@ -40,7 +40,9 @@ if TEST_BROKER not in ("tansu", "kafka"):
 Broker = DevBroker | ApacheKafkaBroker
 # Under KIP-848 the session timeout is the broker's: the same 2 s as FAST_GROUP's.
 KAFKA_TEST_SERVER = {"group.consumer.session.timeout.ms": "2000",
-                     "group.consumer.heartbeat.interval.ms": "300"}
+                     "group.consumer.heartbeat.interval.ms": "300",
+                     # share groups: a test may shorten a group's acquisition lock to seconds
+                     "group.share.min.record.lock.duration.ms": "1000"}
 # The group protocol of the daemons a session starts (base_config): classic (the default) or
 # consumer (KIP-848, Apache Kafka only). Suites that parametrize by protocol use
 # GROUP_PROTOCOLS: both on Apache Kafka, classic alone on Tansu.

@@ -498,6 +498,9 @@ class GroupConsumer:
         return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID or p.offset < 0 else p.offset)
                 for p in parts}
 
+    def release(self, tp: TP, run: Run) -> None:
+        """Nothing to do: dropped records are read again from the seek that follows a fence."""
+
     def seek_to_start(self, tps: Iterable[TP]) -> list[TP]:
         """Restart fetching of just-assigned partitions at their committed offset (or the
         reset position). A seek also discards whatever librdkafka had queued for them.

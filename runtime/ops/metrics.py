@@ -42,6 +42,13 @@ from runtime.ops.control_records import PauseScope, scope_kind
 from runtime.ops.status import ExitCause, PauseReason, StatusSnapshot
 
 _BATCH_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# kafka.group_type = "share": what became of the records this member acquired.
+_SHARE_COUNTS = (("acquired", "Share group: records acquired (handed to this member under a lock)"),
+                 ("accepted", "Share group: records accepted (their outputs were delivered)"),
+                 ("released", "Share group: records released for redelivery (not run here)"),
+                 ("rejected", "Share group: records rejected"),
+                 ("lock_expiries", "Share group: acknowledgements refused because the record's lock "
+                                   "had run out (another member has it)"))
 _REVOCATION_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -173,6 +180,11 @@ class SnapshotCollector(_Grouped, Collector):
             c = self._counter(name, doc)
             c.add([], float(value))
             yield c.family
+        for key, doc in _SHARE_COUNTS:
+            if s.share is not None:  # kafka.group_type = "share" only
+                c = self._counter(f"ringmaster_share_records_{key}_total", doc)
+                c.add([], float(s.share.get(key, 0)))
+                yield c.family
         waiting = self._gauge("ringmaster_dead_letters_waiting", "Dead letters the supervisor has not had "
                               "acknowledged yet")
         waiting.add([], float(s.dead_letters_waiting))

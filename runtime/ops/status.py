@@ -210,6 +210,9 @@ class StatusSnapshot:
     # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
     # (runtime/supervisor/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
     over_capacity: list[dict[str, Any]] = field(default_factory=list)
+    # kafka.group_type = "share": records acquired, accepted, released, rejected and lock
+    # expiries (acknowledgements refused because the lock ran out), since the start; else None.
+    share: dict[str, int] | None = None
     # Wall clock when the snapshot was taken: the end of window_s, so that the windows of
     # several daemons (run --members) can be laid on one time line.
     taken_at: float = field(default_factory=time.time)

@@ -215,6 +215,11 @@ def render(reading: Reading) -> Group:
         ["rebalances", _n(snap.get("rebalances")), "workers",
          f"{len(snap.get('workers', []))} (aim {snap.get('workers_target', '-')}, "
          f"max {snap.get('workers_max', '-')})"]]
+    share = snap.get("share")
+    if share:  # kafka.group_type = "share"
+        head_rows.append(["acquired", _n(share.get("acquired")), "accepted", _n(share.get("accepted"))])
+        head_rows.append(["released", _n(share.get("released")), "lock expiries",
+                          f"{_n(share.get('lock_expiries'))} (rejected {_n(share.get('rejected'))})"])
     sentences = [_line("state:", reading.state, "" if reading.running else "bold red"),
                  _line("plugin:", f"{snap.get('plugin', '')} {snap.get('plugin_version') or ''}".strip())]
     head = _grid(head_rows)

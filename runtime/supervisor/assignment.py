@@ -124,7 +124,8 @@ class Assignment:
 
     def _take(self, tp: TP, now: float) -> Partition:
         slot = self.slots.acquire()
-        p = new_partition(tp, slot, self.slots.fence(slot), self.s.workers.batch_max_records, now)
+        p = new_partition(tp, slot, self.slots.fence(slot), self.s.workers.batch_max_records, now,
+                          share=self.s.kafka.group_type == "share")
         self.partitions[tp] = p
         return p
 

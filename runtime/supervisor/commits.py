@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
+from runtime.kafka.share_consumer import Outcome, ShareCounts
+from runtime.supervisor.acknowledgements import AckTracker
 from runtime.supervisor.partitions import Partition, Partitions
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP
@@ -71,7 +74,62 @@ class Committer:
             if not asynchronous:
                 self._sync[p.tp] = SyncCommit(offset, refused, p.fence.epoch)
 
+    def share_counts(self) -> dict[str, int] | None:
+        """A share group's acknowledgement counts (ShareCommitter); None in a consumer group."""
+        return None
+
     def take_sync_answers(self) -> dict[TP, SyncCommit]:
         """The answers of the synchronous commits since the last call, per partition."""
         answers, self._sync = self._sync, {}
         return answers
+
+
+@runtime_checkable
+class Acknowledging(Protocol):
+    """The share consumer (runtime/kafka/share_consumer.py), as the share committer uses it."""
+
+    def acknowledge(self, tp: TP, first: int, last: int, outcome: Outcome, /) -> int: ...
+    @property
+    def counts(self) -> ShareCounts: ...
+
+
+class ShareCommitter(Committer):
+    """A share group's commits: every tick, each partition's acknowledgement intents
+    (acknowledgements.py) go to the share consumer, which sends them once every record of
+    its poll is acknowledged. Every tick, not every commit_interval_ms: the share consumer
+    polls again only when all of the last poll is acknowledged. No offset is ever committed.
+
+    A synchronous commit comes at the end of a release (a stop): the partitions are fenced
+    and the batches in progress are back, so what is not done will not run here: it is
+    released now, before the final status, and the answer is "nothing to commit"."""
+
+    def __init__(self, consumer: Consumer, acks: Acknowledging, partitions: Partitions,
+                 clock: Callable[[], float]) -> None:
+        super().__init__(consumer, partitions, 0.0, clock)
+        self.acks = acks
+
+    def commit_if_due(self) -> None:
+        self.commit(list(self.partitions.values()), asynchronous=True)
+
+    def share_counts(self) -> dict[str, int] | None:
+        return self.acks.counts.as_dict()
+
+    def commit(self, parts: list[Partition], asynchronous: bool) -> None:
+        for p in parts:
+            if isinstance(p.tracker, AckTracker):
+                if not asynchronous:
+                    p.tracker.discard_unfinished()
+                for intent in p.tracker.take_intents():
+                    self.acks.acknowledge(p.tp, intent.first, intent.last, intent.outcome)
+            if not asynchronous:
+                self._sync[p.tp] = SyncCommit(None, None, p.fence.epoch)
+
+
+def committer_for(share: bool, consumer: Consumer, partitions: Partitions, interval_s: float,
+                  clock: Callable[[], float], sync_timeout_s: float) -> Committer:
+    """The consumer group's committer, or a share group's (``share``: its consumer acknowledges)."""
+    if not share:
+        return Committer(consumer, partitions, interval_s, clock, sync_timeout_s=sync_timeout_s)
+    if not isinstance(consumer, Acknowledging):
+        raise TypeError("a share group needs a consumer that acknowledges records")
+    return ShareCommitter(consumer, consumer, partitions, clock)

@@ -8,16 +8,24 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.config import (
+    Settings,
+    consumer_properties,
+    max_message_bytes,
+    producer_properties,
+    share_consumer_properties,
+)
 from runtime.errors import RingmasterError, SharedMemoryError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
+from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
 from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
@@ -118,7 +126,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     socket only, whichever of them gets there first."""
     signals = (signals or SignalQueue()).install()
     sup = settings.supervisor
-    consumer: GroupConsumer | None = None
+    consumer: GroupConsumer | ShareGroupConsumer | None = None
     supervisor: Supervisor | None = None
     control: ControlServer | None = None
     # INVARIANT (7): each resource is released on every exit path, the last taken first: the
@@ -173,7 +181,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
                               worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
             release.callback(_release_pool, pool)
-            consumer = GroupConsumer(consumer_properties(settings))
+            consumer = _consumer(settings, pool)
             release.callback(_close_consumer, consumer)
             desk = None
             if settings.dead_letter.topic is not None:
@@ -224,11 +232,28 @@ def _release_pool(pool: WorkerPool) -> None:
     pool.close()
 
 
-def _close_consumer(consumer: GroupConsumer) -> None:
+def _close_consumer(consumer: GroupConsumer | ShareGroupConsumer) -> None:
     try:
         consumer.close(5.0)
     except Exception:  # already failing; the group will time us out
         log.debug("consumer close failed", exc_info=True)
+
+
+def _consumer(settings: Settings, pool: WorkerPool) -> GroupConsumer | ShareGroupConsumer:
+    if settings.kafka.group_type == "consumer":
+        return GroupConsumer(consumer_properties(settings))
+    props = share_consumer_properties(settings)
+    lock_s = prepare_share_group(props, settings.kafka.group_id, settings.kafka.connect_timeout_s)
+
+    def wait_for_workers(timeout_s: float) -> None:
+        """While a poll's records are out: until a worker reports or dies, or timeout_s."""
+        waitables = pool.result_fds() + pool.sentinels()
+        if waitables:
+            select.select(waitables, [], [], timeout_s)
+        else:
+            time.sleep(timeout_s)
+
+    return ShareGroupConsumer(props, wait_for_workers, lock_s=lock_s)
 
 
 def _warn_if_no_room_to_grow(settings: Settings) -> None:

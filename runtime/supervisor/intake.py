@@ -112,6 +112,7 @@ class Intake:
         self.next_id = next_id
         self.clock = clock
         self.ordering = self.w.ordering
+        self.share = settings.kafka.group_type == "share"  # frames carry delivery counts
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()
@@ -138,8 +139,9 @@ class Intake:
             self.consumed += fetched.count
         for tp, run in fetched.runs.items():
             p = self.partitions.get(tp)
-            if p is None:
-                continue  # revoked meanwhile: not ours to process or commit
+            if p is None:  # revoked meanwhile, or over capacity: not ours to process or commit
+                self.consumer.release(tp, run)
+                continue
             s = p.intake
             if p.fence.rewinding or PauseReason.SEEKING in p.pause.holds:
                 # Fenced and about to be read again from its restart offset (these were
@@ -148,6 +150,7 @@ class Intake:
                 first = offset_of(run[0])
                 if p.fence.rewinding and (s.dropped_from is None or first < s.dropped_from):
                     s.dropped_from = first
+                self.consumer.release(tp, run)
                 continue
             if s.open_msgs:
                 s.open_msgs.extend(run)
@@ -244,8 +247,10 @@ class Intake:
         """Pack msgs[start:stop] into one frame (split in two while it does not fit)."""
         batch_id = self.next_id()
         count = stop - start
+        counts = [m.delivery_count() or 1 for m in msgs[start:stop]] if self.share else None
         try:
-            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop)
+            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop,
+                             counts)
         except UnreadableRecord as bad:
             # Set aside for the supervisor to dead-letter; the records around it are packed
             # again by the fast path (never one by one: a bad record costs one more pack).
@@ -272,8 +277,12 @@ class Intake:
             return
         first, last = offset_of(msgs[start]), offset_of(msgs[stop - 1])
         bucket: Bucket = None if buckets is None else buckets[0]
+        # A share group's record handed out before was not finished by a member (one that
+        # died running it, mostly): those deliveries count as crashes toward
+        # dead_letter.max_crashes, so a record that kills whole daemons is isolated here.
+        crashes = max(counts) - 1 if counts else 0
         out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket,
-                         buckets=buckets if buckets is not None and len(buckets) > 1 else None))
+                         crashes, buckets=buckets if buckets is not None and len(buckets) > 1 else None))
 
     def _watch_skew(self, p: Partition, msgs: Run, by_bucket: dict[int, Run]) -> None:
         """Key ordering spreads a partition over workers only as far as its keys allow: a hot
@@ -335,6 +344,7 @@ class Intake:
         if s.open_msgs:
             first = offset_of(s.open_msgs[0])
             s.dropped_from = first if s.dropped_from is None else min(first, s.dropped_from)
+            self.consumer.release(p.tp, s.open_msgs)
         s.open_msgs = []
 
     def rewound(self, p: Partition) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.supervisor.partitions import Batch
-from runtime.transport.frames import Columns, decode_frame, encode_batch
+from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns
 
 
 @dataclass
@@ -32,16 +32,17 @@ def isolate(batch: Batch, max_crashes: int, next_id: Callable[[], int]) -> Isola
         return Isolation(requeue=[batch])
     frame = decode_frame(batch.frame)
     assert frame is not None
-    cols = frame.columns
+    cols, counts = frame.columns, frame.delivery_counts
     if len(cols) == 1:
         return Isolation(dead_letter=cols.row(0))
     mid = len(cols) // 2
-    halves = [_part(batch, cols.slice(0, mid), next_id(), max_crashes),
-              _part(batch, cols.slice(mid, len(cols)), next_id(), max_crashes)]
+    halves = [_part(batch, cols.slice(0, mid), counts and counts[:mid], next_id(), max_crashes),
+              _part(batch, cols.slice(mid, len(cols)), counts and counts[mid:], next_id(), max_crashes)]
     return Isolation(requeue=halves, split=[(h.batch_id, h.first, h.last) for h in halves])
 
 
-def _part(batch: Batch, cols: Columns, batch_id: int, max_crashes: int) -> Batch:
-    frame = encode_batch(batch_id, batch.slot, batch.epoch, batch.tp[0], batch.tp[1], cols)
+def _part(batch: Batch, cols: Columns, counts: list[int] | None, batch_id: int, max_crashes: int) -> Batch:
+    head = batch_head(batch_id, batch.slot, batch.epoch, batch.tp[0], batch.tp[1], counts)
+    frame = encode_columns(head, cols)
     return Batch(batch_id, batch.tp, batch.slot, batch.epoch, cols.first, cols.last, len(cols), frame,
                  batch.bucket, crashes=max_crashes - 1, buckets=batch.buckets)

@@ -47,7 +47,7 @@ from runtime.ops.systemd import Notifier
 from runtime.supervisor.assignment import Assignment, SlotTable
 from runtime.supervisor.caught_up import CaughtUp
 from runtime.supervisor.commands import Commands
-from runtime.supervisor.commits import Committer
+from runtime.supervisor.commits import committer_for
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.flowcontrol import FlowControl
 from runtime.supervisor.intake import BatchIds, Intake
@@ -109,8 +109,8 @@ class Supervisor(Generic[H]):
         self.rollout = Rollout(settings, self.workforce, self.scheduler, self.flow, reread, clock)
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
-        self.commits = Committer(consumer, self.partitions, sup.commit_interval_ms / 1000, clock,
-                                 sync_timeout_s=sup.revoke_timeout_s)
+        self.commits = committer_for(settings.kafka.group_type == "share", consumer, self.partitions,
+                                     sup.commit_interval_ms / 1000, clock, sup.revoke_timeout_s)
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
         self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
                                   self.workforce, lambda: self.rebalance.rebalances, clock)

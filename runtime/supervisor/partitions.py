@@ -9,7 +9,8 @@ field of a part it does not own.
     fence     assignment.py            the slot and epoch in shared memory; rewinding
     intake    intake.py                fetched records not cut yet (and dropped while rewinding),
                                        offsets seen, batch sizing
-    tracker   offsets.py               spans (registered by intake, completed by results,
+    tracker   offsets.py (share groups: acknowledgements.py)
+                                       spans (registered by intake, completed by results,
                                        discarded by a rewind): every change a checked method
     pause     flowcontrol.py           holds (why it must not fetch), backpressure, what the
                                        client was told
@@ -29,6 +30,7 @@ from typing import Any
 
 # PauseReason lives with the status snapshot (ops reads it too); the rooms name it from here.
 from runtime.ops.status import PauseReason as PauseReason
+from runtime.supervisor.acknowledgements import AckTracker
 from runtime.supervisor.offsets import OffsetTracker
 from runtime.tp import TP, tp_label
 
@@ -157,8 +159,11 @@ class Partition:
         return reasons
 
 
-def new_partition(tp: TP, slot: int, epoch: int, batch_records: int, now: float) -> Partition:
-    return Partition(tp, Fence(slot, epoch), IntakeState(batch_records, last_activity=now), OffsetTracker(),
+def new_partition(tp: TP, slot: int, epoch: int, batch_records: int, now: float,
+                  share: bool = False) -> Partition:
+    """``share``: the partition is read through a share group (its records are acknowledged)."""
+    tracker = AckTracker() if share else OffsetTracker()
+    return Partition(tp, Fence(slot, epoch), IntakeState(batch_records, last_activity=now), tracker,
                      PauseState(last_resume=now), Stats())
 
 

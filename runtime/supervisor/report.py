@@ -97,7 +97,8 @@ class Reporter:
             dead_letters_waiting=self.desk.pending() if self.desk else 0,
             rebalances=self.rebalance.rebalances, librdkafka=self.consumer.stats_summary,
             loop_age_s=round(loop_age_s, 3), ready=ready, operator_pauses=self.operator.describe(),
-            stopped=stopped, over_capacity=self._over_capacity(now), **self._rollout()))
+            stopped=stopped, over_capacity=self._over_capacity(now), share=self.commits.share_counts(),
+            **self._rollout()))
 
     def _over_capacity(self, now: float) -> list[dict[str, Any]]:
         held = self.rebalance.assignment.over_capacity

@@ -12,6 +12,9 @@ a column of 500 values is one C loop, and the usual cases cost nothing per recor
 one timestamp type for the whole batch). Measured with 500 × 256 B records: packing rows
 of six fields cost ~590 ns/record, this layout ~190 ns in Python and ~0.2 µs with the
 supervisor's C packer (runtime/transport/_speedups.c, which writes these exact bytes).
+
+A share group's frame (kafka.group_type = "share") has one header field more, after
+``partition``: each record's delivery count (a list, one per record).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from runtime.errors import FrameError
 BATCH = 1
 STOP = 2
 FRAME_FIELDS = 13
+SHARE_FRAME_FIELDS = FRAME_FIELDS + 1  # ... with the records' delivery counts (share groups)
 
 
 
@@ -115,6 +119,7 @@ class BatchFrame:
     topic: str
     partition: int
     columns: Columns
+    delivery_counts: list[int] | None = None  # share groups: each record's, this delivery included
 
 
 @dataclass(slots=True)
@@ -134,8 +139,11 @@ class Result:
     discarded: int = 0  # DONE: outputs with no topic to go to (no [output] topic configured)
 
 
-def batch_head(batch_id: int, slot: int, epoch: int, topic: str, partition: int) -> tuple[object, ...]:
+def batch_head(batch_id: int, slot: int, epoch: int, topic: str, partition: int,
+               delivery_counts: list[int] | None = None) -> tuple[object, ...]:
     """A batch frame's header fields (also what the C packer writes first)."""
+    if delivery_counts is not None:
+        return (BATCH, batch_id, slot, epoch, topic, partition, delivery_counts)
     return (BATCH, batch_id, slot, epoch, topic, partition)
 
 
@@ -162,8 +170,9 @@ def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
             raise ValueError("not a frame")
         if obj[0] == STOP and len(obj) == 1:
             return None
-        if obj[0] != BATCH or len(obj) != FRAME_FIELDS:
+        if obj[0] != BATCH or len(obj) not in (FRAME_FIELDS, SHARE_FRAME_FIELDS):
             raise ValueError("not a batch frame")
+        counts = obj.pop(6) if len(obj) == SHARE_FRAME_FIELDS else None
         _, batch_id, slot, epoch, topic, partition, first, offsets, keys, values, headers, ts_types, \
             timestamps = obj
         if type(topic) is not str \
@@ -175,7 +184,9 @@ def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
         if any(type(col) is not list or len(col) != n for col in (keys, timestamps)) \
                 or any(col is not None and (type(col) is not list or len(col) != n)
                        for col in (offsets, headers)) \
-                or not (type(ts_types) is int or (type(ts_types) is list and len(ts_types) == n)):
+                or not (type(ts_types) is int or (type(ts_types) is list and len(ts_types) == n)) \
+                or (counts is not None and (type(counts) is not list or len(counts) != n
+                                            or any(type(c) is not int for c in counts))):
             raise ValueError("columns of different lengths or types")
         if headers is not None:  # msgpack arrays come back as lists; headers are (name, value) pairs
             # One C-level map per record: pairs are not checked one by one (the worker's hot
@@ -184,7 +195,7 @@ def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
             headers = [None if h is None else list(map(tuple, h)) if type(h) is list else _not_headers(h)
                        for h in headers]
         return BatchFrame(batch_id, slot, epoch, topic, partition,
-                          Columns(first, offsets, keys, values, headers, ts_types, timestamps))
+                          Columns(first, offsets, keys, values, headers, ts_types, timestamps), counts)
     except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
         raise FrameError(f"malformed frame: {exc}") from None
 
@@ -202,7 +213,7 @@ def peek_header(data: bytes | memoryview) -> tuple[int, int, int]:
     try:
         n = unpacker.read_array_header()
         kind = unpacker.unpack()
-        if kind != BATCH or n != FRAME_FIELDS:
+        if kind != BATCH or n not in (FRAME_FIELDS, SHARE_FRAME_FIELDS):
             return (0, -1, -1)
         head = (unpacker.unpack(), unpacker.unpack(), unpacker.unpack())
     except (ValueError, TypeError, msgpack.UnpackException) as exc:

@@ -237,10 +237,10 @@ PACK = speedups.HotPath("pack_frame", None, _pack_run_py, why_python="no message
 
 
 def pack_run(batch_id: int, slot: int, epoch: int, topic: str, partition: int, msgs: Run,
-             start: int, stop: int) -> bytes:
+             start: int, stop: int, delivery_counts: list[int] | None = None) -> bytes:
     """Runs in: supervisor (hot path). msgs[start:stop] as one batch frame (runtime.transport.frames):
     in C, about 0.2 µs per record; in Python, about 0.8 µs. Raises UnreadableRecord (its
     ``index`` in msgs) for a record the client cannot read: pack around it."""
-    head = batch_head(batch_id, slot, epoch, topic, partition)
+    head = batch_head(batch_id, slot, epoch, topic, partition, delivery_counts)
     return PACK.call(head, msgs, start, stop)
 

@@ -50,7 +50,8 @@ class DeadLetter:
 
 def dead_letter_headers(original: Headers | None, *, error_type: str, message: str, traceback: str,
                         topic: str, partition: int, offset: int, attempts: int,
-                        worker: str, plugin_version: str | None = None) -> Headers:
+                        worker: str, plugin_version: str | None = None,
+                        delivery_count: int | None = None) -> Headers:
     reason: list[tuple[str, Any]] = [
         ("error.type", error_type),
         ("error.message", _bytes_head(message, MAX_MESSAGE_BYTES)),
@@ -64,6 +65,8 @@ def dead_letter_headers(original: Headers | None, *, error_type: str, message: s
     ]
     if plugin_version is not None:
         reason.append(("plugin.version", plugin_version))  # the version that failed it
+    if delivery_count is not None:
+        reason.append(("delivery_count", str(delivery_count)))  # a share group's, when it failed
     headers = [(k, v) for k, v in (original or []) if not k.startswith(HEADER_PREFIX)]
     headers.extend((HEADER_PREFIX + k, v if isinstance(v, bytes) else str(v).encode("utf-8", "replace"))
                    for k, v in reason)

@@ -121,7 +121,11 @@ BUILD_RECORDS = speedups.HotPath("build_records", _records_c if speedups.native 
 def records_of(frame: BatchFrame) -> list[Record]:
     """Runs in: a worker (hot path). The Records of one batch frame: in C their slots are
     filled directly (~0.1 µs per record); in Python Record() runs per record (~0.3 µs)."""
-    return BUILD_RECORDS.call(frame.topic, frame.partition, frame.columns)
+    records = BUILD_RECORDS.call(frame.topic, frame.partition, frame.columns)
+    if frame.delivery_counts is not None:  # a share group's batch
+        for r, n in zip(records, frame.delivery_counts, strict=True):
+            r.delivery_count = n
+    return records
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from confluent_kafka import Producer
 from helpers import (
     FAST_GROUP,
@@ -190,6 +191,25 @@ def batch(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     finally:
         rm.close()
     obs.extra["config"] = rm.config_path
+    return read_back(obs, rm)
+
+
+def share(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The row in a share group (kafka.group_type = "share", Apache Kafka only): no
+    --until-caught-up (a share group commits no offset), so the daemon runs until every record
+    is acknowledged (its status's share counts), then SIGTERM."""
+    if TEST_BROKER != "kafka":
+        pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    cfg["kafka"].update(group_type="share", consumer={})
+    cfg["workers"]["ordering"] = "unordered"
+    rm = Ringmaster(cfg, tmp, "rm", env=dict(fault.env))
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= fault.n, fault.timeout_s,
+                       "every record accepted")
+        obs.exit = rm.terminate(fault.timeout_s)
+    finally:
+        rm.close()
     return read_back(obs, rm)
 
 
@@ -663,6 +683,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "transactions": transactions,
     "redrive_letters": redrive_letters,
     "admin_port_held": admin_port_held,
+    "share": share,
 }
 
 

@@ -747,5 +747,26 @@ FAULTS += [
           log=("but the rings need 3145728 MiB (2 workers + 1 for a reload", "give it more")),
 ]
 
+# Share groups (issue 27, kafka.group_type = "share", Apache Kafka only; skipped on Tansu): the
+# worker and plugin rows again, each record acknowledged instead of offsets committed.
+FAULTS += [
+    Fault("share-worker-killed", "share groups (Apache Kafka)",
+          "in a share group, a record kills its worker (`os._exit`) every time it runs",
+          "the batch runs again here first, is bisected, and the record is dead-lettered as `WorkerCrashed`, "
+          "then accepted; every other record output and accepted",
+          driver="share", values={12: "crash:r12"}, dead={"r12": "WorkerCrashed"}, redelivers=True),
+    Fault("share-plugin-raises", "share groups (Apache Kafka)",
+          "in a share group, the plugin raises on a record",
+          "retried, bisected, dead-lettered with its `ringmaster.delivery_count`, then accepted (not "
+          "rejected: the dead letter keeps why)",
+          driver="share", values={7: "raise:r7"}, dead={"r7": "ValueError"}, check="share_delivery_count"),
+    Fault("share-worker-sigkilled-delivering", "share groups (Apache Kafka)",
+          "in a share group, a worker is SIGKILLed while it delivers a batch's outputs",
+          "not accepted before its outputs are delivered: the batch runs again here, each record is accepted "
+          "once its outputs are",
+          driver="share", values={9: "die=deliver:r9"}, settings={"die_hooks": True},
+          dead={"r9": "WorkerCrashed"}, redelivers=True),
+]
+
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

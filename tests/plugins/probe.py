@@ -31,6 +31,8 @@ route=TOPIC         the output goes to TOPIC (Output(topic=...))
 backoff=S           raise Backoff(S) the first time this id is seen (state_dir), then process
 backoffall=S        the same with scope="all"
 flaky=N             raise the first N times this id is seen (state_dir), then process
+firstslow=MS        sleep MS on the record's first delivery (record.delivery_count 1: share
+                    groups), then process
 notopic             yield an Output without a topic (and nothing else for this record)
 die=PHASE           the worker SIGKILLs itself (as the OOM killer would) in that phase of the
                     batch holding this record, through hooks on the worker's own code that
@@ -41,7 +43,8 @@ die=PHASE           the worker SIGKILLs itself (as the OOM killer would) in that
 ==================  =====================================================================
 
 Every output is JSON: ``id``, ``p``, ``o``, ``pid``, ``key`` (its length), ``h`` (a digest of
-the headers as the plugin saw them, ``headers_digest``) and ``ts`` (the timestamp pair).
+the headers as the plugin saw them, ``headers_digest``), ``ts`` (the timestamp pair) and, in a
+share group, ``n`` (the record's delivery count).
 
 Settings: ``sleep_ms`` per record; ``slow_keys`` ({key: ms}, extra time per record of a key);
 ``journal_dir`` (one file per worker process: ``topic partition offset pid monotonic_ns
@@ -306,6 +309,8 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
                           scope="all" if cmd == "backoffall" else "partition")
         if cmd == "flaky" and _seen(f"flaky-{r.topic}-{r.partition}-{r.offset}") < int(arg):
             raise RuntimeError(f"flaky record {value}")
+        if cmd == "firstslow" and g.delivery_count == 1:
+            time.sleep(int(arg) / 1000)
         if _sleep_s:
             time.sleep(_sleep_s)
         if r.key in _slow_keys:
@@ -315,9 +320,12 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
             continue
         key = "-" if r.key is None else r.key.hex()
         lines.append(f"{r.topic} {r.partition} {r.offset} {os.getpid()} {time.monotonic_ns()} {key}\n")
-        body = json.dumps({"id": ident if cmd else value.split("#", 1)[0], "p": r.partition, "o": r.offset,
-                           "pid": os.getpid(), "key": None if r.key is None else len(r.key),
-                           "h": headers_digest(r.headers), "ts": list(r.timestamp)}).encode()
+        fields = {"id": ident if cmd else value.split("#", 1)[0], "p": r.partition, "o": r.offset,
+                  "pid": os.getpid(), "key": None if r.key is None else len(r.key),
+                  "h": headers_digest(r.headers), "ts": list(r.timestamp)}
+        if g.delivery_count is not None:
+            fields["n"] = g.delivery_count
+        body = json.dumps(fields).encode()
         if cmd == "bigout":
             body = body + b" " * int(arg)
         if cmd == "notopic":

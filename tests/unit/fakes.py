@@ -209,6 +209,9 @@ class FakeConsumer:
         refused, self.refused = self.refused, {}
         return refused
 
+    def release(self, tp: Any, run: Any) -> None:
+        pass
+
     def seek_to_start(self, tps: Any) -> list[Any]:
         tps = list(tps)
         self.started.append(tps)

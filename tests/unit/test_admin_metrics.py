@@ -308,3 +308,18 @@ def test_the_labels_the_dashboard_and_alerts_use_are_on_the_scraped_series() -> 
         for matchers in re.findall(r"\{([^}]*)\}", expr):
             used |= {x.split("=")[0].strip(" !~") for x in matchers.split(",") if "=" in x}
     assert used and not used - labels, f"labels no scraped series has: {sorted(used - labels)}"
+
+
+def test_a_share_groups_counts_are_metrics_and_in_the_view_and_absent_otherwise() -> None:
+    import dataclasses
+
+    counts = {"acquired": 10, "accepted": 7, "released": 2, "rejected": 0, "lock_expiries": 1}
+    shared = dataclasses.replace(snapshot(), share=counts)
+    s = scrape(RuntimeMetrics(lambda: shared, loop_age=lambda: 0.5, group="g"))
+    for key, n in counts.items():
+        assert value(s, f"ringmaster_share_records_{key}_total") == n
+    assert not [k for k in scrape(RuntimeMetrics(lambda: snapshot(), group="g")) if "share" in k]
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render(Reading(shared.to_dict(), "status file", True, "ready")))
+    text = console.export_text()
+    assert "lock expiries" in text and "acquired" in text

@@ -311,6 +311,9 @@ class SimConsumer:
     def take_refused_commits(self) -> dict[Any, int]:
         return {}
 
+    def release(self, tp: Any, run: Any) -> None:
+        pass
+
     def seek_to_start(self, tps: Any) -> list[Any]:
         return []
 

@@ -1,0 +1,225 @@
+"""Share groups (KIP-932, ``kafka.group_type = "share"``) on Apache Kafka, with real daemons.
+
+Two daemons of one share group read one partition and both process records (a consumer
+group would leave one idle); one is SIGKILLed mid-run and the records it had acquired go to
+the other: nothing is lost, because a record is accepted only once its outputs are
+delivered. A poison record is dead-lettered once, with its delivery count. A plugin slower
+than the acquisition lock: the broker hands the record to the next poll, our late ACCEPT is
+refused and counted as a lock expiry. A cluster without share groups (Tansu): one line at
+start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from helpers import (
+    TEST_BROKER,
+    Broker,
+    Ringmaster,
+    daemon_config,
+    journal,
+    make_topics,
+    read_all,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+needs_kafka = pytest.mark.skipif(TEST_BROKER != "kafka", reason="share groups need Apache Kafka "
+                                 "(RINGMASTER_TEST_BROKER=kafka)")
+
+
+def _share_config(broker: Broker, names: dict[str, str], tmp: Path, **workers: Any) -> dict[str, Any]:
+    c = daemon_config(broker, names, tmp, journal=True, processes=1, ordering="unordered", **workers)
+    c["kafka"]["group_type"] = "share"
+    c["kafka"]["consumer"] = {}  # the test groups' settings are a consumer group's
+    return c
+
+
+def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    """In producer batches of 50 records: the broker hands a share group's records out a
+    whole batch at a time (a 4,000-record batch would go to one daemon whole)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 50})
+    for v in values:
+        p.produce(topic, v.encode())
+        p.poll(0)
+    assert p.flush(30) == 0
+
+
+def _ids(bootstrap: str, topic: str) -> list[str]:
+    return [json.loads(m.value())["id"] for m in read_all(bootstrap, topic)]
+
+
+def _lock(bootstrap: str, group: str, ms: int) -> None:
+    entry = ConfigEntry("share.record.lock.duration.ms", str(ms), incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: not destroyed mid-call
+    admin.incremental_alter_configs([res])[res].result(30)
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_two_daemons_share_one_partition_and_a_killed_one_loses_nothing(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    n = 4000
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    values = [f"r{i}" for i in range(n)]
+    values[n // 2] = "raise:poison"
+    _produce(broker.bootstrap, names["in"], values)
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 2})
+    cfg["dead_letter"].update(max_attempts=2, retry_backoff_s=0.01)
+    a, b = Ringmaster(cfg, tmp_path, "a"), Ringmaster(cfg, tmp_path, "b")
+    try:
+        a_workers = set(a.wait_status(lambda s: a.worker_pids(), 60, "a's worker"))
+        b_workers = set(b.wait_status(lambda s: b.worker_pids(), 60, "b's worker"))
+
+        def both_working() -> bool:
+            pids = {row[3] for row in journal(tmp_path / "journal")}
+            return bool(pids & set(a.worker_pids())) and bool(pids & set(b.worker_pids()))
+        wait_for(both_working, 120, "both daemons processing records of the one partition")
+        a_workers |= set(a.worker_pids())
+        a_status = a.status() or {}
+        assert (a_status.get("share") or {}).get("acquired", 0) > 0
+        a.kill()  # SIGKILL mid-run: its workers follow (PDEATHSIG); its records are still acquired
+        a.reclaim()  # its segments, as its next start would
+
+        def all_out() -> bool:
+            try:
+                return n - 1 <= len(set(_ids(broker.bootstrap, names["out"])))
+            except AssertionError:  # a read that found no end in time (a loaded machine): again
+                return False
+        wait_for(all_out, 240, f"every record processed:\n{b.log_tail()}", interval_s=2.0)
+        out = set(_ids(broker.bootstrap, names["out"]))
+        assert out == {v for v in values if v != "raise:poison"}, "nothing lost"
+        by_pid = {row[3] for row in journal(tmp_path / "journal")}
+        assert by_pid & a_workers and by_pid & set(b.worker_pids()) | b_workers
+        wait_for(lambda: read_all(broker.bootstrap, names["dlq"]), 60, "the poison record's dead letter")
+        letters = read_all(broker.bootstrap, names["dlq"])
+        assert len(letters) == 1, "dead-lettered once"
+        headers = dict(letters[0].headers())
+        assert headers["ringmaster.error.type"] == b"ValueError"
+        assert int(headers["ringmaster.delivery_count"]) >= 1
+        final = b.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) > 0, 30, "b's counts")
+        share = final["share"]
+        assert share["acquired"] >= share["accepted"] + share["released"] + share["rejected"]
+        assert share["rejected"] == 0, "a poison record is dead-lettered then accepted"
+        assert b.terminate(60) == 0
+        assert (b.status() or {}).get("share", {}).get("acquired", 0) > 0
+    finally:
+        a.close()
+        b.close()
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_a_record_not_delivered_is_not_accepted(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """Outputs to a topic that does not exist fail delivery: the batch is deferred, its records
+    released, never accepted; once the topic exists every record comes through."""
+    make_topics(broker.bootstrap, 1, names["in"], names["dlq"])
+    _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(20)])
+    cfg = _share_config(broker, names, tmp_path)
+    cfg["kafka"]["producer"] = {"linger.ms": 2, "allow.auto.create.topics": False}
+    cfg["output"] = {"topic": names["out"], "delivery_timeout_s": 2.0, "retry_backoff_s": 0.2}
+    rm = Ringmaster(cfg, tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("released", 0) >= 20, 120,
+                       "the undeliverable records released")
+        assert (rm.status() or {})["share"]["accepted"] == 0, "not accepted without their outputs"
+        make_topics(broker.bootstrap, 1, names["out"])
+        rm.wait_status(lambda s: s["share"]["accepted"] >= 20, 120, "every record accepted once deliverable")
+        assert {f"r{i}" for i in range(20)} <= set(_ids(broker.bootstrap, names["out"]))
+        assert rm.terminate(60) == 0
+    finally:
+        rm.close()
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_a_plugin_slower_than_the_lock_counts_a_lock_expiry(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """The record's lock runs out while its first delivery runs: the broker hands it out again
+    (the next poll, here: the only member), our ACCEPT of the first run is refused and
+    counted, and the second run (delivery 2) is the one accepted."""
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _lock(broker.bootstrap, names["group"], 2000)
+    _produce(broker.bootstrap, names["in"], ["firstslow=4000:slow", "fast"])
+    rm = Ringmaster(_share_config(broker, names, tmp_path), tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("lock_expiries", 0) >= 1, 120,
+                       "the late acknowledgement refused")
+        def second_run() -> bool:
+            return any(json.loads(m.value()).get("n") == 2 for m in read_all(broker.bootstrap, names["out"]))
+        wait_for(second_run, 60, "the record's second delivery processed")
+        runs = [json.loads(m.value()) for m in read_all(broker.bootstrap, names["out"])]
+        slow = sorted(r["n"] for r in runs if r["id"] == "slow")
+        assert slow[:2] == [1, 2], "processed at its first delivery, then again at its second"
+        assert rm.terminate(60) == 0
+    finally:
+        rm.close()
+
+
+@pytest.mark.skipif(TEST_BROKER == "kafka", reason="Tansu has no share groups; Apache Kafka has")
+def test_a_cluster_without_share_groups_is_one_line_at_start(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    make_topics(broker.bootstrap, 1, names["in"])
+    rm = Ringmaster(_share_config(broker, names, tmp_path), tmp_path, "rm")
+    try:
+        code = rm.wait(120)
+        assert code != 0
+        assert "does not serve share groups (KIP-932)" in rm.log_tail()
+        assert not rm.segments()
+    finally:
+        rm.close()
+
+
+def test_check_refuses_a_share_group_in_partition_order(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from helpers import ROOT, to_toml
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(to_toml({"kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g", "topics": ["t"],
+                                      "group_type": "share"},
+                            "workers": {"plugin": "json", "ordering": "key"}}))
+    done = subprocess.run([sys.executable, "-m", "runtime.cli", "check", "-c", str(cfg)], capture_output=True,
+                          text=True, cwd=ROOT, env=dict(os.environ), timeout=60)
+    assert done.returncode != 0
+    assert 'set workers.ordering = "unordered"' in done.stderr
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_a_graceful_stop_releases_what_is_not_done(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """SIGTERM mid-poll: the batch in progress finishes and is accepted, what was acquired and
+    not run is released (the next member gets it at once, its delivery count raised), and
+    nothing is left acquired."""
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(300)])
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 20}, batch_max_records=10)
+    rm = Ringmaster(cfg, tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= 20, 120, "records accepted")
+        assert rm.terminate(60) == 0
+        share = (rm.status() or {})["share"]
+        assert share["released"] > 0, share
+        assert share["acquired"] == share["accepted"] + share["released"], share
+    finally:
+        rm.close()
+    again = Ringmaster(cfg, tmp_path, "again")
+    try:
+        again.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= share["released"], 120,
+                          "the released records taken by the next member")
+        seen = {json.loads(m.value())["id"]: json.loads(m.value())["n"] for m in read_all(broker.bootstrap,
+                                                                                      names["out"])}
+        assert max(seen.values()) >= 2, "a released record comes back with its delivery count raised"
+        assert again.terminate(60) == 0
+    finally:
+        again.close()
