@@ -118,7 +118,10 @@ def _write_json(args: argparse.Namespace, results: dict[str, Any]) -> Path:
 def _revision(root: Path) -> str:
     """The checkout's commit, short (and "+" when its tracked files differ from it)."""
     def git(*a: str) -> str:
-        r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+        try:
+            r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
+        except OSError:  # no git (a bare lent machine)
+            return ""
         return r.stdout.strip() if r.returncode == 0 else ""
     head = git("rev-parse", "--short=7", "HEAD") or "unknown"
     return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
