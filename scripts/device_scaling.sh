@@ -18,6 +18,10 @@
 # Each phase has a deadline so that the whole fits in 8 minutes; a phase cut short keeps
 # what it measured (scaling.json is written after every set).
 #
+#   4. with TWO_CORES_S=N (seconds, taken from the 8 minutes): the 2-core check of issue 24
+#      (scripts/bench --naive: a plain loop, Pool(2) and ringmaster(2), each producing its
+#      outputs), the whole of it held to cores 0 and 1 with taskset: a quiet 2-core machine.
+#
 #   scripts/device_scaling.sh           # 16 cores: 15 workers, 3 runs a case
 #   scripts/device_scaling.sh --tiny    # the same steps, sized for a 2-core check (~3 minutes)
 set -euo pipefail
@@ -65,17 +69,25 @@ fi
 # 2. measured ---------------------------------------------------------------------------------
 # Leave the simulation about a fifth of what is left; the sweep stops (SIGTERM: the broker and
 # the run in progress are stopped on the way out) when its share is spent.
-MEASURE_S=$(( $(left $BUDGET) * 4 / 5 ))
+TWO_CORES_S="${TWO_CORES_S:-0}"
+MEASURE_S=$(( ($(left $BUDGET) - TWO_CORES_S) * 4 / 5 ))
 echo "== scaling sweep (at most ${MEASURE_S} s): ${SCALE[*]}"
 timeout --kill-after=15 "$MEASURE_S" .venv/bin/python scripts/bench.py --scale --peers pool \
   "${SCALE[@]}" --out "$OUT" || echo "== the sweep ended with exit $? (124: cut at its deadline)"
 
 # 3. simulated --------------------------------------------------------------------------------
-SIM_S=$(left $BUDGET)
+SIM_S=$(( $(left $BUDGET) - TWO_CORES_S ))
 if [ "$SIM_S" -gt 20 ]; then
   echo "== simulation (at most ${SIM_S} s): ${SIM[*]}"
   timeout --kill-after=5 "$SIM_S" .venv/bin/python scripts/bench.py --simulate "${SIM[@]}" --out "$OUT" \
     || echo "== the simulation ended with exit $? (124: cut at its deadline)"
+fi
+# 4. two cores ----------------------------------------------------------------------------------
+if [ "$TWO_CORES_S" -gt 0 ]; then
+  NAIVE_S=$(left $BUDGET)
+  echo "== 2-core check on cores 0,1 (at most ${NAIVE_S} s)"
+  timeout --kill-after=10 "$NAIVE_S" taskset -c 0,1 .venv/bin/python scripts/bench.py --naive \
+    --scale-seconds 4 --runs 3 --out "$OUT" || echo "== the 2-core check ended with exit $?"
 fi
 echo "== done in $(( $(date +%s) - START )) s; $OUT:"
 ls -la "$OUT"
