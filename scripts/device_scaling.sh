@@ -60,10 +60,10 @@ if [ "$TINY" = 1 ]; then
   SIM=(--simulate-cases "2 workers, 3 partitions" --simulate-scale 0.1)
   BUDGET=420
 else
-  SCALE=(--scale-workers 15 --scale-partitions 32,16 --scale-work-us 100,10 --scale-seconds 5 --runs 3)
+  SCALE=(--scale-workers 15 --scale-partitions 32,16 --scale-work-us 100,10 --scale-seconds 5 --runs "${RUNS:-3}")
   SIM=(--simulate-cases "100 µs, 32 partitions, sup,100 µs, 16 partitions,10 µs, 32 partitions, sup"
        --simulate-scale 0.5)
-  BUDGET=465  # of the 480 s allowed, counted from START
+  BUDGET="${BUDGET:-465}"  # of the 480 s allowed by default, counted from START
 fi
 
 # 2. measured ---------------------------------------------------------------------------------
