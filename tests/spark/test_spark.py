@@ -267,6 +267,7 @@ def outputs_of(broker: Any, topic: str, n: int) -> list[tuple[bytes | None, byte
     return sorted((m.key(), m.value()) for m in read_topic(broker.bootstrap, topic, n, timeout_s=30))
 
 
+@pytest.mark.timeout(1200)  # two Spark applications, one per source
 def test_both_sources_give_the_same_backfill(broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     """The same plugin over the same range, read by our source and by Spark's (--source kafka
     over a config that says python): the same outputs, the same records dead-lettered."""
@@ -287,6 +288,7 @@ def test_both_sources_give_the_same_backfill(broker: Any, names: dict[str, str],
     assert got["kafka"][1] == bad, "the poison records dead-lettered"
 
 
+@pytest.mark.timeout(1200)  # two Spark applications, one per source
 def test_both_sources_give_the_same_stream_and_both_commit_the_group(
         broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     """`spark run --until-caught-up` with each source, a group each: the same outputs and dead
