@@ -309,8 +309,14 @@ class Intake:
         (a rewind or a seek resets ``next_offset``, and records dropped while SEEKING leave it
         behind) – so no record we were handed lies in the gap."""
         s = p.intake
-        if (s.eof_at is None or s.next_offset is None or s.open_msgs or p.fence.rewinding
+        if (s.eof_at is None or s.open_msgs or p.fence.rewinding
                 or PauseReason.SEEKING in p.pause.holds):
+            return
+        if s.next_offset is None:
+            # Positioned (not SEEKING: the seek discarded what was fetched before it) and no
+            # record handed over since: the end is where reading began, or nothing before
+            # it is visible. Only for a tracker that never registered a record.
+            p.tracker.start_at_end(s.eof_at)
             return
         p.tracker.skip_to(s.next_offset, s.eof_at, now)
 

@@ -18,7 +18,8 @@ next starts at the next record read); at the **end** of what was read they would
 committable offset one marker short for ever, and a batch run from finishing (issue 29).
 ``skip_to`` closes that tail: once the consumer reports the partition's end at an offset past
 the last record it handed over, the offsets between are done (an empty span, done at once,
-after every span before it).
+after every span before it). ``start_at_end`` closes a partition that holds nothing visible at
+all (only an aborted transaction): no lag left on it for ever either.
 
 Runs in: supervisor. Not thread-safe (the supervisor is single-threaded).
 """
@@ -97,6 +98,18 @@ class OffsetTracker:
             self._committable = end
             return True
         self._spans.append(_Span(after, end - 1, 0, 0, at))
+        return True
+
+    def start_at_end(self, end: int) -> bool:
+        """The consumer's first report since the partition was positioned is its end, at
+        ``end``, with no record before it: the offsets from where reading began hold no record
+        it can see (a transaction aborted under read_committed and its marker: Apache Kafka
+        hands over nothing of them), and those below were committed before or passed over by
+        the reset policy. ``end`` is committable. Only while nothing was ever registered: else
+        where reading began is known, and ``skip_to`` judges the gap. True if it moved."""
+        if self._spans or self._parts or self._committable is not None:
+            return False
+        self._committable = end
         return True
 
     # -- completing (results, dead letters) -----------------------------------------

@@ -28,6 +28,7 @@ def cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess
                           text=True, env=ENV, cwd=ROOT, timeout=timeout)
 
 
+@pytest.mark.tansu
 def test_the_dev_brokers_banner_says_how_to_make_joins_fast() -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "broker", "--port", str(port)],

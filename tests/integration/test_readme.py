@@ -28,7 +28,7 @@ from helpers import ROOT, SHM_DIR
 
 from runtime.ops.devbroker import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.tansu, pytest.mark.timeout(300)]
 
 README_PORT = "9092"
 SECTION = "## Your own plugin in five minutes"

@@ -312,6 +312,18 @@ def test_aborted_records_under_read_committed_and_an_open_transaction_are_no_wor
     assert consumer.commits[-1] == {TP0: 11}
 
 
+def test_an_aborted_transaction_alone_is_caught_up_and_committed_past_its_marker() -> None:
+    """read_committed on Apache Kafka: records 0-2 aborted, the abort marker at 3. Nothing is
+    handed over; the first report is the end, 4. The group commits 4 (not nothing: a lag of
+    4 for ever on a partition that has no work)."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    _take(sup, consumer, TP0, range(0), eof=4, high=4)
+    assert tick(sup, clock)
+    assert stop(sup) is None
+    assert consumer.commits[-1] == {TP0: 4}
+
+
 def test_the_end_event_skips_nothing_while_records_before_it_are_not_done() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])

@@ -90,6 +90,16 @@ def test_a_tail_the_consumer_skipped_is_done_once_the_records_before_it_are() ->
     assert t.committable == 15
 
 
+def test_a_partition_whose_first_report_is_its_end_is_committable_there_until_a_record_comes() -> None:
+    t = OffsetTracker()
+    assert t.start_at_end(4), "only an aborted transaction (0-2) and its marker (3): nothing visible"
+    assert t.committable == 4
+    assert not t.start_at_end(6), "where reading began is known now: skip_to judges later gaps"
+    t = OffsetTracker()
+    t.register(1, 0, 9)
+    assert not t.start_at_end(11) and t.committable is None, "a record registered: not an empty start"
+
+
 def test_a_tail_is_skipped_only_right_after_everything_registered() -> None:
     t = OffsetTracker()
     assert not t.skip_to(10, 11), "nothing registered: where reading began is unknown"
