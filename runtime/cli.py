@@ -135,6 +135,14 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     if member_of is not None and not die_with_parent():
         sys.exit(0)  # the parent of `run --members` is gone already: nothing to start for
     settings = _load(config)
+    if until_caught_up:  # the flag is not in the file that load_settings checked
+        from runtime.config import guarantee_problem
+        from runtime.errors import ConfigError
+
+        problem = guarantee_problem(settings.model_copy(update={
+            "supervisor": settings.supervisor.model_copy(update={"stop_when_caught_up": True})}))
+        if problem is not None:
+            _fail(ConfigError(problem))
     count = members if members is not None else settings.supervisor.members
     if member_of is None and count > 1:
         _run_members(settings, config, count, progress, until_caught_up, summary, summary_json, signals)
@@ -760,6 +768,17 @@ def _missing_spark_module(exc: BaseException) -> str | None:
     return None
 
 
+def _refuse_exactly_once_on_spark(settings: Settings) -> None:
+    """Spark runs are at-least-once (docs/spark.md): a config that asks for more is refused
+    rather than run with less."""
+    if settings.output.guarantee == "exactly-once":
+        from runtime.errors import ConfigError
+
+        _fail(ConfigError('output.guarantee = "exactly-once" is not supported by the Spark backend: '
+                          "its runs are at-least-once (docs/spark.md); run it with ringmaster run, or "
+                          'set guarantee = "at-least-once" for Spark'))
+
+
 def _fail_if_spark_extra_missing(exc: ImportError) -> None:
     """One line and exit 1 when the `spark` extra is not installed; otherwise return (the
     caller re-raises)."""
@@ -780,6 +799,7 @@ def spark_run(config: str, until_caught_up: bool) -> None:
     """Structured Streaming over the input topics; commits the group's offsets per batch.
     Prints a summary at the end (records read, micro-batches)."""
     settings = _load(config)
+    _refuse_exactly_once_on_spark(settings)
     if until_caught_up:
         settings = settings.model_copy(update={"spark": settings.spark.model_copy(
             update={"trigger": "availableNow"})})
@@ -812,6 +832,7 @@ def spark_run(config: str, until_caught_up: bool) -> None:
 def spark_backfill(config: str, start: str, end: str, parquet: str | None) -> None:
     """Reprocess an offset range of the input topics in one batch job."""
     settings = _load(config)
+    _refuse_exactly_once_on_spark(settings)
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format)
     if parquet is None and settings.output.topic is None:
         _fail(RingmasterError("backfill needs [output] topic or --parquet PATH"))

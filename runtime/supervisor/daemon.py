@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from runtime.config import Settings, consumer_properties, max_message_bytes, pro
 from runtime.errors import RingmasterError, SharedMemoryError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
+from runtime.kafka.transactions import transactional_id
 from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
@@ -31,6 +33,7 @@ from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_
 from runtime.supervisor.signals import SignalQueue
 from runtime.supervisor.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, EpochTable
+from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.ordered import ordering_problem
 from runtime.transport.packing import PACK
 from runtime.transport.shm import SegmentSet, check_space, free_bytes, reclaim_stale, segment_bytes
@@ -54,6 +57,11 @@ def worker_spec(settings: Settings,
     (``ringmaster check``'s probe)."""
     dl = settings.dead_letter
     epochs_path = "" if segments is None else str(segments.dir / f"{segments.prefix}epochs")
+    exactly_once = settings.output.guarantee == "exactly-once" and segments is not None
+    group_path = str(segments.dir / f"{segments.prefix}group") if exactly_once and segments else ""
+    # Stable per member and slot (runtime/kafka/transactions.py): the static member's
+    # group.instance.id, else this host and process (two daemons of one group on one host).
+    member = str(settings.kafka.consumer.get("group.instance.id") or f"{socket.gethostname()}-{os.getpid()}")
 
     def spec(index: int, incarnation: int, segment_path: str, code: PluginCode) -> WorkerSpec:
         return WorkerSpec(
@@ -65,7 +73,10 @@ def worker_spec(settings: Settings,
             retry_backoff_s=dl.retry_backoff_s, retry_backoff_max_s=dl.retry_backoff_max_s,
             parent_pid=os.getpid(), delivery_timeout_s=settings.output.delivery_timeout_s,
             max_message_bytes=max_message_bytes(settings), log_level=settings.supervisor.log_level,
-            log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics))
+            log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics),
+            transactional_id=transactional_id(settings.kafka.group_id, member, index) if exactly_once else "",
+            group_metadata_path=group_path,
+            group_props=dict(consumer_properties(settings)) if exactly_once else {})
     return spec
 
 
@@ -120,6 +131,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     sup = settings.supervisor
     segments: SegmentSet | None = None
     epochs: EpochTable | None = None
+    group_cell: GroupMetadataCell | None = None
     pool: WorkerPool | None = None
     consumer: GroupConsumer | None = None
     supervisor: Supervisor | None = None
@@ -166,10 +178,13 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         _warn_if_no_room_to_grow(settings)
         segments = SegmentSet(sup.shm_dir)
         epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
+        if settings.output.guarantee == "exactly-once":
+            group_cell = GroupMetadataCell(segments.create("group", GROUP_METADATA_BYTES).buf)
         # One slot more than max_processes: a reload's first new worker runs beside the old ones.
         pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
                           worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
-        consumer = GroupConsumer(consumer_properties(settings))
+        consumer = GroupConsumer(consumer_properties(settings),
+                                 on_group_metadata=None if group_cell is None else group_cell.write)
         desk = None
         if settings.dead_letter.topic is not None:
             desk = DeadLetterDesk(settings.dead_letter.topic,
@@ -229,6 +244,8 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         sources.close()
         if epochs is not None:
             epochs.release()
+        if group_cell is not None:
+            group_cell.release()
         if segments is not None:
             segments.unlink_all()
 

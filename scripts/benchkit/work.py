@@ -57,22 +57,29 @@ def do_work(workload: str, iterations: int, value: bytes | None) -> int:
 _workload = "trivial"
 _iterations = 0
 _latency_fd: int | None = None
+_echo = False  # one output per record, its value the record's (scripts/benchkit/exactly_once.py)
 
 
 def setup(context: Any) -> None:
-    global _workload, _iterations, _latency_fd
+    global _workload, _iterations, _latency_fd, _echo
     _workload = context.settings.get("workload", "trivial")
     _iterations = int(context.settings.get("iterations", 0))
+    _echo = bool(context.settings.get("echo", False))
     ldir = context.settings.get("latency_dir")
     if ldir:
         _latency_fd = os.open(os.path.join(ldir, f"{os.getpid()}.lat"),
                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-def process(batch: Sequence[Any]) -> None:
+def process(batch: Sequence[Any]) -> list[Any] | None:
     w, n = _workload, _iterations
     for r in batch:
         do_work(w, n, r.value)
     if _latency_fd is not None:
         now = time.time_ns()
         os.write(_latency_fd, "".join(f"{(now - int(r.value[:19])) / 1e6:.3f}\n" for r in batch).encode())
+    if _echo:
+        from runtime.plugin import Output
+
+        return [Output(r.value, r.key) for r in batch]
+    return None
