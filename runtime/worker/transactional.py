@@ -27,7 +27,7 @@ from runtime.kafka.producer import OutputProducer
 from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_DELIVER, Board
-from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Result
+from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 
@@ -119,7 +119,7 @@ class TransactionalRunner:
         except TransactionAborted as exc:
             self._renew()
             return self._deferred(head, tp, exc)
-        return dataclasses.replace(result, processed=len(records))
+        return dataclasses.replace(result, processed=len(records), cause=COMMITTED)
 
     def _deferred(self, head: tuple[int, int, int], tp: tuple[str, int], exc: TransactionAborted) -> Result:
         log.warning("batch deferred", extra={"cause": exc.cause, "tp": tp_label(tp), "reason": exc.reason})

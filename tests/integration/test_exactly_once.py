@@ -138,6 +138,8 @@ def test_each_output_once_through_worker_kills_a_rebalance_and_a_supervisor_kill
         if third is not None:
             third.close()
     assert landed() >= 6, f"only {landed()} kills landed in a batch"
+    final = second.status() if second is not None else None
+    assert final is not None and final["transactions_committed"] > 0
     assert_each_once(broker.bootstrap, names["out"], n)
 
 
@@ -203,3 +205,5 @@ def test_a_member_frozen_past_its_session_cannot_commit_when_it_wakes(
     assert_each_once(broker.bootstrap, names["out"], n)
     assert re.search(r"batch deferred cause=transaction .*(generation|member|fenced|epoch|timed out)",
                      a.log_path.read_text(), re.IGNORECASE), "A's transaction was refused"
+    final = a.status()
+    assert final is not None and final["transactions_aborted"] >= 1 and final["transactions_committed"] > 0
