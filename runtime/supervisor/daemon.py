@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import RingmasterError, SharedMemoryError
@@ -76,8 +77,16 @@ def worker_spec(settings: Settings,
             log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics),
             transactional_id=transactional_id(settings.kafka.group_id, member, index) if exactly_once else "",
             group_metadata_path=group_path,
-            group_props=dict(consumer_properties(settings)) if exactly_once else {})
+            group_props=offsets_reader_properties(settings) if exactly_once else {})
     return spec
+
+
+def offsets_reader_properties(settings: Settings) -> dict[str, Any]:
+    """The client a worker reads the group's committed offsets with (exactly-once): the
+    consumer's properties (credentials, TLS), less the static membership it never takes."""
+    props: dict[str, Any] = dict(consumer_properties(settings))
+    props.pop("group.instance.id", None)
+    return props
 
 
 @contextlib.contextmanager
