@@ -1,5 +1,5 @@
 """Exactly-once's pieces without a broker (the guarantee itself is judged on Apache Kafka:
-tests/integration/test_exactly_once.py): what check refuses, the group metadata handed from
+tests/integration/test_exactly_once_kafka.py): what check refuses, the group metadata handed from
 the supervisor to the workers, a supervisor that commits nothing, and a worker's transaction
 per batch (runtime/worker/transactional.py) on fakes."""
 
