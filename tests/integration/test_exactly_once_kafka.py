@@ -207,3 +207,31 @@ def test_a_member_frozen_past_its_session_cannot_commit_when_it_wakes(
                      a.log_path.read_text(), re.IGNORECASE), "A's transaction was refused"
     final = a.status()
     assert final is not None and final["transactions_aborted"] >= 1 and final["transactions_committed"] > 0
+
+
+def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and_letter_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A record that fails once (retried inside the batch's transaction: what the broker took
+    on the first try is not written again), one that always fails (isolated and dead-lettered
+    inside the transaction), and a plugin's Backoff (the transaction aborted, the batch run
+    again in a new one that writes everything again)."""
+    n = 600
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    special = {100: "flaky=1:r100", 200: "raise:r200", 300: "backoff=0.3:r300"}
+    counts = produce(broker.bootstrap, names["in"], [special.get(i, f"r{i}") for i in range(n)], 1)
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, settings={"state_dir": str(state)})
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        rm.wait_status(lambda s: s["records"] >= n and s["dead_letters"] >= 1, 120, "every record done")
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 60)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert "batch deferred" in rm.log_path.read_text()
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n - 1))
+    assert ids == Counter(f"r{i}" for i in range(n) if i != 200)
+    assert len(read_committed(broker.bootstrap, names["dlq"], 1)) == 1
+    final = rm.status()
+    assert final is not None and final["transactions_aborted"] >= 1

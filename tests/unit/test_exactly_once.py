@@ -188,3 +188,27 @@ def test_a_deferred_batch_aborts_and_without_group_metadata_nothing_commits() ->
     runner, txn, _ = _runner(echo, group=None)
     assert runner.run(_frame(0, 2)).kind == DEFERRED
     assert not any(isinstance(e, tuple) for e in txn.log)
+
+
+def test_outputs_written_before_a_deferral_are_written_again_in_the_next_transaction() -> None:
+    """At-least-once skips, on the batch's next run, what the broker took before it was
+    deferred; under exactly-once that transaction was aborted, so nothing may be skipped."""
+    from runtime.plugin import Backoff
+
+    calls: list[list[bytes]] = []
+
+    def process(batch: Any) -> Any:
+        calls.append([r.value for r in batch])
+        if len(calls) <= 2 and len(batch) == 2:
+            raise ValueError("the whole batch fails: bisected")
+        if calls[-1] == [b"v11"] and len(calls) == 4:
+            raise Backoff(0.1, "later")
+        return echo(batch)
+
+    runner, txn, producers = _runner(process)
+    assert runner.run(_frame(10, 2)).kind == DEFERRED
+    assert producers[0].produced == [b"v10"], "the first half was written, in the aborted transaction"
+    assert txn.log == ["begin", "abort"]
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert producers[0].produced == [b"v10", b"v10", b"v11"]
+    assert txn.log[-1] == ("commit", {("in", 3): 12}, b"meta")
