@@ -50,8 +50,6 @@ class BatchTransactions:
     def __init__(self, client: Producer, timeout_s: float) -> None:
         self._p = client
         self.timeout_s = timeout_s
-        self.committed = 0
-        self.aborted = 0
         try:
             self._p.init_transactions(timeout_s)
         except KafkaException as exc:
@@ -80,12 +78,10 @@ class BatchTransactions:
         except KafkaException as exc:
             self.abort()
             raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
-        self.committed += 1
 
     def abort(self) -> None:
         """Best effort: a transaction left open is aborted when the producer that replaces
         this one starts (the same transactional id), or at the broker's transaction timeout."""
-        self.aborted += 1
         with contextlib.suppress(KafkaException):
             self._p.abort_transaction(self.timeout_s)
 

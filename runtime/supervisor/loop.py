@@ -110,8 +110,7 @@ class Supervisor(Generic[H]):
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
         self.commits = Committer(consumer, self.partitions, sup.commit_interval_ms / 1000, clock,
-                                 sync_timeout_s=sup.revoke_timeout_s,
-                                 transactional=settings.output.guarantee == "exactly-once")
+                                 sup.revoke_timeout_s, settings.output.guarantee == "exactly-once")
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
         self.caught_up = CaughtUp(settings, consumer, self.partitions, self.intake, self.assignment,
                                   self.workforce, lambda: self.rebalance.rebalances, clock)
