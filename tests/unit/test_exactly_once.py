@@ -212,3 +212,26 @@ def test_outputs_written_before_a_deferral_are_written_again_in_the_next_transac
     assert runner.run(_frame(10, 2)).kind == DONE
     assert producers[0].produced == [b"v10", b"v10", b"v11"]
     assert txn.log[-1] == ("commit", {("in", 3): 12}, b"meta")
+
+
+_WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'
+
+
+@pytest.mark.parametrize(("args", "extra", "needle"), [
+    (["check"], _WORKERS + 'ordering = "unordered"\n', "needs workers.ordering"),
+    (["run", "--until-caught-up"], _WORKERS, "--until-caught-up"),
+    (["spark", "run"], _WORKERS, "Spark backend"),
+])
+def test_the_cli_refuses_what_exactly_once_cannot_keep_in_one_line_before_kafka(
+        tmp_path: Any, args: list[str], extra: str, needle: str) -> None:
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:1"\ngroup_id = "g"\ntopics = ["in"]\n'
+                   '[output]\ntopic = "out"\nguarantee = "exactly-once"' + extra)
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", *args, "-c", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == ConfigError.exit_code, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("ringmaster: error: ") and needle in lines[0], r.stderr
