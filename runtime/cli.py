@@ -138,6 +138,14 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     if member_of is not None and not die_with_parent():
         sys.exit(0)  # the parent of `run --members` is gone already: nothing to start for
     settings = _load(config)
+    if until_caught_up:  # the flag is not in the file that load_settings checked
+        from runtime.config import guarantee_problem
+        from runtime.errors import ConfigError
+
+        problem = guarantee_problem(settings.model_copy(update={
+            "supervisor": settings.supervisor.model_copy(update={"stop_when_caught_up": True})}))
+        if problem is not None:
+            _fail(ConfigError(problem))
     count = members if members is not None else settings.supervisor.members
     if member_of is None and count > 1:
         _run_members(settings, config, count, progress, until_caught_up, summary, summary_json, signals)
@@ -768,6 +776,17 @@ def _missing_spark_module(exc: BaseException) -> str | None:
     return None
 
 
+def _refuse_exactly_once_on_spark(settings: Settings) -> None:
+    """Spark runs are at-least-once (docs/spark.md): a config that asks for more is refused
+    rather than run with less."""
+    if settings.output.guarantee == "exactly-once":
+        from runtime.errors import ConfigError
+
+        _fail(ConfigError('output.guarantee = "exactly-once" is not supported by the Spark backend: '
+                          "its runs are at-least-once (docs/spark.md); run it with ringmaster run, or "
+                          'set guarantee = "at-least-once" for Spark'))
+
+
 def _fail_if_spark_extra_missing(exc: ImportError) -> None:
     """One line and exit 1 when the `spark` extra is not installed; otherwise return (the
     caller re-raises)."""
@@ -810,6 +829,7 @@ def _with_source(settings: Settings, source: str | None) -> Settings:
 
 def _spark_settings(config: str, source: str | None) -> Settings:
     settings = _with_source(_load(config), source)
+    _refuse_exactly_once_on_spark(settings)
     if settings.kafka.group_type == "share":  # docs/spark.md: Spark reads by offsets, per partition
         _fail(ConfigError('kafka.group_type = "share" is for `ringmaster run`; Spark reads offset ranges of '
                           'each partition: set kafka.group_type = "consumer" for ringmaster spark'))

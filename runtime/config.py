@@ -284,6 +284,10 @@ TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 
 class OutputSettings(_Section):
     topic: str | None = Field(default=None, pattern=TOPIC_NAME)
+    guarantee: Literal["at-least-once", "exactly-once"] = Field(
+        default="at-least-once", description="exactly-once: each batch's outputs, dead letters and "
+        "consumed offsets are committed in one Kafka transaction (docs/exactly-once.md); needs "
+        "workers.ordering = \"partition\" and a broker with transactions")
     delivery_timeout_s: float = Field(default=30.0, gt=0, description="wait for the broker's "
                                       "acknowledgements of a batch's outputs and dead letters")
     retry_backoff_s: float = Field(default=1.0, ge=0, description="after a failed delivery, first wait")
@@ -475,6 +479,9 @@ def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | 
     problems = share_group_problems(settings)
     if problems:
         raise ConfigError("; ".join(problems))
+    problem = guarantee_problem(settings)
+    if problem is not None:  # `ringmaster check` says it, before Kafka is touched
+        raise ConfigError(problem)
     if settings.admin.listen:
         parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
     if check_plugin:
@@ -494,6 +501,8 @@ def check_kafka_source(settings: Settings) -> None:
     if patterns:
         raise ConfigError(f"kafka.topics: {', '.join(patterns)}: the Spark backend reads topics by name, "
                           "not by pattern; list the topics")
+
+
 # librdkafka properties a share consumer has no use for, and where their meaning lives instead.
 _NOT_FOR_SHARE_GROUPS = {
     "group.protocol": "a share group has one protocol",
@@ -539,6 +548,27 @@ def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         "share.acknowledgement.mode": "explicit",
     })
     return props
+
+
+def guarantee_problem(settings: Settings) -> str | None:
+    """Why ``output.guarantee = "exactly-once"`` cannot hold with these settings, in one line
+    (None: it can, or it is not asked for). Also checked when ``--until-caught-up`` is added
+    to settings that passed load_settings (runtime/cli.py)."""
+    if settings.output.guarantee != "exactly-once":
+        return None
+    if settings.workers.ordering != "partition":
+        # A transaction commits its partition's offset with its outputs: in key/unordered
+        # order a later batch finishes first, and its outputs would be committed while the
+        # offset stays below an earlier batch still running; a crash then runs it again.
+        return (f'output.guarantee = "exactly-once" needs workers.ordering = "partition" (not '
+                f'{settings.workers.ordering!r}): in that order batches of a partition finish out of '
+                "order, and outputs committed ahead of the partition's offset would be written again "
+                "after a crash")
+    if settings.supervisor.stop_when_caught_up:
+        return ('output.guarantee = "exactly-once" does not support --until-caught-up '
+                "(supervisor.stop_when_caught_up) yet: it judges the run by the supervisor's own "
+                "commits, and under the guarantee only the workers' transactions commit")
+    return None
 
 
 def subscribed_by(topics: list[str], name: str) -> str | None:
@@ -849,6 +879,11 @@ def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         # waiting for acknowledgements learns of an outage within output.delivery_timeout_s.
         "message.timeout.ms": int(settings.output.delivery_timeout_s * 1000),
     }
+    if settings.output.guarantee == "exactly-once":
+        # A batch's transaction lasts its processing and delivery; librdkafka refuses a
+        # message.timeout.ms above it. What a killed worker left open is aborted by its
+        # successor at once (the same transactional id), or after this long.
+        props["transaction.timeout.ms"] = max(60_000, int(props["message.timeout.ms"]))
     props.update(settings.kafka.producer)
     props.update(settings.kafka.security.properties())
     props["bootstrap.servers"] = settings.kafka.bootstrap_servers

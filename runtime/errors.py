@@ -200,6 +200,16 @@ class BatchDeferred(RingmasterError):
         self.scope = scope
 
 
+class TransactionAborted(BatchDeferred):
+    """Exactly-once: the batch's transaction was not committed (the broker refused its offsets
+    because this member lost the partition or the group moved to a new generation, the
+    producer was fenced by a newer one with its transactional id, the transaction timed out,
+    or the broker was away). Nothing of it is visible to a read_committed reader; the batch
+    is tried again from its first record, in a new transaction."""
+
+    cause = "transaction"
+
+
 class DeliveryFailed(BatchDeferred):
     """Outputs or dead letters could not be delivered (broker or leader away, delivery timeout,
     a topic the configuration names missing or refusing this client): not the record's fault

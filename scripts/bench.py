@@ -677,6 +677,12 @@ def main() -> int:
                          "one worker: 1 partition, and 8 partitions against unordered (benchkit/share.py)")
     ap.add_argument("--share-work-us", type=float, default=100.0, help="--share: µs of work per record")
     ap.add_argument("--members-work-us", type=float, default=10.0, help="--members: µs of work per record")
+    ap.add_argument("--exactly-once", action="store_true",
+                    help="output.guarantee exactly-once against at-least-once on Apache Kafka: throughput "
+                         "and produce → readable (read_committed) latency, interleaved "
+                         "(docs/exactly-once.md); use --records 100000")
+    ap.add_argument("--eos-processes", type=int, default=2, help="--exactly-once: workers")
+    ap.add_argument("--eos-rate", type=float, default=2000.0, help="--exactly-once: offered records/s")
     ap.add_argument("--rebalance-only", action="store_true",
                     help="re-measure only the revocation and memory figures into an existing bench.json")
     args = ap.parse_args()
@@ -694,6 +700,10 @@ def main() -> int:
         from benchkit import share
 
         return share.compare(args, sys.modules[__name__])
+    if args.exactly_once:
+        from benchkit import exactly_once
+
+        return exactly_once.compare(args, sys.modules[__name__])
     if args.members:
         from benchkit import members
 

@@ -119,8 +119,13 @@ _TRANSIENT = {
 class GroupConsumer:
     """A group member. Callbacks receive lists of (topic, partition) tuples."""
 
-    def __init__(self, props: Mapping[str, Any], latest: LatestOffsets | None = None) -> None:
+    def __init__(self, props: Mapping[str, Any], latest: LatestOffsets | None = None,
+                 on_group_metadata: Callable[[bytes], None] | None = None) -> None:
+        """``on_group_metadata``: called with the group's serialised metadata (member,
+        generation) whenever it changes (exactly-once: runtime/transport/groupmeta.py)."""
         props = with_logger(props)
+        self._on_group_metadata = on_group_metadata
+        self._group_metadata = b""
         self._bootstrap = str(props.get("bootstrap.servers", ""))
         # The partitions this member has paused in the client, and their ends asked for by
         # ListOffsets (a paused partition's cached high watermark stands still: watermarks.py).
@@ -258,8 +263,20 @@ class GroupConsumer:
         self._c.assign([TopicPartition(t, p, OFFSET_STORED) for t, p in tps])
         self.state = ConsumerState.CONSUMING
 
+    def _share_group_metadata(self) -> None:
+        """Hand on the group's metadata if it changed: after each consume() and as a rebalance
+        callback starts (the generation moves during the rebalance: a batch the revocation
+        waits for commits with the new one)."""
+        if self._on_group_metadata is None:
+            return
+        meta = self._c.consumer_group_metadata()
+        if meta != self._group_metadata:
+            self._group_metadata = meta
+            self._on_group_metadata(meta)
+
     @contextlib.contextmanager
     def _callback(self) -> Iterator[None]:
+        self._share_group_metadata()
         self._in_callback = True
         try:
             yield
@@ -291,6 +308,7 @@ class GroupConsumer:
         except KafkaException as exc:
             self._raise_or_log(exc, "consume")
             messages = []
+        self._share_group_metadata()
         for _, run_iter in groupby(messages, self._run_key):
             run = list(run_iter)
             # Errors (mostly end-of-partition events) come at the edges of a run.

@@ -123,6 +123,11 @@ class OutputProducer:
     def broken(self) -> bool:
         return self.fatal is not None
 
+    @property
+    def client(self) -> Producer:
+        """The client itself, for its transactions (runtime/kafka/transactions.py)."""
+        return self._p
+
     def _on_error(self, err: _CKError) -> None:
         if err.fatal():
             self.fatal = str(err)

@@ -255,7 +255,8 @@ class ApacheKafkaBroker:
         since = log.stat().st_size if log.exists() else 0  # a log of earlier runs is appended to
         with open(log, "ab") as out:
             fmt = subprocess.run(
-                [*cmd, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(conf),
+                # One argument: an id that starts with "-" (1 in 64) is not read as an option.
+                [*cmd, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(conf),
                  "--feature", "share.version=1", "--ignore-formatted", *scram],
                 stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=_die_with_parent)
             if fmt.returncode != 0:

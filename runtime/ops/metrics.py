@@ -175,6 +175,10 @@ class SnapshotCollector(_Grouped, Collector):
                 ("ringmaster_batches_total", "Batches done", s.batches),
                 ("ringmaster_batches_deferred_total", "Batches deferred (delivery outage, plugin Backoff)",
                  s.deferred),
+                ("ringmaster_transactions_committed_total", "Exactly-once: batches committed in their "
+                 "transaction", s.transactions_committed),
+                ("ringmaster_transactions_aborted_total", "Exactly-once: batches whose transaction was not "
+                 "committed (deferred, blocked, or their worker died in it)", s.transactions_aborted),
                 ("ringmaster_rebalances_total", "Rebalance callbacks (assignments, revocations, losses)",
                  s.rebalances)):
             c = self._counter(name, doc)

@@ -39,6 +39,10 @@ class Totals:
     batches: int = 0
     consumed: int = 0
     deferred: int = 0
+    # output.guarantee = "exactly-once": batches committed in their transaction, and batches
+    # whose transaction was not committed (deferred, blocked, or their worker died in it).
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
 
 
 class PauseReason(enum.StrEnum):
@@ -192,6 +196,8 @@ class StatusSnapshot:
     revocations: list[dict[str, Any]]
     committed: dict[str, int]
     dead_letters_waiting: int = 0
+    transactions_committed: int = 0
+    transactions_aborted: int = 0
     rebalances: int = 0
     librdkafka: dict[str, float] = field(default_factory=dict)  # admin.librdkafka_stats_s
     loop_age_s: float = 0.0

@@ -9,6 +9,11 @@ A synchronous commit sends every partition's committable offset, also one an asy
 commit already sent: that one may still be on its way, or refused without a word yet, and
 the synchronous answer is the only one that says, per partition, that the broker has it
 (``--until-caught-up`` judges the run by it: caught_up.py).
+
+Under exactly-once (``transactional``) nothing is committed here: each batch's offset is
+committed by its worker's transaction (runtime/worker/transactional.py). A commit from here
+would race them: sent after one transaction's offset but landing after the next one's, it
+would move the group's offset back, and the records between would be written again.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ class SyncCommit:
 
 class Committer:
     def __init__(self, consumer: Consumer, partitions: Partitions, interval_s: float,
-                 clock: Callable[[], float], sync_timeout_s: float = 30.0) -> None:
+                 clock: Callable[[], float], sync_timeout_s: float = 30.0,
+                 transactional: bool = False) -> None:
         self.consumer = consumer
+        self.transactional = transactional
         self.sync_timeout_s = sync_timeout_s  # a synchronous commit waits this long, at most
         self.partitions = partitions
         self.interval_s = interval_s
@@ -52,6 +59,8 @@ class Committer:
             self.commit(list(self.partitions.values()), asynchronous=True)
 
     def commit(self, parts: list[Partition], asynchronous: bool) -> None:
+        if self.transactional:
+            return
         for tp, refused_offset in self.consumer.take_refused_commits().items():
             held = self.partitions.get(tp)
             if held is not None and held.tracker.committed == refused_offset:
@@ -126,10 +135,12 @@ class ShareCommitter(Committer):
 
 
 def committer_for(share: bool, consumer: Consumer, partitions: Partitions, interval_s: float,
-                  clock: Callable[[], float], sync_timeout_s: float) -> Committer:
-    """The consumer group's committer, or a share group's (``share``: its consumer acknowledges)."""
+                  clock: Callable[[], float], sync_timeout_s: float,
+                  transactional: bool = False) -> Committer:
+    """The consumer group's committer, or a share group's (``share``: its consumer acknowledges).
+    ``transactional``: the workers' transactions commit the offsets (output.guarantee)."""
     if not share:
-        return Committer(consumer, partitions, interval_s, clock, sync_timeout_s=sync_timeout_s)
+        return Committer(consumer, partitions, interval_s, clock, sync_timeout_s, transactional)
     if not isinstance(consumer, Acknowledging):
         raise TypeError("a share group needs a consumer that acknowledges records")
     return ShareCommitter(consumer, consumer, partitions, clock)

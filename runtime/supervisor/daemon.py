@@ -10,10 +10,12 @@ import logging
 import os
 import select
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.config import (
     Settings,
@@ -26,6 +28,7 @@ from runtime.errors import RingmasterError, SharedMemoryError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
+from runtime.kafka.transactions import transactional_id
 from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
@@ -39,6 +42,7 @@ from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_
 from runtime.supervisor.signals import SignalQueue
 from runtime.supervisor.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, EpochTable
+from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.ordered import ordering_problem
 from runtime.transport.packing import PACK
 from runtime.transport.shm import SegmentSet, check_space, free_bytes, reclaim_stale, segment_bytes
@@ -62,6 +66,11 @@ def worker_spec(settings: Settings,
     (``ringmaster check``'s probe)."""
     dl = settings.dead_letter
     epochs_path = "" if segments is None else str(segments.dir / f"{segments.prefix}epochs")
+    exactly_once = settings.output.guarantee == "exactly-once" and segments is not None
+    group_path = str(segments.dir / f"{segments.prefix}group") if exactly_once and segments else ""
+    # Stable per member and slot (runtime/kafka/transactions.py): the static member's
+    # group.instance.id, else this host and process (two daemons of one group on one host).
+    member = str(settings.kafka.consumer.get("group.instance.id") or f"{socket.gethostname()}-{os.getpid()}")
 
     def spec(index: int, incarnation: int, segment_path: str, code: PluginCode) -> WorkerSpec:
         return WorkerSpec(
@@ -73,8 +82,19 @@ def worker_spec(settings: Settings,
             retry_backoff_s=dl.retry_backoff_s, retry_backoff_max_s=dl.retry_backoff_max_s,
             parent_pid=os.getpid(), delivery_timeout_s=settings.output.delivery_timeout_s,
             max_message_bytes=max_message_bytes(settings), log_level=settings.supervisor.log_level,
-            log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics))
+            log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics),
+            transactional_id=transactional_id(settings.kafka.group_id, member, index) if exactly_once else "",
+            group_metadata_path=group_path,
+            group_props=offsets_reader_properties(settings) if exactly_once else {})
     return spec
+
+
+def offsets_reader_properties(settings: Settings) -> dict[str, Any]:
+    """The client a worker reads the group's committed offsets with (exactly-once): the
+    consumer's properties (credentials, TLS), less the static membership it never takes."""
+    props: dict[str, Any] = dict(consumer_properties(settings))
+    props.pop("group.instance.id", None)
+    return props
 
 
 @contextlib.contextmanager
@@ -177,11 +197,15 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             release.callback(segments.unlink_all)
             epochs = EpochTable(segments.create("epochs", 8 * sup.max_partitions).buf)
             release.callback(epochs.release)
+            group_cell = None
+            if settings.output.guarantee == "exactly-once":
+                group_cell = GroupMetadataCell(segments.create("group", GROUP_METADATA_BYTES).buf)
+                release.callback(group_cell.release)
             # One slot more than max_processes: a reload's first new worker runs beside the old ones.
             pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
                               worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
             release.callback(_release_pool, pool)
-            consumer = _consumer(settings, pool)
+            consumer = _consumer(settings, pool, group_cell)
             release.callback(_close_consumer, consumer)
             desk = None
             if settings.dead_letter.topic is not None:
@@ -239,9 +263,12 @@ def _close_consumer(consumer: GroupConsumer | ShareGroupConsumer) -> None:
         log.debug("consumer close failed", exc_info=True)
 
 
-def _consumer(settings: Settings, pool: WorkerPool) -> GroupConsumer | ShareGroupConsumer:
+def _consumer(settings: Settings, pool: WorkerPool,
+              group_cell: GroupMetadataCell | None) -> GroupConsumer | ShareGroupConsumer:
     if settings.kafka.group_type == "consumer":
-        return GroupConsumer(consumer_properties(settings))
+        # Exactly-once: the workers' transactions carry the group's metadata (KIP-447 fencing).
+        return GroupConsumer(consumer_properties(settings),
+                             on_group_metadata=None if group_cell is None else group_cell.write)
     props = share_consumer_properties(settings)
     lock_s = prepare_share_group(props, settings.kafka.group_id, settings.kafka.connect_timeout_s)
 

@@ -110,7 +110,8 @@ class Supervisor(Generic[H]):
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
         self.commits = committer_for(settings.kafka.group_type == "share", consumer, self.partitions,
-                                     sup.commit_interval_ms / 1000, clock, sup.revoke_timeout_s)
+                                     sup.commit_interval_ms / 1000, clock, sup.revoke_timeout_s,
+                                     settings.output.guarantee == "exactly-once")
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
         self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
                                   self.workforce, lambda: self.rebalance.rebalances, clock)

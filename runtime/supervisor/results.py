@@ -31,7 +31,7 @@ from runtime.supervisor.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.scheduler import Scheduler
 from runtime.supervisor.seams import H
 from runtime.supervisor.workforce import Death, Workforce
-from runtime.transport.frames import FRESH, Result, ResultKind, decode_result
+from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_result
 
 log = logging.getLogger("ringmaster.results")
 
@@ -55,6 +55,7 @@ class Results(Generic[H]):
         self.metrics = metrics
         self.clock = clock
         self.totals = Totals()
+        self.transactional = settings.output.guarantee == "exactly-once"
         self.per_worker_records = [0] * len(workforce.lives)  # per slot (the pool may add slots)
         self.per_worker_busy_ms = [0.0] * len(workforce.lives)  # time batches took in each slot
 
@@ -93,6 +94,8 @@ class Results(Generic[H]):
         # revocation waits for, so that it commits it. Releasing a partition forgets its
         # batches out, so a late result of one completes nothing.
         p = self.partitions.get(batch.tp) if batch is not None else None
+        if self.transactional and r.kind in (ResultKind.DEFERRED, ResultKind.BLOCKED):
+            self.totals.transactions_aborted += 1
         if r.kind is ResultKind.DONE:
             self._done(h, r, p)
         elif p is None:
@@ -107,6 +110,7 @@ class Results(Generic[H]):
         self.scheduler.learn(h.index, r.busy_ms, r.processed)
         t = self.totals
         t.batches += 1
+        t.transactions_committed += r.cause == COMMITTED
         t.records += r.processed
         t.outputs += r.outputs
         t.dead_letters += r.dead_letters
@@ -162,6 +166,7 @@ class Results(Generic[H]):
                 requeue.append(b)
                 continue
             b.crashes += 1
+            self.totals.transactions_aborted += self.transactional  # the broker aborts what it left open
             iso = isolate(b, self.s.dead_letter.max_crashes, self.next_id)
             if iso.split is not None:
                 p.tracker.split(b.batch_id, iso.split)

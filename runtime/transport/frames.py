@@ -52,6 +52,8 @@ DONE, FENCED, BLOCKED, FATAL, DEFERRED, HELLO, EXHAUSTED = tuple(ResultKind)
 # leak, nothing counts against the batch), or one that ran out in its very first ("fresh":
 # the batch itself exhausts a new worker, so it counts as a crash and may be isolated).
 WORN, FRESH = "worn", "fresh"
+# DONE cause: the batch was committed in its own transaction (output.guarantee exactly-once).
+COMMITTED = "committed"
 
 
 class _Limits(TypedDict):
@@ -132,7 +134,7 @@ class Result:
     outputs: int = 0
     dead_letters: int = 0
     detail: str = ""
-    cause: str = ""  # DEFERRED: "delivery" or "backoff"; EXHAUSTED: WORN or FRESH
+    cause: str = ""  # DEFERRED: "delivery" or "backoff"; EXHAUSTED: WORN or FRESH; DONE: COMMITTED
     delay_ms: int = -1  # DEFERRED: how long to wait (-1: the supervisor's own back-off)
     scope: str = ""  # DEFERRED: "partition" or "all"
     busy_ms: float = 0.0  # DONE: time the batch took in the worker

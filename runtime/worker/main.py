@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import os
 import select
@@ -68,6 +69,7 @@ from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.worker.fence import FenceCheck
 from runtime.worker.routing import OutputRoute, with_version
+from runtime.worker.transactional import TransactionalRunner
 
 log = logging.getLogger("ringmaster.worker")
 
@@ -149,6 +151,12 @@ class WorkerSpec:
     log_format: str = "text"
     input_topics: tuple[str, ...] = ()  # kafka.topics: an Output(topic=...) into one of them loops
     plugin_path: str = ""  # the generation's copy of the plugin's source (supervisor/snapshots.py)
+    # Exactly-once (runtime/kafka/transactions.py): this slot's transactional id ("" for
+    # at-least-once), the segment holding the group's metadata, and the properties of the
+    # client that reads the group's committed offsets.
+    transactional_id: str = ""
+    group_metadata_path: str = ""
+    group_props: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -251,7 +259,9 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     plugin, producer = _start_plugin(spec, send)
     version = plugin_version(spec.plugin)
     send(Result(HELLO, 0, -1, 0, detail=version))  # before READY: the supervisor knows what runs
-    runner = BatchRunner(plugin, spec, board, producer, version)
+    plain = BatchRunner(plugin, spec, board, producer, version)
+    runner = TransactionalRunner.for_worker(plain, spec, board, producer_props(spec)) \
+        if spec.transactional_id else plain
     # No gc.freeze() here, unlike the supervisor: with start-up's objects out of the count,
     # CPython runs full collections more often over what a plugin builds up (measured with
     # workers.fingerprint and its growing LSH index: +4.4 % worker CPU), and on trivial work
@@ -341,7 +351,7 @@ def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
         if plugin.setup is not None:
             plugin.setup(context)
         # Always there, so that Output(topic=...) is delivered even without [output] topic.
-        return plugin, OutputProducer(spec.producer_props,
+        return plugin, OutputProducer(producer_props(spec),
                                       own_topics=(spec.output_topic, spec.dead_letter_topic))
     except BaseException as exc:  # SystemExit too: sys.exit() in setup() is a setup failure
         if isinstance(exc, PluginError):
@@ -356,7 +366,14 @@ def _start_plugin(spec: WorkerSpec, send: Any) -> tuple[Plugin, OutputProducer]:
         os._exit(1)
 
 
-def _stop_plugin(plugin: Plugin, runner: BatchRunner, spec: WorkerSpec) -> None:
+def producer_props(spec: WorkerSpec) -> dict[str, Any]:
+    """The output producer's properties: with this slot's transactional id under exactly-once."""
+    if not spec.transactional_id:
+        return spec.producer_props
+    return {**spec.producer_props, "transactional.id": spec.transactional_id}
+
+
+def _stop_plugin(plugin: Plugin, runner: BatchRunner | TransactionalRunner, spec: WorkerSpec) -> None:
     if plugin.teardown is not None:
         try:
             plugin.teardown()
@@ -392,11 +409,16 @@ class BatchRunner:
         self._routed: set[str] = set()  # Output(topic=...) topics seen (checked once for a loop)
         # Per partition, the deferred batch's offsets and what it had acknowledged.
         self._deferred: dict[tuple[str, int], tuple[list[int], Acknowledged]] = {}
+        # False under exactly-once: a deferred batch's transaction was aborted, so what the
+        # broker acknowledged of it is invisible, and its next run writes everything again.
+        self.carry_acknowledged = True
 
-    def run(self, frame: BatchFrame) -> Result:
+    def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result:
+        """``records``: the frame's records, when the caller built them already (exactly-once
+        leaves out those an earlier transaction committed)."""
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
-            result = self._run(frame, head)
+            result = self._run(frame, head, records_of(frame) if records is None else records)
             self.board.set_phase(PHASE_IDLE)  # reporting: a death from here on still blames the batch
             return result
         except (WorkerExhausted, MemoryError) as exc:
@@ -407,9 +429,8 @@ class BatchRunner:
                              "resource": detail, "first_batch": fresh})
             return Result(EXHAUSTED, *head, detail=detail, cause=FRESH if fresh else WORN)
 
-    def _run(self, frame: BatchFrame, head: tuple[int, int, int]) -> Result:
+    def _run(self, frame: BatchFrame, head: tuple[int, int, int], records: list[Record]) -> Result:
         started = time.monotonic()
-        records = records_of(frame)
         self.route.take_discarded()
         tp = (frame.topic, frame.partition)
         acked = self._carried(tp, records)
@@ -449,7 +470,7 @@ class BatchRunner:
         """Keep what a deferred batch had acknowledged for its next run, within
         MAX_CARRIED_OUTPUTS (the oldest partitions' dropped first)."""
         acked.keep()
-        if not acked.size():
+        if not acked.size() or not self.carry_acknowledged:
             return
         self._deferred[tp] = ([r.offset for r in records], acked)
         total = sum(a.size() for _, a in self._deferred.values())
@@ -572,7 +593,7 @@ class BatchRunner:
         if self.producer.broken:
             log.warning("output producer hit a fatal error; creating a new one",
                         extra={"error": self.producer.fatal})
-            self.producer = OutputProducer(self.spec.producer_props,
+            self.producer = OutputProducer(producer_props(self.spec),
                                            own_topics=(self.spec.output_topic, self.spec.dead_letter_topic))
 
     def close(self) -> None:

@@ -53,20 +53,22 @@ _workload = "trivial"
 _iterations = 0
 _latency_fd: int | None = None
 _outputs = False
+_echo = False  # one output per record, its value the record's (scripts/benchkit/exactly_once.py)
 
 
 def setup(context: Any) -> None:
-    global _workload, _iterations, _latency_fd, _outputs
+    global _workload, _iterations, _latency_fd, _outputs, _echo
     _workload = context.settings.get("workload", "trivial")
     _iterations = int(context.settings.get("iterations", 0))
     _outputs = str(context.settings.get("outputs", "")).lower() in ("1", "true")  # one output a record
+    _echo = bool(context.settings.get("echo", False))
     ldir = context.settings.get("latency_dir")
     if ldir:
         _latency_fd = os.open(os.path.join(ldir, f"{os.getpid()}.lat"),
                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-def process(batch: Sequence[Any]) -> list[bytes] | None:
+def process(batch: Sequence[Any]) -> list[Any] | None:
     w, n = _workload, _iterations
     if _outputs:  # the same output as the naive peers' (benchkit.runners.Outputs)
         return [b"%08x" % (do_work(w, n, r.value) & 0xFFFFFFFF) for r in batch]
@@ -75,4 +77,8 @@ def process(batch: Sequence[Any]) -> list[bytes] | None:
     if _latency_fd is not None:
         now = time.time_ns()
         os.write(_latency_fd, "".join(f"{(now - int(r.value[:19])) / 1e6:.3f}\n" for r in batch).encode())
+    if _echo:
+        from runtime.plugin import Output
+
+        return [Output(r.value, r.key) for r in batch]
     return None

@@ -1,0 +1,109 @@
+"""Exactly-once (docs/exactly-once.md): a worker's batch in one Kafka transaction – its outputs,
+its dead letters and its partition's next offset, committed with the consumer group's
+metadata (KIP-447). Runs in: a worker.
+
+* **One transactional id per worker slot** (``transactional_id``): a worker started again in
+  the same slot calls ``init_transactions`` with its predecessor's id, which fences the
+  predecessor and aborts the transaction it left open (a SIGKILL mid-batch), at once rather
+  than after ``transaction.timeout.ms``.
+* **Offsets through the group's metadata**: the broker checks the member and generation, so a
+  worker of a member that lost the partition (revoked, session timed out while SIGSTOPped)
+  cannot commit its offsets, and its transaction is aborted with them.
+* **Already committed?** A worker killed after it asked the broker to commit, but before it
+  reported, leaves its supervisor not knowing whether the batch is done; the batch comes back.
+  So each batch starts by reading the partition's committed offset with ``require_stable``
+  (librdkafka's default under read_committed: the broker answers once no transaction with
+  offsets of that partition is open), and the records below it are done already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from runtime.errors import TransactionAborted
+from runtime.kafka.client_log import with_logger
+from runtime.tp import TP
+
+
+def transactional_id(group: str, member: str, slot: int) -> str:
+    """Stable across the worker's restarts in one slot of one member (see the module)."""
+    return f"ringmaster-{group}-{member}-w{slot}"
+
+
+def _reason(what: str, exc: KafkaException) -> str:
+    err = exc.args[0]
+    text = err.str() if hasattr(err, "str") else str(err)
+    return f"{what}: {text}"
+
+
+class BatchTransactions:
+    """One open transaction at a time on ``client`` (a producer with a transactional.id).
+    Every failure raises TransactionAborted; the caller then replaces the producer (a new one
+    with the same id fences this one and settles what it left open), so no state of a failed
+    transaction outlives it."""
+
+    def __init__(self, client: Producer, timeout_s: float) -> None:
+        self._p = client
+        self.timeout_s = timeout_s
+        try:
+            self._p.init_transactions(timeout_s)
+        except KafkaException as exc:
+            raise TransactionAborted(_reason("cannot start transactions", exc)) from None
+
+    def begin(self) -> None:
+        try:
+            self._p.begin_transaction()
+        except KafkaException as exc:
+            raise TransactionAborted(_reason("cannot begin a transaction", exc)) from None
+
+    def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
+        """Send ``offsets`` (the next offset to read, per partition) into the transaction and
+        commit it. A retriable error of the commit is tried again within the timeout."""
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            self._p.send_offsets_to_transaction(
+                [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata, self.timeout_s)
+            while True:
+                try:
+                    self._p.commit_transaction(max(0.1, deadline - time.monotonic()))
+                    break
+                except KafkaException as exc:
+                    if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                        raise
+        except KafkaException as exc:
+            self.abort()
+            raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
+
+    def abort(self) -> None:
+        """Best effort: a transaction left open is aborted when the producer that replaces
+        this one starts (the same transactional id), or at the broker's transaction timeout."""
+        with contextlib.suppress(KafkaException):
+            self._p.abort_transaction(self.timeout_s)
+
+
+class CommittedOffsets:
+    """The group's committed offsets, read as a consumer of the group would at assignment
+    (require_stable: never while a transaction holding offsets of the partition is open), by a
+    client that never joins the group."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        props = with_logger({**props, "isolation.level": "read_committed", "enable.auto.commit": False})
+        self._c = Consumer(props)
+
+    def of(self, tp: TP, timeout_s: float) -> int | None:
+        """The partition's committed offset (None: nothing committed)."""
+        try:
+            [part] = self._c.committed([TopicPartition(tp[0], tp[1])], timeout=timeout_s)
+        except KafkaException as exc:
+            raise TransactionAborted(_reason("cannot read the partition's committed offset", exc)) from None
+        if part.error is not None:
+            raise TransactionAborted(f"cannot read the partition's committed offset: {part.error}")
+        return part.offset if part.offset >= 0 else None
+
+    def close(self) -> None:
+        self._c.close()

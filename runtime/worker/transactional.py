@@ -1,0 +1,130 @@
+"""Exactly-once in a worker (``output.guarantee = "exactly-once"``, docs/exactly-once.md): each
+batch runs inside one Kafka transaction around the worker's ordinary BatchRunner.
+
+    committed offset (stable) ─▶ skip what is done ─▶ begin ─▶ BatchRunner.run (outputs, dead
+    letters, retries, bisection: all in the transaction) ─▶ DONE: send offsets + commit
+                                                          └▶ anything else: abort
+
+INVARIANT: a batch's outputs are visible to a read_committed reader if and only if its offset
+is committed, and once. Retries and bisection inside one run are inside one transaction
+(BatchRunner skips what the broker acknowledged in it: it is in the same transaction); a
+batch deferred and run again runs in a new transaction and writes everything again
+(``carry_acknowledged`` off: the aborted one's outputs are invisible).
+
+Runs in: a worker process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runtime.errors import TransactionAborted
+from runtime.kafka.producer import OutputProducer
+from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
+from runtime.tp import tp_label
+from runtime.transport.board import PHASE_DELIVER, Board
+from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
+from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
+from runtime.transport.shm import Segment
+
+if TYPE_CHECKING:
+    from runtime.worker.main import BatchRunner, WorkerSpec
+
+log = logging.getLogger("ringmaster.worker")
+
+
+class Offsets(Protocol):
+    def of(self, tp: tuple[str, int], timeout_s: float, /) -> int | None: ...
+    def close(self) -> None: ...
+
+
+class TransactionalRunner:
+    def __init__(self, runner: BatchRunner, spec: WorkerSpec, board: Board, offsets: Offsets,
+                 group_metadata: Callable[[], bytes | None],
+                 transactions: Callable[[OutputProducer], BatchTransactions],
+                 new_producer: Callable[[], OutputProducer]) -> None:
+        """``offsets``: the group's committed offsets; ``group_metadata``: the supervisor's
+        latest; ``transactions``: starts the transactions of a producer; ``new_producer``:
+        one with this slot's transactional id (tests give fakes of each)."""
+        self.runner = runner
+        runner.carry_acknowledged = False
+        self.spec = spec
+        self.board = board
+        self._new_producer = new_producer
+        self._offsets = offsets
+        self._group_metadata = group_metadata
+        self._start = transactions
+        self._txn: BatchTransactions | None = None
+        self._txn_of: OutputProducer | None = None
+
+    @classmethod
+    def for_worker(cls, runner: BatchRunner, spec: WorkerSpec, board: Board,
+                   producer_props: dict[str, Any]) -> TransactionalRunner:
+        """The real thing: the segment the supervisor writes the group's metadata to, a client
+        reading the group's committed offsets, the producer's own transactions."""
+        segment = Segment(Path(spec.group_metadata_path), 0, create=False)
+        cell = GroupMetadataCell(segment.buf[:GROUP_METADATA_BYTES])
+        return cls(runner, spec, board, CommittedOffsets(spec.group_props), cell.read,
+                   lambda p: BatchTransactions(p.client, spec.delivery_timeout_s),
+                   lambda: OutputProducer(producer_props, own_topics=(spec.output_topic,
+                                                                      spec.dead_letter_topic)))
+
+    def _transactions(self) -> BatchTransactions:
+        """The producer's transactions, started (init_transactions) on first use and after a
+        failure (a new producer with the same transactional id: it fences the old one)."""
+        producer = self.runner.producer  # BatchRunner replaces one that broke, too
+        if self._txn is None or self._txn_of is not producer:
+            self._txn = self._start(producer)
+            self._txn_of = producer
+        return self._txn
+
+    def _renew(self) -> None:
+        self.runner.producer = self._new_producer()
+        self._txn = None
+
+    def run(self, frame: BatchFrame) -> Result:
+        from runtime.worker.main import records_of  # main imports this module
+
+        head = (frame.batch_id, frame.slot, frame.epoch)
+        tp = (frame.topic, frame.partition)
+        records = records_of(frame)
+        try:
+            txn = self._transactions()
+            below = self._offsets.of(tp, self.spec.delivery_timeout_s)
+            todo = records if below is None else [r for r in records if r.offset >= below]
+            if not todo:
+                # An earlier transaction committed it (a worker killed after it asked the
+                # broker to commit, before it reported): done, nothing to write again.
+                log.info("batch committed already by an earlier transaction", extra={
+                    "tp": tp_label(tp), "first": records[0].offset, "committed": below})
+                return Result(DONE, *head, processed=len(records))
+            txn.begin()
+        except TransactionAborted as exc:
+            self._renew()
+            return self._deferred(head, tp, exc)
+        result = self.runner.run(frame, todo)
+        if result.kind != DONE:
+            txn.abort()  # deferred, blocked, exhausted: nothing of it becomes visible
+            return result
+        group = self._group_metadata()
+        try:
+            if group is None:
+                raise TransactionAborted("no group metadata yet (the supervisor has not joined the group)")
+            self.board.set_phase(PHASE_DELIVER)
+            txn.commit({tp: todo[-1].offset + 1}, group)
+        except TransactionAborted as exc:
+            self._renew()
+            return self._deferred(head, tp, exc)
+        return dataclasses.replace(result, processed=len(records), cause=COMMITTED)
+
+    def _deferred(self, head: tuple[int, int, int], tp: tuple[str, int], exc: TransactionAborted) -> Result:
+        log.warning("batch deferred", extra={"cause": exc.cause, "tp": tp_label(tp), "reason": exc.reason})
+        return Result(DEFERRED, *head, detail=exc.reason, cause=exc.cause)
+
+    def close(self) -> None:
+        self.runner.close()
+        self._offsets.close()

@@ -1,0 +1,237 @@
+"""``output.guarantee = "exactly-once"`` on Apache Kafka (docs/exactly-once.md): a
+read_committed reader of the output topic sees each input record's output exactly once,
+through worker SIGKILLs mid-batch, a rebalance, and a member frozen past its session (a
+zombie whose transactions the broker refuses). Tansu cannot judge it: its read_committed
+returns aborted records (BROKER.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from helpers import (
+    TEST_BROKER,
+    Ringmaster,
+    committed,
+    daemon_config,
+    make_topics,
+    produce,
+    unique,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.timeout(420),
+              pytest.mark.skipif(TEST_BROKER != "kafka", reason="exactly-once is judged on Apache Kafka "
+                                 "only: Tansu's read_committed returns aborted records")]
+
+
+def read_committed(bootstrap: str, topic: str, expect: int, timeout_s: float = 60.0) -> list[Any]:
+    """Every committed record of a topic (isolation.level read_committed). The end of a
+    partition is its last stable offset, which a transaction left open by a SIGKILLed member
+    holds back until the broker aborts it (transaction.timeout.ms): so read until ``expect``
+    distinct records came and every partition is at its end, or the timeout passes."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("eos-reader"),
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "enable.auto.commit": False})
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        at_end: set[int] = set()
+        out: list[Any] = []
+        distinct: set[bytes] = set()
+        deadline = time.monotonic() + timeout_s
+        while (len(at_end) < len(parts) or len(distinct) < expect) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.2):
+                err = m.error()
+                if err is None:
+                    out.append(m)
+                    distinct.add(m.value())
+                    at_end.discard(m.partition())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(m.partition())
+        return out
+    finally:
+        c.close()
+
+
+def exactly_once_config(broker: Any, names: dict[str, str], tmp: Path, **workers: Any) -> dict[str, Any]:
+    cfg = daemon_config(broker, names, tmp, **workers)
+    cfg["output"]["guarantee"] = "exactly-once"
+    # Short enough that a transaction a frozen member left open ends within the test.
+    cfg["output"]["delivery_timeout_s"] = 10.0
+    cfg["kafka"]["producer"]["transaction.timeout.ms"] = 15000
+    return cfg
+
+
+def assert_each_once(bootstrap: str, topic: str, n: int) -> None:
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(bootstrap, topic, n))
+    duplicates = {k: c for k, c in ids.items() if c > 1}
+    missing = [f"r{i}" for i in range(n) if f"r{i}" not in ids]
+    assert not duplicates and not missing, \
+        f"{len(duplicates)} duplicated (e.g. {list(duplicates.items())[:5]}), " \
+        f"{len(missing)} lost ({missing[:5]})"
+    assert len(ids) == n
+
+
+def busy_workers(status: dict[str, Any]) -> list[int]:
+    """The pids of the workers running (or about to run) a batch, past their start-up."""
+    return [w["pid"] for w in status["workers"] if w["state"] == "ready" and w["in_flight"]]
+
+
+def wait_committed(bootstrap: str, group: str, topic: str, counts: dict[int, int], timeout_s: float) -> None:
+    wait_for(lambda: committed(bootstrap, group, topic, len(counts)) == counts, timeout_s,
+             f"the group's offsets at the end {counts}", interval_s=0.5)
+
+
+def test_each_output_once_through_worker_kills_a_rebalance_and_a_supervisor_kill(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    n, partitions = 6000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 0.5},
+                              batch_max_records=200)
+    cfg["dead_letter"]["max_crashes"] = 100  # the kills are ours, not the records'
+    first = Ringmaster(cfg, tmp_path, "rm1")
+    second: Ringmaster | None = None
+    third: Ringmaster | None = None
+    rng = random.Random(7)
+
+    def landed() -> int:
+        """Kills that found their worker in a batch (not starting up)."""
+        logs = first.log_path.read_text() + (second.log_path.read_text() if second else "")
+        return len(re.findall(r"worker killed by SIGKILL .* during=", logs))
+
+    try:
+        for k in range(1, 40):
+            if k == 3:  # a second member: a rebalance moves partitions while batches run
+                second = Ringmaster(cfg, tmp_path, "rm2")
+            if k > 8 and landed() >= 6:
+                break
+            rm = second if second is not None and k % 2 else first
+            s = rm.wait_status(lambda s: busy_workers(s), 60, "a worker with a batch")
+            busy = busy_workers(s)
+            time.sleep(rng.uniform(0, 0.1))  # somewhere in its batch: running, delivering or committing
+            with contextlib.suppress(ProcessLookupError):  # replaced since the status was written
+                os.kill(rng.choice(busy), signal.SIGKILL)
+        # The first member SIGKILLed (its workers go with it) with batches done that its
+        # transactions committed and batches half-way, and started again.
+        s = first.wait_status(lambda s: any(w["in_flight"] for w in s["workers"]), 60, "batches out")
+        first.kill()
+        third = Ringmaster(cfg, tmp_path, "rm3")  # reclaims the killed one's segments
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 180)
+        assert third.terminate() == 0, third.log_tail()
+        assert second is not None and second.terminate() == 0, second.log_tail()
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+        if third is not None:
+            third.close()
+    assert landed() >= 6, f"only {landed()} kills landed in a batch"
+    final = second.status() if second is not None else None
+    assert final is not None and final["transactions_committed"] > 0
+    assert_each_once(broker.bootstrap, names["out"], n)
+
+
+def test_a_worker_killed_after_its_commit_before_its_report_writes_nothing_twice(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The supervisor cannot know whether a batch whose worker died was committed: the batch
+    comes back, and its next worker finds it committed (the group's stable offset) and skips
+    it. At-least-once writes that batch's outputs twice here."""
+    n = 400
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    values = [f"r{i}" if i != 150 else "die=report:r150" for i in range(n)]
+    counts = produce(broker.bootstrap, names["in"], values, 1)
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, settings={"die_hooks": True})
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        # Done as the supervisor counts it: the batch came back and was found committed.
+        rm.wait_status(lambda s: s["records"] >= n, 120, "every record done")
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 60)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    log = rm.log_path.read_text()
+    assert "worker killed by SIGKILL" in log and "batch committed already by an earlier transaction" in log
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n - 1))
+    assert ids == Counter(f"r{i}" for i in range(n) if i != 150)  # die=report has no output of its own
+
+
+def test_a_member_frozen_past_its_session_cannot_commit_when_it_wakes(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A zombie: member A is SIGSTOPped (workers too) in the middle of its batches, the group
+    gives its partitions to B, then A wakes and finishes them. The broker refuses A's
+    transactions (A's generation is gone, or its open transaction timed out and was fenced),
+    so nothing A wrote after it lost the partitions becomes visible."""
+    n, partitions = 3000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 5}, batch_max_records=100,
+                              batch_target_ms=0)
+    a = Ringmaster(cfg, tmp_path, "a", new_session=True)
+    b: Ringmaster | None = None
+    try:
+        a.wait_status(lambda s: s["records"] > 0, 60, "A at work")
+        b = Ringmaster(cfg, tmp_path, "b")
+        b.wait_status(lambda s: len(s["partitions"]) >= 1, 60, "B with partitions")
+        a.wait_status(lambda s: any(w["state"] == "ready" and w["in_flight"] for w in s["workers"]), 30,
+                      "A in the middle of a batch")
+        os.killpg(a.proc.pid, signal.SIGSTOP)
+        try:
+            b.wait_status(lambda s: len(s["partitions"]) == partitions, 60, "B holding every partition")
+            def done() -> int:
+                return sum(committed(broker.bootstrap, names["group"], names["in"], partitions).values())
+            before = done()
+            wait_for(lambda: done() > before, 60, "B committing", interval_s=0.5)
+        finally:
+            os.killpg(a.proc.pid, signal.SIGCONT)
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 180)
+        assert a.terminate() == 0, a.log_tail()
+        assert b.terminate() == 0, b.log_tail()
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
+    assert re.search(r"batch deferred cause=transaction .*(generation|member|fenced|epoch|timed out)",
+                     a.log_path.read_text(), re.IGNORECASE), "A's transaction was refused"
+    final = a.status()
+    assert final is not None and final["transactions_aborted"] >= 1 and final["transactions_committed"] > 0
+
+
+def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and_letter_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A record that fails once (retried inside the batch's transaction: what the broker took
+    on the first try is not written again), one that always fails (isolated and dead-lettered
+    inside the transaction), and a plugin's Backoff (the transaction aborted, the batch run
+    again in a new one that writes everything again)."""
+    n = 600
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    special = {100: "flaky=1:r100", 200: "raise:r200", 300: "backoff=0.3:r300"}
+    counts = produce(broker.bootstrap, names["in"], [special.get(i, f"r{i}") for i in range(n)], 1)
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, settings={"state_dir": str(state)})
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        rm.wait_status(lambda s: s["records"] >= n and s["dead_letters"] >= 1, 120, "every record done")
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 60)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert "batch deferred" in rm.log_path.read_text()
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n - 1))
+    assert ids == Counter(f"r{i}" for i in range(n) if i != 200)
+    assert len(read_committed(broker.bootstrap, names["dlq"], 1)) == 1
+    final = rm.status()
+    assert final is not None and final["transactions_aborted"] >= 1

@@ -1,0 +1,237 @@
+"""Exactly-once's pieces without a broker (the guarantee itself is judged on Apache Kafka:
+tests/integration/test_exactly_once_kafka.py): what check refuses, the group metadata handed from
+the supervisor to the workers, a supervisor that commits nothing, and a worker's transaction
+per batch (runtime/worker/transactional.py) on fakes."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+from fakes import TP0, assign, make
+
+from runtime.config import Settings, guarantee_problem
+from runtime.errors import ConfigError, FrameError, TransactionAborted
+from runtime.plugin import Output, Plugin
+from runtime.transport.board import BOARD_BYTES, Board
+from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
+from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
+from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.transactional import TransactionalRunner
+
+
+def settings(**over: Any) -> Settings:
+    raw: dict[str, Any] = {"kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["in"]},
+                           "workers": {"plugin": "p", "processes": 1},
+                           "output": {"topic": "out", "guarantee": "exactly-once"}}
+    for section, values in over.items():
+        raw.setdefault(section, {}).update(values)
+    return Settings.model_validate(raw)
+
+
+@pytest.mark.parametrize("ordering", ["key", "unordered"])
+def test_check_refuses_exactly_once_where_batches_of_a_partition_finish_out_of_order(ordering: str) -> None:
+    problem = guarantee_problem(settings(workers={"ordering": ordering}))
+    assert problem is not None and "workers.ordering" in problem and "\n" not in problem
+    assert guarantee_problem(settings()) is None
+    assert guarantee_problem(settings(workers={"ordering": ordering},
+                                      output={"guarantee": "at-least-once"})) is None
+
+
+def test_check_refuses_exactly_once_with_until_caught_up() -> None:
+    problem = guarantee_problem(settings(supervisor={"stop_when_caught_up": True}))
+    assert problem is not None and "--until-caught-up" in problem
+
+
+def test_load_settings_refuses_it_in_one_line(tmp_path: Any) -> None:
+    from runtime.config import load_settings
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[kafka]\nbootstrap_servers = "x:1"\ngroup_id = "g"\ntopics = ["in"]\n'
+                   '[workers]\nplugin = "p"\nordering = "key"\n[output]\nguarantee = "exactly-once"\n')
+    with pytest.raises(ConfigError, match=r"needs workers\.ordering"):
+        load_settings(cfg, check_plugin=False)
+
+
+def test_the_group_metadata_cell_hands_over_the_latest_metadata_whole() -> None:
+    cell = GroupMetadataCell(memoryview(bytearray(GROUP_METADATA_BYTES)))
+    assert cell.read() is None, "nothing before the first assignment"
+    cell.write(b"CGMDv2:generation-1")
+    cell.write(b"CGMDv2:gen-2")  # shorter: nothing of the longer one shows
+    assert cell.read() == b"CGMDv2:gen-2"
+    with pytest.raises(FrameError):
+        cell.write(b"x" * GROUP_METADATA_BYTES)
+    assert cell.read() == b"CGMDv2:gen-2"
+
+
+def test_a_transactional_supervisor_commits_nothing_itself() -> None:
+    """Its commit could land after a later transaction's and move the group's offset back."""
+    sup, consumer, clock, _pool = make()
+    sup.commits.transactional = True
+    assign(sup, consumer, [TP0])
+    p = sup.partitions[TP0]
+    p.tracker.register(1, 0, 9)
+    p.tracker.complete(1)
+    clock.now += 10
+    sup.commits.commit_if_due()
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
+    assert consumer.commits == []
+
+
+class _Producer:
+    broken = False
+
+    def __init__(self) -> None:
+        self.produced: list[bytes] = []
+
+    def produce(self, topic: str, value: bytes, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
+        self.produced.append(value)
+
+    def deliver(self, timeout_s: float, beat: Any = None) -> None:
+        pass
+
+
+class _Transactions:
+    def __init__(self, refuse_commits: int = 0) -> None:
+        self.log: list[Any] = []
+        self.refuse = refuse_commits
+
+    def begin(self) -> None:
+        self.log.append("begin")
+
+    def commit(self, offsets: dict[Any, int], group: bytes) -> None:
+        if self.refuse:
+            self.refuse -= 1
+            self.log.append("refused")
+            raise TransactionAborted("Broker: Specified group generation id is not valid")
+        self.log.append(("commit", offsets, group))
+
+    def abort(self) -> None:
+        self.log.append("abort")
+
+
+def _runner(process: Any, committed: int | None = None, refuse: int = 0,
+            group: bytes | None = b"meta") -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
+    spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
+                      transactional_id="t")
+    board = Board(memoryview(bytearray(BOARD_BYTES)))
+    producers = [_Producer()]
+    txn = _Transactions(refuse)
+    plain = BatchRunner(Plugin("p", process, None, None), spec, board, producers[0])  # type: ignore[arg-type]
+
+    def new_producer() -> Any:
+        producers.append(_Producer())
+        return producers[-1]
+
+    offsets = types.SimpleNamespace(of=lambda tp, timeout_s: committed, close=lambda: None)
+    runner = TransactionalRunner(plain, spec, board, offsets, lambda: group,  # type: ignore[arg-type]
+                                 lambda _p: txn, new_producer)  # type: ignore[arg-type,return-value]
+    return runner, txn, producers
+
+
+def _frame(first: int, n: int) -> BatchFrame:
+    values: list[bytes | None] = [f"v{first + i}".encode() for i in range(n)]
+    return BatchFrame(1, 0, 1, "in", 3, Columns(first, None, [None] * n, values, None, 0, [0] * n))
+
+
+def echo(batch: Any) -> Any:
+    return [Output(r.value) for r in batch]
+
+
+def test_a_batch_commits_its_outputs_with_the_next_offset_and_the_groups_metadata() -> None:
+    runner, txn, producers = _runner(echo)
+    result = runner.run(_frame(10, 3))
+    assert result.kind == DONE and result.processed == 3
+    assert txn.log == ["begin", ("commit", {("in", 3): 13}, b"meta")]
+    assert producers[0].produced == [b"v10", b"v11", b"v12"]
+
+
+def test_records_an_earlier_transaction_committed_are_left_out() -> None:
+    """A worker killed after its commit, before its report: the batch comes back."""
+    seen: list[bytes] = []
+
+    def process(batch: Any) -> Any:
+        seen.extend(r.value for r in batch)
+        return echo(batch)
+
+    runner, txn, _ = _runner(process, committed=13)
+    result = runner.run(_frame(10, 3))
+    assert result.kind == DONE and result.processed == 3 and seen == [] and txn.log == []
+    runner, txn, _ = _runner(process, committed=12)
+    result = runner.run(_frame(10, 3))
+    assert result.kind == DONE and result.processed == 3 and seen == [b"v12"]
+    assert txn.log == ["begin", ("commit", {("in", 3): 13}, b"meta")]
+
+
+def test_a_refused_commit_defers_the_batch_and_its_next_run_writes_every_output_again() -> None:
+    """The aborted transaction's outputs are invisible: nothing may be skipped as written."""
+    runner, txn, producers = _runner(echo, refuse=1)
+    first = runner.run(_frame(10, 2))
+    assert first.kind == DEFERRED and first.cause == "transaction"
+    assert len(producers) == 2, "a new producer (the same transactional id fences the old one)"
+    second = runner.run(_frame(10, 2))
+    assert second.kind == DONE
+    assert producers[0].produced == [b"v10", b"v11"] and producers[1].produced == [b"v10", b"v11"]
+    assert txn.log == ["begin", "refused", "begin", ("commit", {("in", 3): 12}, b"meta")]
+
+
+def test_a_deferred_batch_aborts_and_without_group_metadata_nothing_commits() -> None:
+    from runtime.plugin import Backoff
+
+    def backoff(batch: Any) -> Any:
+        raise Backoff(1.0, "later")
+
+    runner, txn, _ = _runner(backoff)
+    assert runner.run(_frame(0, 2)).kind == DEFERRED
+    assert txn.log == ["begin", "abort"]
+    runner, txn, _ = _runner(echo, group=None)
+    assert runner.run(_frame(0, 2)).kind == DEFERRED
+    assert not any(isinstance(e, tuple) for e in txn.log)
+
+
+def test_outputs_written_before_a_deferral_are_written_again_in_the_next_transaction() -> None:
+    """At-least-once skips, on the batch's next run, what the broker took before it was
+    deferred; under exactly-once that transaction was aborted, so nothing may be skipped."""
+    from runtime.plugin import Backoff
+
+    calls: list[list[bytes]] = []
+
+    def process(batch: Any) -> Any:
+        calls.append([r.value for r in batch])
+        if len(calls) <= 2 and len(batch) == 2:
+            raise ValueError("the whole batch fails: bisected")
+        if calls[-1] == [b"v11"] and len(calls) == 4:
+            raise Backoff(0.1, "later")
+        return echo(batch)
+
+    runner, txn, producers = _runner(process)
+    assert runner.run(_frame(10, 2)).kind == DEFERRED
+    assert producers[0].produced == [b"v10"], "the first half was written, in the aborted transaction"
+    assert txn.log == ["begin", "abort"]
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert producers[0].produced == [b"v10", b"v10", b"v11"]
+    assert txn.log[-1] == ("commit", {("in", 3): 12}, b"meta")
+
+
+_WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'
+
+
+@pytest.mark.parametrize(("args", "extra", "needle"), [
+    (["check"], _WORKERS + 'ordering = "unordered"\n', "needs workers.ordering"),
+    (["run", "--until-caught-up"], _WORKERS, "--until-caught-up"),
+    (["spark", "run"], _WORKERS, "Spark backend"),
+])
+def test_the_cli_refuses_what_exactly_once_cannot_keep_in_one_line_before_kafka(
+        tmp_path: Any, args: list[str], extra: str, needle: str) -> None:
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[kafka]\nbootstrap_servers = "127.0.0.1:1"\ngroup_id = "g"\ntopics = ["in"]\n'
+                   '[output]\ntopic = "out"\nguarantee = "exactly-once"' + extra)
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", *args, "-c", str(cfg)],
+                       capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == ConfigError.exit_code, r.stderr
+    assert len(lines) == 1 and lines[0].startswith("ringmaster: error: ") and needle in lines[0], r.stderr
