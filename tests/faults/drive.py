@@ -47,6 +47,7 @@ from helpers import (
     ROOT,
     SHM_DIR,
     TEST_BROKER,
+    TEST_GROUP_PROTOCOL,
     Broker,
     Ringmaster,
     base_config,
@@ -639,8 +640,16 @@ def caught_up_commit_unanswered(fault: Fault, bootstrap: str, tmp: Path) -> Obse
 def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: Broker) -> None:
         proxy.cut()
-        rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
-                       "the partitions to be lost (session.timeout.ms 2000)")
+        if (fault.protocol or TEST_GROUP_PROTOCOL) == "consumer":
+            # Under KIP-848 the member learns it was fenced only when the broker answers again
+            # (FENCED_MEMBER_EPOCH: its partitions lost then), so the stall lasts until the
+            # broker has fenced it, as its log says.
+            fenced = "fenced from the group because the member session expired"
+            wait_for(lambda: fenced in Path(str(broker.log_path)).read_text(errors="replace"), 30,
+                     "the broker to fence the member (group.consumer.session.timeout.ms 2000)")
+        else:
+            rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
+                           "the partitions to be lost (session.timeout.ms 2000)")
         proxy.restore()
     return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
 
