@@ -48,11 +48,11 @@ from helpers import (
     ROOT,
     SHM_DIR,
     TEST_BROKER,
+    TEST_GROUP_PROTOCOL,
     Broker,
     Ringmaster,
     base_config,
     committed,
-    make_topics,
     new_broker,
     produce_rows,
     read_all,
@@ -65,6 +65,7 @@ from helpers import (
 )
 from proxy import OFFSET_COMMIT, PRODUCE, Proxy
 
+from runtime.kafka.admin import create_topic
 from runtime.ops.devbroker import free_port
 from runtime.worker.deadletter_format import dead_letter_headers
 from tests.wire import RawRecord, WireProducer
@@ -72,6 +73,12 @@ from tests.wire import RawRecord, WireProducer
 from .matrix import POISONS, REDRIVE_LETTERS, TRANSACTIONS, Fault
 
 TEST_PRODUCER = {"message.max.bytes": 4_000_000}
+# The rows' topics keep every record whatever its timestamp: rows write records stamped in
+# 2023, at 0, negative and far in the future (matrix.py), which Apache Kafka would delete by
+# time (retention.ms, checked every 5 minutes) or refuse (INVALID_TIMESTAMP past
+# message.timestamp.after.max.ms, an hour since Kafka 4.0). A deployment's retention is not
+# what a row tests; Tansu keeps everything anyway.
+TOPIC_CONFIG = {"retention.ms": "-1", "message.timestamp.after.max.ms": str(2**63 - 1)}
 
 
 @dataclass
@@ -126,7 +133,7 @@ def _rows(fault: Fault) -> list[tuple[bytes | None, bytes | None, Any]]:
 def _config(fault: Fault, bootstrap: str, names: dict[str, str], tmp: Path,
             dirs: dict[str, Path]) -> dict[str, Any]:
     workers = {"processes": 1, **fault.workers}
-    cfg = base_config(bootstrap, names["in"], names["group"], tmp, **workers)
+    cfg = base_config(bootstrap, names["in"], names["group"], tmp, fault.protocol, **workers)
     cfg["supervisor"]["shm_dir"] = str(dirs["shm"])  # the row's own (run() made it)
     settings = {k: (str(dirs["journal"]) if v == "JOURNAL" else v) for k, v in fault.settings.items()}
     settings.update({"state_dir": str(dirs["state"]), "pid_dir": str(dirs["pids"])})
@@ -145,7 +152,8 @@ def prepare(fault: Fault, bootstrap: str, tmp: Path) -> tuple[Observation, dict[
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     dirs["shm"] = SHM_DIR / fault.id
-    make_topics(bootstrap, fault.partitions, names["in"], names["out"], names["dlq"], names["routed"])
+    for topic in (names["in"], names["out"], names["dlq"], names["routed"]):
+        create_topic({"bootstrap.servers": bootstrap}, topic, fault.partitions, 1, TOPIC_CONFIG)
     rows = _rows(fault)
     rows = [(k, (v.replace(b"ROUTED", names["routed"].encode()) if v else v), h) for k, v, h in rows]
     if fault.raw is not None:
@@ -320,7 +328,7 @@ def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observ
     broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
     try:
         f = Fault(fault.id, fault.group, fault.when, fault.then, values=poison, n=40, partitions=2,
-                  workers={"processes": 2, **fault.workers})
+                  workers={"processes": 2, **fault.workers}, protocol=fault.protocol)
         obs, cfg = prepare(f, broker.bootstrap, tmp)
         obs.fault = fault
         _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
@@ -364,7 +372,7 @@ def dead_letter_outage(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 
 def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     f = Fault(fault.id, fault.group, fault.when, fault.then, n=400, partitions=2,
-              workers=fault.workers, settings={"sleep_ms": 20})
+              workers=fault.workers, settings={"sleep_ms": 20}, protocol=fault.protocol)
     obs, cfg = prepare(f, bootstrap, tmp)
     obs.fault = fault
     a = Ringmaster(cfg, tmp, "a")
@@ -392,7 +400,7 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 
 
 def status_dir_removed(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
-    f = Fault(fault.id, fault.group, fault.when, fault.then, n=40)
+    f = Fault(fault.id, fault.group, fault.when, fault.then, n=40, protocol=fault.protocol)
     obs, cfg = prepare(f, bootstrap, tmp)
     obs.fault = fault
     rm = Ringmaster(cfg, tmp, "rm", status_path=tmp / "missing" / "deeper" / "status.json")
@@ -436,7 +444,7 @@ def _flowing(fault: Fault, bootstrap: str, tmp: Path,
              n: int = 4000) -> tuple[Observation, dict[str, Any]]:
     """A row whose records keep a daemon busy for a while (2 partitions, 1 ms a record)."""
     f = Fault(fault.id, fault.group, fault.when, fault.then, n=n, partitions=2, settings={"sleep_ms": 1},
-              workers={"processes": 2, **fault.workers})
+              workers={"processes": 2, **fault.workers}, protocol=fault.protocol)
     obs, cfg = prepare(f, bootstrap, tmp)
     obs.fault = fault
     return obs, cfg
@@ -652,8 +660,16 @@ def caught_up_commit_unanswered(fault: Fault, bootstrap: str, tmp: Path) -> Obse
 def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: Broker) -> None:
         proxy.cut()
-        rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
-                       "the partitions to be lost (session.timeout.ms 2000)")
+        if (fault.protocol or TEST_GROUP_PROTOCOL) == "consumer":
+            # Under KIP-848 the member learns it was fenced only when the broker answers again
+            # (FENCED_MEMBER_EPOCH: its partitions lost then), so the stall lasts until the
+            # broker has fenced it, as its log says.
+            fenced = "fenced from the group because the member session expired"
+            wait_for(lambda: fenced in Path(str(broker.log_path)).read_text(errors="replace"), 30,
+                     "the broker to fence the member (group.consumer.session.timeout.ms 2000)")
+        else:
+            rm.wait_status(lambda s: s["rebalances"] > 1 or not s["partitions"], 30,
+                           "the partitions to be lost (session.timeout.ms 2000)")
         proxy.restore()
     return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
 
@@ -665,7 +681,8 @@ def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     holder = socket.create_server(("127.0.0.1", 0))
     try:
         f = Fault(fault.id, fault.group, fault.when, fault.then, exit=fault.exit, log=fault.log,
-                  sections={"admin": {"listen": f"127.0.0.1:{holder.getsockname()[1]}"}})
+                  sections={"admin": {"listen": f"127.0.0.1:{holder.getsockname()[1]}"}},
+                  protocol=fault.protocol)
         obs = batch(f, bootstrap, tmp)
     finally:
         holder.close()

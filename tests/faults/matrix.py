@@ -52,9 +52,12 @@ class Fault:
     signals: tuple[str, ...] = ()  # drivers "signals" and "signal_stop": what to send (HUP, ...)
     # A batch runs again after a supervisor or worker dies, or after the broker stalls
     # mid-delivery (a produce that timed out may still have landed): only such rows may show
-    # an output twice (at least once); every other row is exactly once. (A live worker that
+    # an output twice (at least once); every other row is exactly once. (The output stalls:
+    # measured on Apache Kafka, outputs the stall held in flight land once it ends, and the
+    # batch the worker gave up on runs again.) (A live worker that
     # runs records again does not write again what was acknowledged: runtime/worker/acked.py.)
     redelivers: bool = False
+    protocol: str | None = None  # the daemons' group protocol (None: the session's, tests/helpers.py)
 
 
 def values(**at: str) -> dict[int, str]:
@@ -344,7 +347,7 @@ FAULTS: list[Fault] = [
           "outputs cannot be delivered for longer than `delivery_timeout_s` (broker or leader away)",
           "not the records' fault: the partition waits and retries with back-off; nothing is "
           "dead-lettered or committed until it is delivered",
-          driver="output_outage", check="outage_recovered", timeout_s=180),
+          driver="output_outage", check="outage_recovered", timeout_s=180, redelivers=True),
     Fault("output-refused", "outputs",
           "the broker keeps dropping producers' connections",
           "the same: back-off and retry, no dead letters, everything delivered once it recovers",
@@ -352,7 +355,8 @@ FAULTS: list[Fault] = [
     Fault("dead-letter-unreachable", "outputs",
           "the dead-letter topic cannot be written while a record fails",
           "the batch waits and is retried; the dead letter is written once the broker is back",
-          driver="dead_letter_outage", dead={"r7": "ValueError"}, check="outage_recovered", timeout_s=180),
+          driver="dead_letter_outage", dead={"r7": "ValueError"}, check="outage_recovered", timeout_s=180,
+          redelivers=True),
     Fault("plugin-backoff", "outputs",
           "the plugin raises `Backoff(seconds)` (its downstream is failing)",
           "the partition pauses that long (up to 1.5 times: jitter), then the same batch runs again in "
@@ -767,6 +771,15 @@ FAULTS += [
           driver="share", values={9: "die=deliver:r9"}, settings={"die_hooks": True},
           dead={"r9": "WorkerCrashed"}, redelivers=True),
 ]
+
+# The rows whose subject is the group protocol at work: a member's death and the rewind to the
+# last commit, a graceful leave, a member fenced after a stall, two members sharing
+# partitions, an assignment over capacity, a reload and a resize without a rebalance. On
+# Apache Kafka each runs again under the other group protocol (tests/faults/protocols.py):
+# classic and KIP-848's.
+REBALANCE_ROWS = ("spawn-supervisor-killed", "sigterm-to-the-group", "until-caught-up-broker-stall",
+                  "members-batch-with-failures", "more-partitions-than-max-partitions", "sighup",
+                  "sigttin-sigttou")
 
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

@@ -91,7 +91,8 @@ class Group:
         self.names = {k: unique(k) for k in ("in", "out", "dlq", "group")}
         self.control = f"_ringmaster.control.{self.names['group']}"
         self.members: list[Ringmaster] = []
-        self.cfg = base_config(bootstrap, self.names["in"], self.names["group"], tmp, processes=1)
+        self.cfg = base_config(bootstrap, self.names["in"], self.names["group"], tmp, fault.protocol,
+                               processes=1)
         self.cfg["output"] = {"topic": self.names["out"]}
         self.cfg["dead_letter"] = {"topic": self.names["dlq"]}
         self.cfg["kafka"]["connect_timeout_s"] = CONNECT_TIMEOUT_S
@@ -101,7 +102,8 @@ class Group:
     # ------------------------------------------------------------------ the cluster side
     def create_topics(self) -> None:
         make_topics(self.bootstrap, PARTITIONS, self.names["in"], self.names["out"], self.names["dlq"])
-        create_topic({"bootstrap.servers": self.bootstrap}, self.control, 1, 1, {"cleanup.policy": "compact"})
+        create_topic({"bootstrap.servers": self.bootstrap}, self.control, 1, 1,
+                     {"cleanup.policy": self.fault.control_policy})
 
     def write_control(self, records: tuple[Record, ...]) -> None:
         if not records:

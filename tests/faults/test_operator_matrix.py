@@ -14,19 +14,23 @@ from typing import Any
 import pytest
 
 from . import operator_drive as drive
-from .operator_matrix import BY_ID, OPERATOR_FAULTS
+from .operator_matrix import OPERATOR_FAULTS, REBALANCE_ROWS
 from .parallel import observe_selected
+from .protocols import with_variants
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(1200)]
 RAW_CLIENT_LINE = re.compile(r"^%\d\|", re.M)
+# Every row, and the rebalance rows again under the broker's other group protocol.
+ROWS = with_variants(OPERATOR_FAULTS, REBALANCE_ROWS)
+ROWS_BY_ID = {f.id: f for f in ROWS}
 PROMPT_S = 30.0  # an operator command, Kafka round trips included, on a loaded 2-core machine
 
 
 @pytest.fixture(scope="session")
 def operator_observations(request: pytest.FixtureRequest, broker: Any,
                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    yield observe_selected(request, "test_operator_fault", BY_ID, drive.run, broker.bootstrap,
-                           tmp_path_factory)
+    yield observe_selected(request, "test_operator_fault", ROWS_BY_ID, drive.run, broker.bootstrap,
+                           tmp_path_factory, lambda f: f.driver == "unreachable_daemon")  # its own broker
 
 
 def clean(text: str, what: str) -> None:
@@ -34,7 +38,7 @@ def clean(text: str, what: str) -> None:
     assert "Traceback" not in text and "internal error" not in text, f"{what}: a traceback:\n{text[-3000:]}"
 
 
-@pytest.mark.parametrize("fault_id", [f.id for f in OPERATOR_FAULTS])
+@pytest.mark.parametrize("fault_id", [f.id for f in ROWS])
 def test_operator_fault(fault_id: str, operator_observations: dict[str, Any]) -> None:
     obs = operator_observations[fault_id]
     if isinstance(obs, BaseException):
