@@ -592,25 +592,37 @@ class GroupConsumer:
         self.state = ConsumerState.CLOSING
         if self.wedged:
             return False  # close() would wait behind the commit too; the member times out
-        failure: list[BaseException] = []
-
-        def leave() -> None:
-            try:
-                self._c.close()
-            except BaseException as exc:  # reported by the caller's thread
-                failure.append(exc)
-
-        closer = threading.Thread(target=leave, name="kafka-close", daemon=True)
-        closer.start()
-        closer.join(timeout_s)
-        if closer.is_alive():
+        finished, failure = close_within(self._c.close, timeout_s, "kafka-close")
+        if not finished:
             self.abandoned = True
             log.error("leaving the consumer group did not finish in time; exiting without it "
                       "(the broker drops this member after session.timeout.ms)",
                       extra={"timeout_s": timeout_s})
             return False
         self.state = ConsumerState.CLOSED
-        if failure:
-            raise KafkaError(f"closing the consumer failed: {failure[0]}") from failure[0]
+        if failure is not None:
+            raise KafkaError(f"closing the consumer failed: {failure}") from failure
         return True
+
+
+def close_within(close: Callable[[], None], timeout_s: float,
+                 thread: str) -> tuple[bool, BaseException | None]:
+    """Run a client's close() on a helper thread and wait at most timeout_s: (whether it
+    finished, what it raised). librdkafka's close has no timeout of its own (see
+    GroupConsumer.close); a close left running keeps the client in use, so the caller must
+    end the process with os._exit."""
+    failure: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            close()
+        except BaseException as exc:  # reported by the caller's thread
+            failure.append(exc)
+
+    closer = threading.Thread(target=leave, name=thread, daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    if closer.is_alive():
+        return False, None
+    return True, failure[0] if failure else None
 

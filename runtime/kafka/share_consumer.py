@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from runtime.errors import KafkaError
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import CommitResult, Fetched, close_within
 from runtime.kafka.messages import offset_of, tp_of
 from runtime.tp import TP
 
@@ -292,24 +291,14 @@ class ShareGroupConsumer:
         if released:
             log.info("released records not done", extra={"records": released})
         self._closed = True
-        failure: list[BaseException] = []
-
-        def leave() -> None:
-            try:
-                self._c.close()
-            except BaseException as exc:  # reported by the caller's thread
-                failure.append(exc)
-
-        closer = threading.Thread(target=leave, name="kafka-share-close", daemon=True)
-        closer.start()
-        closer.join(timeout_s)
-        if closer.is_alive():
+        finished, failure = close_within(self._c.close, timeout_s, "kafka-share-close")
+        if not finished:
             self.abandoned = True
             log.error("leaving the share group did not finish in time; exiting without it "
                       "(the broker redelivers this member's records when their locks run out)")
             return False
-        if failure:
-            raise KafkaError(f"closing the share consumer failed: {failure[0]}") from failure[0]
+        if failure is not None:
+            raise KafkaError(f"closing the share consumer failed: {failure}") from failure
         return True
 
 
