@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from helpers import (
     TEST_BROKER,
+    Broker,
     Ringmaster,
     committed,
     daemon_config,
@@ -29,6 +30,7 @@ from helpers import (
     unique,
     wait_for,
 )
+from proxy import PRODUCE, Proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.timeout(420),
               pytest.mark.skipif(TEST_BROKER != "kafka", reason="exactly-once is judged on Apache Kafka "
@@ -235,3 +237,46 @@ def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and
     assert len(read_committed(broker.bootstrap, names["dlq"], 1)) == 1
     final = rm.status()
     assert final is not None and final["transactions_aborted"] >= 1
+
+
+@pytest.mark.parametrize("stall", ["cut", "produce"])
+def test_each_output_once_through_a_broker_stall(proxied: tuple[Broker, Proxy], names: dict[str, str],
+                                                 tmp_path: Path, stall: str) -> None:
+    """The broker away in the middle of batches: ``cut``, every connection closed and refused
+    for longer than the session timeout (the partitions lost, transactions open, commits
+    unanswered); ``produce``, Produce requests swallowed while the group goes on (the
+    transactions' outputs time out and abort, the partitions stay). Afterwards each output is
+    there once and the group's offsets are at the end."""
+    broker, proxy = proxied
+    n, partitions = 6000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1}, batch_max_records=200)
+    cfg["supervisor"]["revoke_timeout_s"] = 2.0
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 1000 and busy_workers(s), 90, "batches under way")
+        if stall == "cut":
+            proxy.cut()
+        else:
+            proxy.block(PRODUCE, "stall")
+        try:
+            # Longer than the session timeout (2 s) and the delivery timeout (10 s): the
+            # batches under way cannot commit, the next ones cannot begin or deliver.
+            end = time.monotonic() + 12
+            wait_for(lambda: rm.proc.poll() is not None or time.monotonic() > end, 20, "the stall")
+            assert rm.proc.poll() is None, f"the supervisor stopped during the stall:\n{rm.log_tail()}"
+        finally:
+            proxy.unblock(PRODUCE)
+            proxy.restore()
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 240)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
+    # The stall caught batches in their transactions: aborted (a timeout, the generation gone),
+    # or their workers killed on the lost partitions (revoke_timeout_s), the transactions they
+    # left open fenced by their successors' init_transactions.
+    assert re.search(r"batch deferred cause=transaction|still busy on a revoked partition",
+                     rm.log_path.read_text()), "the stall reached a transaction"
+
