@@ -13,6 +13,7 @@ import random
 import re
 import signal
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from helpers import (
     daemon_config,
     make_topics,
     produce,
+    to_toml,
     unique,
     wait_for,
 )
@@ -280,3 +282,47 @@ def test_each_output_once_through_a_broker_stall(proxied: tuple[Broker, Proxy], 
     assert re.search(r"batch deferred cause=transaction|still busy on a revoked partition",
                      rm.log_path.read_text()), "the stall reached a transaction"
 
+
+def test_reload_resize_and_an_operator_pause_under_load_write_each_output_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The operator's live operations under the guarantee, one after the other while a backlog
+    is processed: a reload (new workers in spare slots, each with its slot's transactional id,
+    the old ones retired after their batch), a resize up and down (a retired slot's id taken
+    again later: init_transactions fences nothing alive), a pause and a resume. Each output
+    once, the offsets at the end, no rebalance."""
+    n, partitions = 9000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1.5}, batch_max_records=100,
+                              max_processes=4)
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        before = rm.wait_status(lambda s: s["records"] >= 500, 90, "progress")
+        written = tomllib.loads(rm.config_path.read_text())  # with the daemon's control socket
+        written["workers"]["settings"]["sleep_ms"] = 1.0
+        rm.config_path.write_text(to_toml(written))
+        r = rm.command("reload", "--timeout", "100")
+        assert r.returncode == 0 and r.stdout.startswith("reloaded: 2 workers"), r.stdout + r.stderr
+        r = rm.command("scale", "--processes", "4", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 2 to 4 workers"), r.stderr
+        r = rm.command("scale", "-n", "-3", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 4 to 1 workers"), r.stderr
+        r = rm.command("scale", "--processes", "3", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 1 to 3 workers"), r.stderr
+        r = rm.command("pause")
+        assert r.returncode == 0, r.stderr
+        held = rm.wait_status(lambda s: bool(s["partitions"]) and all(
+            "operator" in p["pause_reasons"] for p in s["partitions"]) and not busy_workers(s), 30, "held")
+        assert held["records"] < n, "paused before the end: a backlog for the resume"
+        r = rm.command("resume")
+        assert r.returncode == 0, r.stderr
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 180)
+        s = rm.status()
+        assert s is not None, rm.log_tail()
+        group = ("rebalances", "revocations")
+        assert [s[k] for k in group] == [before[k] for k in group], "no rebalance"
+        assert s["restarts"] == 0 and s["transactions_committed"] > 0
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
