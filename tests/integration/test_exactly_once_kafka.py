@@ -382,3 +382,54 @@ def test_a_redrive_brings_each_dead_letter_back_and_its_output_appears_once(
     assert redrive()["redriven_total"] == 0, "no letter is redriven twice"
     ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n))
     assert ids == Counter(f"r{i}" for i in range(n)), "every record's output once, the redriven ones too"
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sixty_thousand_records_through_every_fault_at_once_each_output_once(
+        proxied: tuple[Broker, Proxy], names: dict[str, str], tmp_path: Path) -> None:
+    """Issue 26's whole check: 60,000 records, two members, workers SIGKILLed in their batches,
+    a supervisor SIGKILLed and started again, the rebalances those make, and the broker away
+    past the session timeout; then a read_committed reader finds each input's output once
+    and the group's offsets are at the end of every partition."""
+    broker, proxy = proxied
+    n, partitions = 60_000, 8
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1}, batch_max_records=500)
+    cfg["dead_letter"]["max_crashes"] = 100  # the kills are ours, not the records'
+    cfg["supervisor"]["revoke_timeout_s"] = 2.0
+    rng = random.Random(26)
+    members = {"a": Ringmaster(cfg, tmp_path, "a"), "b": Ringmaster(cfg, tmp_path, "b")}
+    started = list(members.values())
+    try:
+        def kill_a_busy_worker(rm: Ringmaster) -> None:
+            busy = busy_workers(rm.wait_status(lambda s: busy_workers(s), 90, "a worker with a batch"))
+            time.sleep(rng.uniform(0, 0.1))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(busy), signal.SIGKILL)
+
+        for k in range(6):
+            kill_a_busy_worker(members["ab"[k % 2]])
+        members["a"].wait_status(lambda s: busy_workers(s), 90, "A with batches out")
+        members["a"].kill()
+        members["a"] = Ringmaster(cfg, tmp_path, "a2")
+        started.append(members["a"])
+        kill_a_busy_worker(members["b"])
+        members["b"].wait_status(lambda s: busy_workers(s), 90, "B with batches out")
+        proxy.cut()
+        try:  # past the session timeout: B's partitions lost with its transactions open
+            wait_for(lambda: "partitions lost" in members["b"].log_path.read_text(), 60,
+                     "B's partitions lost in the stall", interval_s=0.2)
+        finally:
+            proxy.restore()
+        kill_a_busy_worker(members["a"])
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 600)
+        for rm in members.values():
+            assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        for rm in started:
+            rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
+    assert not read_committed(broker.bootstrap, names["dlq"], 0, timeout_s=10), "no record was blamed"
