@@ -89,10 +89,11 @@ class Proxy:
     def _pump(self, a: socket.socket, b: socket.socket) -> None:
         """a: the client, b: the broker."""
         sel = selectors.DefaultSelector()
-        sel.register(a, selectors.EVENT_READ, b)
-        sel.register(b, selectors.EVENT_READ, a)
         pending = b""  # client bytes not yet forwarded: an incomplete request
         try:
+            # A cut() between the accept and here has closed them already (fd -1: ValueError).
+            sel.register(a, selectors.EVENT_READ, b)
+            sel.register(b, selectors.EVENT_READ, a)
             while not self._stop.is_set():
                 for key, _ in sel.select(0.5):
                     data = key.fileobj.recv(65536)  # type: ignore[union-attr]
@@ -114,7 +115,7 @@ class Proxy:
                             self.swallowed += 1
                             continue
                         b.sendall(request)
-        except OSError:
+        except (OSError, ValueError):
             return
         finally:
             sel.close()

@@ -14,7 +14,7 @@ Record values follow tests/plugins/probe.py: ``command[=arg]:id``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tests.wire import RawRecord
@@ -58,6 +58,10 @@ class Fault:
     # runs records again does not write again what was acknowledged: runtime/worker/acked.py.)
     redelivers: bool = False
     protocol: str | None = None  # the daemons' group protocol (None: the session's, tests/helpers.py)
+    # output.guarantee: "exactly-once" rows run on Apache Kafka only (Tansu's read_committed
+    # returns aborted records) and are judged exactly once, outputs and dead letters, whatever
+    # ``redelivers`` says of the same fault under at-least-once.
+    guarantee: str = "at-least-once"
 
 
 def values(**at: str) -> dict[int, str]:
@@ -780,6 +784,39 @@ FAULTS += [
 REBALANCE_ROWS = ("spawn-supervisor-killed", "sigterm-to-the-group", "until-caught-up-broker-stall",
                   "members-batch-with-failures", "more-partitions-than-max-partitions", "sighup",
                   "sigttin-sigttou")
+
+# Exactly-once (issue 26, docs/exactly-once.md): the rows whose batches run again after a worker
+# or the broker goes away, once more with output.guarantee = "exactly-once", judged exactly once
+# with no exception (driver "exactly_once": the daemon until every offset is committed, then
+# SIGTERM, as --until-caught-up is refused under the guarantee). Apache Kafka only.
+_EO_GROUP = "exactly-once (Apache Kafka)"
+
+
+def _exactly_once(row: str, then: str = ("the same, and a `read_committed` reader finds each output and "
+                                          "dead letter once: the batch the worker died in was aborted and "
+                                          "ran again"), **changes: Any) -> Fault:
+    f = next(f for f in FAULTS if f.id == row)
+    return replace(f, id=f"{row}-exactly-once", group=_EO_GROUP, then=then,
+                   when=f'{f.when}, under `output.guarantee = "exactly-once"`',
+                   driver="exactly_once", guarantee="exactly-once", redelivers=False, **changes)
+
+
+FAULTS += [
+    *[_exactly_once(row) for row in ("segfault", "oom-kill", "killed-while-read", "killed-while-deliver",
+                                     "killed-while-wait", "killed-while-letters")],
+    _exactly_once("killed-while-report",
+                  "its batch's transaction had committed: the batch comes back, is found committed (the "
+                  "group's stable offset) and is not run again; nothing dead-lettered, each output once",
+                  dead={}, check=None, log=("batch committed already by an earlier transaction",),
+                  no_output=frozenset({"r13"})),  # probe.py: die=report writes no output of its own
+    Fault("broker-stall-exactly-once", _EO_GROUP,
+          "the broker stalls past the session timeout in the middle of transactions, under "
+          "`output.guarantee = \"exactly-once\"`, then comes back",
+          "the partitions are lost and come back; the transactions under way are aborted (or their "
+          "workers killed after `revoke_timeout_s` and fenced by their successors); a `read_committed` "
+          "reader finds each output once and the offsets end at each partition's end",
+          driver="exactly_once_broker_stall", guarantee="exactly-once", log=("partitions lost",)),
+]
 
 BY_ID = {f.id: f for f in FAULTS}
 assert len(BY_ID) == len(FAULTS), "fault ids must be unique"

@@ -78,6 +78,9 @@ def test_fault(fault_id: str, observations: dict[str, Any]) -> None:
         written = Counter(ident(v) for v in obs.values)  # empty and null values share an id
         twice = [i for i, n in ids.items() if n > max(1, written[i])][:5]
         assert f.redelivers or not twice, f"outputs written more than once: {twice}:\n{tail}"
+        if f.guarantee == "exactly-once":  # read_committed (read_all): the dead letters once too
+            letters = Counter(ident(m.value()) for m in obs.dead)
+            assert all(n == 1 for n in letters.values()), f"dead letters written twice: {letters}:\n{tail}"
         outputs = set(ids)
         expected = {ident(v) for v in obs.values} - set(f.dead) - f.no_output
         assert outputs == expected, (f"outputs missing {sorted(expected - outputs)[:10]}, "
@@ -349,7 +352,7 @@ def death_phase_named(obs: drive.Observation) -> None:
     """The dead letter of the record that killed its worker says what the worker was doing."""
     (m,) = obs.dead
     why = dict(m.headers())["ringmaster.error.message"].decode()
-    phase = obs.fault.id.removeprefix("killed-while-")
+    phase = obs.fault.id.removeprefix("killed-while-").removesuffix("-exactly-once")
     words = {"read": "reading the batch or running the plugin",
              "deliver": "delivering outputs or dead letters",
              "wait": "waiting to retry", "letters": "delivering outputs or dead letters",

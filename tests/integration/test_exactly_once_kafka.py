@@ -12,7 +12,10 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import time
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,15 +23,20 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from helpers import (
+    PLUGINS,
+    ROOT,
     TEST_BROKER,
+    Broker,
     Ringmaster,
     committed,
     daemon_config,
     make_topics,
     produce,
+    to_toml,
     unique,
     wait_for,
 )
+from proxy import PRODUCE, Proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.timeout(420),
               pytest.mark.skipif(TEST_BROKER != "kafka", reason="exactly-once is judged on Apache Kafka "
@@ -81,6 +89,15 @@ def assert_each_once(bootstrap: str, topic: str, n: int) -> None:
         f"{len(duplicates)} duplicated (e.g. {list(duplicates.items())[:5]}), " \
         f"{len(missing)} lost ({missing[:5]})"
     assert len(ids) == n
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("ends")})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        c.close()
 
 
 def busy_workers(status: dict[str, Any]) -> list[int]:
@@ -235,3 +252,188 @@ def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and
     assert len(read_committed(broker.bootstrap, names["dlq"], 1)) == 1
     final = rm.status()
     assert final is not None and final["transactions_aborted"] >= 1
+
+
+@pytest.mark.parametrize("stall", ["cut", "produce"])
+def test_each_output_once_through_a_broker_stall(proxied: tuple[Broker, Proxy], names: dict[str, str],
+                                                 tmp_path: Path, stall: str) -> None:
+    """The broker away in the middle of batches: ``cut``, every connection closed and refused
+    for longer than the session timeout (the partitions lost, transactions open, commits
+    unanswered); ``produce``, Produce requests swallowed while the group goes on (the
+    transactions' outputs time out and abort, the partitions stay). Afterwards each output is
+    there once and the group's offsets are at the end."""
+    broker, proxy = proxied
+    n, partitions = 6000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1}, batch_max_records=200)
+    cfg["supervisor"]["revoke_timeout_s"] = 2.0
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        rm.wait_status(lambda s: s["records"] >= 1000 and busy_workers(s), 90, "batches under way")
+        if stall == "cut":
+            proxy.cut()
+        else:
+            proxy.block(PRODUCE, "stall")
+        try:
+            # Longer than the session timeout (2 s) and the delivery timeout (10 s): the
+            # batches under way cannot commit, the next ones cannot begin or deliver.
+            end = time.monotonic() + 12
+            wait_for(lambda: rm.proc.poll() is not None or time.monotonic() > end, 20, "the stall")
+            assert rm.proc.poll() is None, f"the supervisor stopped during the stall:\n{rm.log_tail()}"
+        finally:
+            proxy.unblock(PRODUCE)
+            proxy.restore()
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 240)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
+    if stall == "produce":  # a transaction's outputs were held: its commit waited, or it aborted
+        assert proxy.swallowed > 0, "the stall reached a transaction"
+    else:  # batches caught in their transactions: aborted (a timeout, the generation gone), or
+        # their workers killed on the lost partitions (revoke_timeout_s), the transactions they
+        # left open fenced by their successors' init_transactions
+        assert re.search(r"batch deferred cause=transaction|still busy on a revoked partition",
+                         rm.log_path.read_text()), "the stall reached a transaction"
+
+
+def test_reload_resize_and_an_operator_pause_under_load_write_each_output_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The operator's live operations under the guarantee, one after the other while a backlog
+    is processed: a reload (new workers in spare slots, each with its slot's transactional id,
+    the old ones retired after their batch), a resize up and down (a retired slot's id taken
+    again later: init_transactions fences nothing alive), a pause and a resume. Each output
+    once, the offsets at the end, no rebalance."""
+    n, extra, partitions = 9000, 3000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1.5}, batch_max_records=100,
+                              max_processes=4)
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        before = rm.wait_status(lambda s: s["records"] >= 500, 90, "progress")
+        written = tomllib.loads(rm.config_path.read_text())  # with the daemon's control socket
+        written["workers"]["settings"]["sleep_ms"] = 1.0
+        rm.config_path.write_text(to_toml(written))
+        r = rm.command("reload", "--timeout", "100")
+        assert r.returncode == 0 and r.stdout.startswith("reloaded: 2 workers"), r.stdout + r.stderr
+        r = rm.command("scale", "--processes", "4", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 2 to 4 workers"), r.stderr
+        r = rm.command("scale", "-n", "-3", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 4 to 1 workers"), r.stderr
+        r = rm.command("scale", "--processes", "3", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 1 to 3 workers"), r.stderr
+        r = rm.command("pause")
+        assert r.returncode == 0, r.stderr
+        rm.wait_status(lambda s: bool(s["partitions"]) and all(
+            "operator" in p["pause_reasons"] for p in s["partitions"]) and not busy_workers(s), 30, "held")
+        # Records for the resume, whether or not the backlog was over (the machine decides).
+        more = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n, n + extra)], partitions)
+        r = rm.command("resume")
+        assert r.returncode == 0, r.stderr
+        counts = {p: counts[p] + more[p] for p in counts}
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 180)
+        s = rm.status()
+        assert s is not None, rm.log_tail()
+        group = ("rebalances", "revocations")
+        assert [s[k] for k in group] == [before[k] for k in group], "no rebalance"
+        assert s["restarts"] == 0 and s["transactions_committed"] > 0
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n + extra)
+
+
+def test_a_redrive_brings_each_dead_letter_back_and_its_output_appears_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Redrive under the guarantee: the buggy code's dead letters (written in the batches'
+    transactions) are read committed, sent back to their partitions, and the fixed code's
+    outputs of them, like every other output, are there once; a second redrive finds nothing."""
+    n = 400
+    make_topics(broker.bootstrap, 2, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], [f"{'bug' if i % 10 == 3 else 'ok'}:r{i}" for i in range(n)], 2)
+    bugs = {f"r{i}" for i in range(n) if i % 10 == 3}
+
+    def daemon(fixed: bool, name: str) -> dict[str, Any]:
+        cfg = exactly_once_config(broker, names, tmp_path, plugin="fixable", settings={"fixed": fixed},
+                                  batch_max_records=50)
+        cfg["dead_letter"].update({"max_attempts": 2, "retry_backoff_s": 0.01})
+        ends = end_offsets(broker.bootstrap, names["in"], 2)
+        rm = Ringmaster(cfg, tmp_path, name)
+        try:
+            wait_committed(broker.bootstrap, names["group"], names["in"], ends, 120)
+            assert rm.terminate() == 0, rm.log_tail()
+        finally:
+            rm.close()
+        return cfg
+
+    cfg = daemon(False, "buggy")
+    letters = read_committed(broker.bootstrap, names["dlq"], len(bugs))
+    assert Counter(m.value().decode().split(":")[1] for m in letters) == Counter(bugs)
+    cfg["workers"]["settings"]["fixed"] = True
+    (tmp_path / "redrive.toml").write_text(to_toml(cfg))
+
+    def redrive() -> dict[str, Any]:
+        cmd = [sys.executable, "-m", "runtime.cli", "redrive", "-c", str(tmp_path / "redrive.toml"), "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)])))
+        assert r.returncode == 0, r.stderr
+        return dict(json.loads(r.stdout))
+
+    assert redrive()["redriven_total"] == len(bugs)
+    daemon(True, "fixed")
+    assert redrive()["redriven_total"] == 0, "no letter is redriven twice"
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n))
+    assert ids == Counter(f"r{i}" for i in range(n)), "every record's output once, the redriven ones too"
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sixty_thousand_records_through_every_fault_at_once_each_output_once(
+        proxied: tuple[Broker, Proxy], names: dict[str, str], tmp_path: Path) -> None:
+    """Issue 26's whole check: 60,000 records, two members, workers SIGKILLed in their batches,
+    a supervisor SIGKILLed and started again, the rebalances those make, and the broker away
+    past the session timeout; then a read_committed reader finds each input's output once
+    and the group's offsets are at the end of every partition."""
+    broker, proxy = proxied
+    n, partitions = 60_000, 8
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 1}, batch_max_records=500)
+    cfg["dead_letter"]["max_crashes"] = 100  # the kills are ours, not the records'
+    cfg["supervisor"]["revoke_timeout_s"] = 2.0
+    rng = random.Random(26)
+    members = {"a": Ringmaster(cfg, tmp_path, "a"), "b": Ringmaster(cfg, tmp_path, "b")}
+    started = list(members.values())
+    try:
+        def kill_a_busy_worker(rm: Ringmaster) -> None:
+            busy = busy_workers(rm.wait_status(lambda s: busy_workers(s), 90, "a worker with a batch"))
+            time.sleep(rng.uniform(0, 0.1))
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(busy), signal.SIGKILL)
+
+        for k in range(6):
+            kill_a_busy_worker(members["ab"[k % 2]])
+        members["a"].wait_status(lambda s: busy_workers(s), 90, "A with batches out")
+        members["a"].kill()
+        members["a"] = Ringmaster(cfg, tmp_path, "a2")
+        started.append(members["a"])
+        kill_a_busy_worker(members["b"])
+        members["b"].wait_status(lambda s: busy_workers(s), 90, "B with batches out")
+        proxy.cut()
+        try:  # past the session timeout: B's partitions lost with its transactions open
+            wait_for(lambda: "partitions lost" in members["b"].log_path.read_text(), 60,
+                     "B's partitions lost in the stall", interval_s=0.2)
+        finally:
+            proxy.restore()
+        kill_a_busy_worker(members["a"])
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 600)
+        for rm in members.values():
+            assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        for rm in started:
+            rm.close()
+    assert_each_once(broker.bootstrap, names["out"], n)
+    assert not read_committed(broker.bootstrap, names["dlq"], 0, timeout_s=10), "no record was blamed"
