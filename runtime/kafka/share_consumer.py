@@ -123,7 +123,10 @@ class ShareGroupConsumer:
         n = sum(len(offs) for offs in refused.values())
         self.counts.lock_expiries += n
         why = exc if exc is not None else next(tp.error for tp in offsets if tp.error is not None)
-        log.warning("acknowledgements refused: the records' locks ran out (another member has them now)",
+        # Not only a lock run out: after a broker outage the broker refuses acknowledgements
+        # of the records it handed out before (NOT_LEADER_FOR_PARTITION, INVALID_RECORD_STATE).
+        log.warning("acknowledgements refused: the records' locks ran out or the broker was away; "
+                    "it hands them out again",
                     extra={"records": n, "error": str(why), "throttle": "share ack refused"})
 
     # ------------------------------------------------------------------ the seam

@@ -15,6 +15,8 @@ Drivers:
 * ``caught_up_broker_away`` / ``caught_up_commit_unanswered`` / ``caught_up_broker_stall``:
   `--until-caught-up` against a broker of its own behind a proxy that cuts it, or swallows
   OffsetCommit requests.
+* ``share`` / ``share_broker_stall``: the row in a share group (Apache Kafka); the stall
+  against a broker of its own behind a proxy that cuts it.
 * ``transactions``: the row's records written in committed and aborted transactions, then
   `--until-caught-up` under read_committed.
 * ``redrive_letters``: good and poisoned dead letters, `ringmaster redrive` twice, then the
@@ -42,6 +44,7 @@ from typing import Any
 import psutil
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from helpers import (
     FAST_GROUP,
     PLUGINS,
@@ -206,6 +209,11 @@ def batch(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     return read_back(obs, rm)
 
 
+def _share_group(cfg: dict[str, Any]) -> None:
+    cfg["kafka"].update(group_type="share", consumer={})
+    cfg["workers"]["ordering"] = "unordered"
+
+
 def share(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     """The row in a share group (kafka.group_type = "share", Apache Kafka only): no
     --until-caught-up (a share group commits no offset), so the daemon runs until every record
@@ -213,8 +221,7 @@ def share(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     if TEST_BROKER != "kafka":
         pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
     obs, cfg = prepare(fault, bootstrap, tmp)
-    cfg["kafka"].update(group_type="share", consumer={})
-    cfg["workers"]["ordering"] = "unordered"
+    _share_group(cfg)
     rm = Ringmaster(cfg, tmp, "rm", env=dict(fault.env))
     try:
         rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= fault.n, fault.timeout_s,
@@ -729,6 +736,58 @@ def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observati
     return _proxied_run(fault, tmp, stall, caught_up_timeout_s=120.0)
 
 
+def _set_lock(bootstrap: str, group: str, ms: int) -> None:
+    """The share group's acquisition lock (share.record.lock.duration.ms), before it has members."""
+    entry = ConfigEntry("share.record.lock.duration.ms", str(ms), incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: not destroyed mid-call
+    admin.incremental_alter_configs([res])[res].result(30)
+
+
+def share_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """A share group's member against a broker of its own behind a proxy, cut for 10 s (longer
+    than the 5 s acquisition lock and the 6 s share session) while a poll is worked on, then
+    healed; the daemon runs until every record's output is written, then SIGTERM. The row's
+    records are one producer batch, which the broker hands out whole: one poll, which must run
+    within the lock when the broker is there (a poll slower than its lock is refused anyway)."""
+    if TEST_BROKER != "kafka":
+        pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
+    front, back = free_port(), free_port()
+    proxy = Proxy(front, back).start()
+    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
+    try:
+        obs, cfg = prepare(fault, broker.bootstrap, tmp)
+        _share_group(cfg)
+        _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
+                                "retry_backoff_max_s": 2.0}})
+        _set_lock(broker.bootstrap, obs.names["group"], 5000)
+        expected = {v.decode() for v in obs.values if v is not None}
+        rm = Ringmaster(cfg, tmp, "rm")
+        try:
+            rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= 50, 60, "records accepted")
+            proxy.cut()
+            time.sleep(10)  # the outage's length is the fault: outlasting the lock and the session
+            proxy.restore()
+
+            def all_out() -> bool:
+                try:
+                    out = read_all(broker.bootstrap, obs.names["out"])
+                    return {json.loads(m.value())["id"] for m in out} >= expected
+                except AssertionError:  # a read that found no end in time (a loaded machine): again
+                    return False
+            # Not the accepted count: an ACCEPT refused after the stall was counted (and is a
+            # lock expiry); its record's later delivery is what writes the output for sure.
+            wait_for(all_out, fault.timeout_s, "every record's output after the stall", interval_s=2.0)
+            obs.exit = rm.terminate(60)
+        finally:
+            rm.close()
+            proxy.restore()
+        return read_back(obs, rm)
+    finally:
+        proxy.close()
+        broker.stop()
+
+
 def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     """A batch run whose ``admin.listen`` port another process holds."""
     import socket
@@ -755,7 +814,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "transactions": transactions,
     "redrive_letters": redrive_letters,
     "admin_port_held": admin_port_held,
-    "share": share,
+    "share": share, "share_broker_stall": share_broker_stall,
     "exactly_once": exactly_once, "exactly_once_broker_stall": exactly_once_broker_stall,
 }
 

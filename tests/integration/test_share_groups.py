@@ -6,7 +6,9 @@ the other: nothing is lost, because a record is accepted only once its outputs a
 delivered. A poison record is dead-lettered once, with its delivery count. A plugin slower
 than the acquisition lock: the broker hands the record to the next poll, our late ACCEPT is
 refused and counted as a lock expiry. A cluster without share groups (Tansu): one line at
-start.
+start. The operator's commands in share mode: a pause releases what the member holds and
+acquires nothing more until the resume; a reload and a resize under load lose nothing. (A
+broker stall is the fault matrix's ``share-broker-stall`` row.)
 """
 
 from __future__ import annotations
@@ -223,3 +225,137 @@ def test_a_graceful_stop_releases_what_is_not_done(
         assert again.terminate(60) == 0
     finally:
         again.close()
+
+
+# ---------------------------------------------------------------------- operating a share member
+# Issue 27: the operator's commands and a broker stall, in share mode. A share group has no
+# partition to pause and no offset to rewind: what the daemon does not run is released.
+
+def _share_counts(rm: Ringmaster) -> dict[str, int]:
+    return dict((rm.status() or {}).get("share") or {})
+
+
+def _nothing_held(s: dict[str, Any]) -> bool:
+    """Every record acquired was acknowledged (accepted or released): none is held here."""
+    share = s.get("share") or {}
+    return share.get("acquired", 0) == share.get("accepted", 0) + share.get("released", 0)
+
+
+def _operator_held(s: dict[str, Any]) -> bool:
+    return bool(s["partitions"]) and all("operator" in p["pause_reasons"] for p in s["partitions"])
+
+
+def _peek_as_another_member(bootstrap: str, group: str, topic: str, timeout_s: float = 60) -> list[int]:
+    """A plain share consumer joins the group, takes what the broker hands it, releases it all
+    (nothing taken from the test) and leaves. Returns the delivery counts it saw."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    counts: list[int] = []
+    try:
+        c.subscribe([topic])
+
+        def got() -> bool:
+            for m in c.poll(1.0):
+                if m.error() is None:
+                    counts.append(m.delivery_count() or 1)
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+            return bool(counts)
+        wait_for(got, timeout_s, "another member to be handed records", interval_s=0)
+        c.commit_sync(30)
+    finally:
+        c.close()
+    return counts
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_an_operator_pause_processes_nothing_releases_what_is_held_and_resume_loses_nothing(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """`ringmaster pause` mid-poll: the batch in progress finishes and is accepted, every other
+    record of the poll is released (another member is handed it at once, its delivery count
+    raised), and no poll is made: nothing is processed while paused. `resume`: everything."""
+    n = 1500
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)])
+    # A poll of up to 500 records of 10 ms on one worker: seconds of work to pause in the middle of.
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 10}, batch_max_records=10)
+    rm = Ringmaster(cfg, tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= 20, 120, "records accepted")
+        r = rm.command("pause", "--reason", "share test")
+        assert r.returncode == 0, r.stderr
+        held = rm.wait_status(lambda s: _operator_held(s) and _nothing_held(s), 30,
+                              "the pause to hold the partition and release what is not done")
+        assert held["share"]["released"] > 0, held["share"]
+        assert held["share"]["accepted"] < n, "paused before the end"
+        processed = len(journal(tmp_path / "journal"))
+        # Released records go to the next member that polls, now, not when their locks run out.
+        seen = _peek_as_another_member(broker.bootstrap, names["group"], names["in"])
+        assert max(seen) >= 2, f"a released record comes back with its delivery count raised: {seen}"
+        after = rm.status() or {}
+        assert _operator_held(after)
+        assert len(journal(tmp_path / "journal")) == processed, "a record was processed while paused"
+        assert after["share"]["acquired"] == held["share"]["acquired"], "a paused member polled"
+        r = rm.command("resume")
+        assert r.returncode == 0, r.stderr
+        rm.wait_status(lambda s: s["share"]["accepted"] >= n and _nothing_held(s), 180,
+                       "every record accepted after the resume")
+        assert rm.terminate(60) == 0
+    finally:
+        rm.close()
+    assert set(_ids(broker.bootstrap, names["out"])) == {f"r{i}" for i in range(n)}, "nothing lost"
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_reload_and_resize_under_load_lose_nothing_and_accept_nothing_before_its_outputs(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """`ringmaster reload` (every worker replaced) and `ringmaster scale` up and down while a
+    backlog is worked: every record's output is written, and at any moment the records
+    accepted are no more than the outputs written (an ACCEPT follows its outputs)."""
+    n = 6000
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 10}, batch_max_records=20)
+    cfg["workers"].update(processes=2, max_processes=3)
+    produced = 0
+
+    def backlog(k: int) -> None:
+        """k more records, seconds of work, right before a command: it runs under load (and a
+        reload's first new worker waits for a batch: on an idle topic it would wait for ever)."""
+        nonlocal produced
+        _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(produced, produced + k)])
+        produced += k
+        assert _share_counts(rm).get("accepted", 0) < produced, "a backlog when the command is asked for"
+
+    def accepted_after_outputs() -> None:
+        """Invariant 1 seen from outside: never more records accepted than outputs written."""
+        accepted = _share_counts(rm).get("accepted", 0)
+        written = len(set(_ids(broker.bootstrap, names["out"])))
+        assert accepted <= written, f"{accepted} records accepted, {written} outputs written"
+
+    rm = Ringmaster(cfg, tmp_path, "rm")
+    try:
+        backlog(1000)
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= 100, 120, "progress")
+        backlog(2000)  # 10 s of work for two workers
+        r = rm.command("reload", "--timeout", "100")
+        assert r.returncode == 0, r.stderr
+        rm.wait_status(lambda s: s["reload"] and s["reload"]["state"] == "succeeded", 30, "the reload")
+        accepted_after_outputs()
+        backlog(1500)
+        r = rm.command("scale", "--processes", "3", "--timeout", "100")
+        assert (r.returncode, r.stdout.strip()) == (0, "resized from 2 to 3 workers"), r.stderr
+        rm.wait_status(lambda s: len(s["workers"]) == 3, 30, "3 workers")
+        accepted_after_outputs()
+        backlog(n - produced)
+        r = rm.command("scale", "--processes", "1", "--timeout", "100")
+        assert r.returncode == 0 and r.stdout.startswith("resized from 3 to 1 worker"), r.stderr
+        accepted_after_outputs()
+        s = rm.wait_status(lambda s: s["share"]["accepted"] >= n and _nothing_held(s), 180, "every record")
+        assert s["share"]["lock_expiries"] == 0 and s["share"]["rejected"] == 0, s["share"]
+        assert len(s["workers"]) == 1
+        assert rm.terminate(60) == 0
+    finally:
+        rm.close()
+    assert set(_ids(broker.bootstrap, names["out"])) == {f"r{i}" for i in range(n)}, "nothing lost"

@@ -40,6 +40,20 @@ def test_a_share_group_refuses_what_it_cannot_honour_one_line_each() -> None:
     assert all("\n" not in p for p in problems)
 
 
+def test_the_session_and_heartbeat_the_share_client_refuses_are_one_line_each() -> None:
+    """librdkafka's share consumer refuses them when it is built: without this check the run
+    ended in a traceback ("internal error") instead of a line `ringmaster check` says."""
+    problems = share_group_problems(_settings(consumer={"session.timeout.ms": 6000,
+                                                        "heartbeat.interval.ms": 500}))
+    assert [p.split(" ", 1)[0] for p in problems] == ["kafka.consumer.heartbeat.interval.ms",
+                                                      "kafka.consumer.session.timeout.ms"]
+    assert "share.session.timeout.ms" in problems[1]
+    ShareConsumer = pytest.importorskip("confluent_kafka").ShareConsumer
+    for key, value in (("session.timeout.ms", 6000), ("heartbeat.interval.ms", 500)):
+        with pytest.raises(ValueError, match="not supported"):  # what the check spares the user
+            ShareConsumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", key: value})
+
+
 def test_a_consumer_group_and_a_clean_share_group_have_no_problem() -> None:
     assert share_group_problems(_settings()) == []
     assert share_group_problems(_settings(group_type="consumer", workers={"plugin": "probe"})) == []
