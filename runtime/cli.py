@@ -626,6 +626,9 @@ def top(config: str, interval: float) -> None:
 
     settings = _operator_settings(config)
     console = Console()
+    # Ctrl-C leaves, as the help says, also when this process started with SIGINT ignored
+    # (a shell runs a script's background jobs so, and Python then raises no KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with Keys() as keys, Live(console=console, auto_refresh=False, screen=console.is_terminal) as live:
             while True:

@@ -85,7 +85,9 @@ def test_top_never_imports_the_plugin(tmp_path: Path, plugin: str) -> None:
     out_path = tmp_path / "top.out"
     with open(out_path, "w") as out:
         cmd = [sys.executable, "-m", "runtime.cli", "top", "-c", str(config(tmp_path, plugin))]
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        # Started with SIGINT ignored, as a script's background job is: Ctrl-C still leaves.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         try:
             deadline = time.monotonic() + PROMPT_S
             while "ringmaster —" not in out_path.read_text(errors="replace"):
