@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -199,7 +200,24 @@ class WireProducer:
 
     def produce(self, topic: str, partition: int, records: Sequence[RawRecord],
                 log_append_time: bool = False) -> int:
-        """Write the records as one batch (acks=all); returns the offset of the first."""
+        """Write the records as one batch (acks=all); returns the offset of the first. A
+        partition whose leader is not settled yet (just created: Apache Kafka answers
+        NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE for a moment) is asked again, its
+        leader looked up anew, until timeout_s."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            err, base_offset = self._produce_once(topic, partition, records, log_append_time)
+            if not err:
+                return base_offset
+            if err not in _LEADER_NOT_SETTLED or time.monotonic() > deadline:
+                raise ProtocolError(f"produce to {topic}[{partition}] failed with error code {err}")
+            stale = self._leaders.pop(partition, None)
+            if stale is not None and stale is not self._bootstrap and stale not in self._leaders.values():
+                stale.close()
+            time.sleep(0.2)
+
+    def _produce_once(self, topic: str, partition: int, records: Sequence[RawRecord],
+                      log_append_time: bool) -> tuple[int, int]:
         conn = self._leaders.get(partition)
         if conn is None:
             host, port, _node = self.leader(topic, partition)
@@ -213,10 +231,12 @@ class WireProducer:
             for _ in range(r.int(">i")):
                 pid, err, base_offset, _append_time = r.take(">ihqq")
                 if name == topic and pid == partition:
-                    if err:
-                        raise ProtocolError(f"produce to {topic}[{partition}] failed with error code {err}")
-                    return base_offset
+                    return err, base_offset
         raise ProtocolError("the produce response does not name the partition")
+
+
+# UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER: retriable by the protocol
+_LEADER_NOT_SETTLED = frozenset({3, 5, 6})
 
 
 def produce_raw(bootstrap: str, topic: str, partition: int, records: Sequence[RawRecord],
