@@ -27,13 +27,12 @@ from helpers import (  # noqa: E402
     Broker,
     is_broker_process,
     new_broker,
+    proxied_broker,
     shm_segments,
     sweep_dead_sessions,
     topic_names,
 )
 from proxy import Proxy  # noqa: E402
-
-from runtime.ops.devbroker import free_port  # noqa: E402
 
 
 def pytest_report_header() -> str:
@@ -108,14 +107,8 @@ def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
 def proxied(tmp_path: Path) -> Iterator[tuple[Broker, Proxy]]:
     """A broker of this test's own (of the session's kind) behind a TCP proxy the test can
     cut (tests/proxy.py): an outage without touching the session's broker."""
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp_path / f"{TEST_BROKER}.log", advertised_port=front).start()
-    try:
+    with proxied_broker(tmp_path) as (broker, proxy):
         yield broker, proxy
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -12,15 +13,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from proxy import Proxy
 
 from runtime.kafka.admin import ensure_topics
-from runtime.ops.devbroker import DevBroker
+from runtime.ops.devbroker import DevBroker, free_port
 from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +73,20 @@ def new_broker(port: int | None = None, log_path: Path | None = None,
         return ApacheKafkaBroker(port, log_path=log_path, advertised_port=advertised_port,
                                  overrides=KAFKA_TEST_SERVER)
     return DevBroker(port, log_path=log_path, advertised_port=advertised_port)
+
+
+@contextlib.contextmanager
+def proxied_broker(tmp: Path) -> Iterator[tuple[Broker, Proxy]]:
+    """A broker of the session's kind and of its own, behind a TCP proxy that can be cut
+    (tests/proxy.py): an outage without touching the session's broker. Its log goes in tmp."""
+    front, back = free_port(), free_port()
+    proxy = Proxy(front, back).start()
+    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
+    try:
+        yield broker, proxy
+    finally:
+        proxy.close()
+        broker.stop()
 
 
 _EXACT_LATEST: dict[str, bool] = {}

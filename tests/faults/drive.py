@@ -56,8 +56,8 @@ from helpers import (
     Ringmaster,
     base_config,
     committed,
-    new_broker,
     produce_rows,
+    proxied_broker,
     read_all,
     row_shm_dir,
     shm_segments,
@@ -257,10 +257,7 @@ def exactly_once_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observ
     """Batches under way in their transactions when the broker goes away past the session
     timeout (the partitions lost), then back: every offset committed, then SIGTERM."""
     _exactly_once_only()
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
-    try:
+    with proxied_broker(tmp) as (broker, proxy):
         obs, cfg = _flowing(fault, broker.bootstrap, tmp, n=6000)
         cfg["supervisor"]["revoke_timeout_s"] = 2.0
         rm = Ringmaster(cfg, tmp, "rm")
@@ -277,9 +274,6 @@ def exactly_once_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observ
             rm.close()
             proxy.restore()
         return read_back(obs, rm)
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 # ---- transactional input (issue 29): a transaction's marker takes an offset no consumer is handed
@@ -384,10 +378,7 @@ def redrive_letters(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 
 
 def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observation:
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
-    try:
+    with proxied_broker(tmp) as (broker, proxy):
         f = Fault(fault.id, fault.group, fault.when, fault.then, values=poison, n=40, partitions=2,
                   workers={"processes": 2, **fault.workers}, protocol=fault.protocol)
         obs, cfg = prepare(f, broker.bootstrap, tmp)
@@ -414,9 +405,6 @@ def _outage(fault: Fault, tmp: Path, how: str, poison: dict[int, str]) -> Observ
         finally:
             rm.close()
         return read_back(obs, rm)
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def output_outage(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
@@ -688,10 +676,7 @@ def admin_odd(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 def _proxied_run(fault: Fault, tmp: Path,
                  during: Callable[[Observation, Ringmaster, Proxy, Broker], None],
                  **supervisor: Any) -> Observation:
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
-    try:
+    with proxied_broker(tmp) as (broker, proxy):
         obs, cfg = _flowing(fault, broker.bootstrap, tmp, n=6000)
         _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
                                 "retry_backoff_max_s": 2.0}, "supervisor": supervisor})
@@ -705,9 +690,6 @@ def _proxied_run(fault: Fault, tmp: Path,
             proxy.restore()
             proxy.unblock(OFFSET_COMMIT)
         return read_back(obs, rm)
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def caught_up_broker_away(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
@@ -752,10 +734,7 @@ def share_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     within the lock when the broker is there (a poll slower than its lock is refused anyway)."""
     if TEST_BROKER != "kafka":
         pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
-    try:
+    with proxied_broker(tmp) as (broker, proxy):
         obs, cfg = prepare(fault, broker.bootstrap, tmp)
         _share_group(cfg)
         _merge(cfg, {"output": {"delivery_timeout_s": 2.0, "retry_backoff_s": 0.5,
@@ -783,9 +762,6 @@ def share_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
             rm.close()
             proxy.restore()
         return read_back(obs, rm)
-    finally:
-        proxy.close()
-        broker.stop()
 
 
 def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
