@@ -121,6 +121,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+def exited(p: psutil.Process | int) -> bool:
+    """Gone, or a zombie (ended: it only waits to be reaped). A process can exit between
+    two questions asked of it (CI saw NoSuchProcess from status() after is_running())."""
+    try:
+        p = p if isinstance(p, psutil.Process) else psutil.Process(p)
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def wait_for(pred: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.05) -> Any:
     """Poll a condition (never a fixed sleep); fail with `what` when it does not happen."""
     deadline = time.monotonic() + timeout_s

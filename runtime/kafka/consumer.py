@@ -34,6 +34,7 @@ from runtime.backoff import backoff_s
 from runtime.errors import KafkaError
 from runtime.kafka import coordinator
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
+from runtime.kafka.group_offsets import GroupOffsets, GroupStanding
 from runtime.kafka.messages import offset_of, tp_of
 from runtime.kafka.watermarks import LatestOffsets
 from runtime.tp import TP, tp_label
@@ -132,6 +133,8 @@ class GroupConsumer:
         self._paused: set[TP] = set()
         self._stopping = False  # stop(): no new requests but the commit and the leave
         self._latest = latest if latest is not None else LatestOffsets(props)
+        self._group_props = props  # where the whole group stands, asked for once subscribed
+        self._group: GroupOffsets | None = None
         props["error_cb"] = self._on_error
         props["on_commit"] = self._on_commit
         if props.get("statistics.interval.ms"):
@@ -209,6 +212,8 @@ class GroupConsumer:
             # While closing, librdkafka turns a late assignment into an unassignment: the
             # runtime has already let go of everything and must not take on new partitions.
             if self.state is ConsumerState.CONSUMING:
+                if self._group is not None:
+                    self._group.note(tps)
                 on_assign(tps)
 
         def revoke_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -229,6 +234,7 @@ class GroupConsumer:
         # grouping key can be the C method itself (no Python call per record).
         single = len(topics) == 1 and not topics[0].startswith("^")
         self._run_key = Message.partition if single else _topic_partition_of
+        self._group = GroupOffsets(self._group_props, topics)
         self._c.subscribe(topics, on_assign=assign_cb, on_revoke=revoke_cb, on_lost=lost_cb)
         self.state = ConsumerState.CONSUMING
         self._warn_of_missing_topics(topics)
@@ -570,12 +576,23 @@ class GroupConsumer:
                 return listed
         return high
 
+    def group_standing(self, ask_committed: bool) -> GroupStanding | None:
+        """Where the whole group stands (group_offsets.py), as of the answers so far; asks
+        again, off the loop, for what is due (the committed offsets only if ``ask_committed``).
+        Never blocks."""
+        if self._group is None or self._stopping or self.wedged:
+            return None if self._group is None else self._group.standing()
+        self._group.refresh(ask_committed)
+        return self._group.standing()
+
     def stop(self) -> None:
         """The member is stopping: ask the broker for nothing more (the ends of paused
-        partitions) than the final commit and leaving the group need. A request started now
-        would keep the process from exiting until it timed out."""
+        partitions, where the group stands) than the final commit and leaving the group need.
+        A request started now would keep the process from exiting until it timed out."""
         self._stopping = True
         self._latest.abandon()
+        if self._group is not None:
+            self._group.abandon()
 
     def close(self, timeout_s: float = 30.0) -> bool:
         """Leave the group within timeout_s; False if librdkafka did not finish by then.

@@ -281,6 +281,9 @@ class ShareGroupConsumer:
     def high_watermark(self, tp: TP, /) -> int | None:
         return None
 
+    def group_standing(self, ask_committed: bool, /) -> None:
+        return None  # a share group has no committed offsets: a member is judged alone
+
     def stop(self) -> None:
         """No more polls; acknowledgements still go out."""
 

@@ -21,6 +21,14 @@ at a failing record without a dead-letter topic, and nothing else, are exit 7
 
 A lost partition usually comes back: the member rejoins and is assigned it again. So the
 run does not stop while one is out, unless nothing moves for ``caught_up_timeout_s``.
+
+The run is the group's, not only this member's: once its own partitions are done, the member
+waits until every partition of its topics is committed at or past its end by whichever
+member holds it (runtime/kafka/group_offsets.py), and a partition it let go of without an
+acknowledged commit counts as done once the group's commit reaches its end. A member killed
+a moment ago keeps its partitions until its session times out (KIP-848 hands the others
+theirs at once): exiting 0 beside it would call a topic done that is not. Another member's
+commits moving is progress for ``caught_up_timeout_s``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 from runtime.config import SupervisorSettings
 from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
+from runtime.kafka.group_offsets import GroupStanding
 from runtime.supervisor.assignment import Assignment
 from runtime.supervisor.commits import SyncCommit
 from runtime.supervisor.intake import Intake
@@ -82,6 +91,7 @@ class CaughtUp:
         self._furthest: dict[TP, int] = {}  # per partition, the furthest a fetch has reached
         self._new_ground = 0  # times a fetch went past it (a re-read after a rewind does not)
         self._progress_at = clock()
+        self.group: GroupStanding | None = None  # the last answer on where the group stands
 
     # ------------------------------------------------------------------ every tick
     def should_stop(self) -> bool:
@@ -92,6 +102,8 @@ class CaughtUp:
             return False
         self._next_check = now + _CHECK_EVERY_S
         self._take_targets()
+        if self.assignment.assigned_once:
+            self.group = self.consumer.group_standing(False)  # the ends taken early; progress
         if self._stalled(now):
             self.stalled_s = now - self._progress_at
             # What is left is said once, by the verdict, as the run's last line.
@@ -106,10 +118,24 @@ class CaughtUp:
             return False  # assigned and not read: not caught up (a release may free a slot for them)
         if not all(self._finished(p) for p in self.partitions.values()):
             return False
+        self.group = self.consumer.group_standing(True)
         if self._out():
             return False  # lost or refused partitions: a rejoin usually brings them back; wait
+        if self.group is not None and (not self.group.complete or self._others_left()):
+            return False  # another member's partitions are not at their end yet; wait
         log.info("caught up with the end of every assigned partition; stopping")
         return True
+
+    def _others_left(self) -> dict[TP, int | None]:
+        """The group's partitions this member does not hold, short of their end."""
+        return self.group.left(set(self.partitions)) if self.group is not None else {}
+
+    def _settled(self, r: Release) -> bool:
+        """A partition let go of is at its end in the group's commits (another member's)."""
+        if self.group is None or not self.group.complete:
+            return False
+        end = self.group.ends.get(r.tp, r.end)
+        return end is not None and self.group.committed.get(r.tp, -1) >= end
 
     def _take_targets(self) -> None:
         """The end of each partition as the first fetch response after its assignment gave it
@@ -137,7 +163,8 @@ class CaughtUp:
                 self._furthest[tp] = p.intake.next_offset
                 self._new_ground += 1
         mark = (self._new_ground, self.rebalances(), len(self.partitions),
-                sum(p.stats.records_done + p.stats.dead_letters for p in self.partitions.values()))
+                sum(p.stats.records_done + p.stats.dead_letters for p in self.partitions.values()),
+                sum(self.group.committed.values()) if self.group is not None else 0)
         if self._mark is None:
             self._mark, self._progress_at = mark, now  # the bound counts from the loop's start
         if mark != self._mark or self._working() or any(
@@ -178,7 +205,7 @@ class CaughtUp:
     def _out(self) -> list[Release]:
         """Partitions let go of without an acknowledged commit, and not held again."""
         return [r for tp, r in self.released.items() if tp not in self.partitions
-                and (r.answer is None or r.answer.refused is not None)]
+                and (r.answer is None or r.answer.refused is not None) and not self._settled(r)]
 
     # ------------------------------------------------------------------ releases
     def on_released(self, parts: list[Partition], answers: dict[TP, SyncCommit]) -> None:
@@ -210,6 +237,8 @@ class CaughtUp:
         final = {p.tp for p in held}
         left, blocked = [], []
         for tp, r in sorted(self.released.items()):
+            if tp not in final and self._settled(r):
+                continue  # another member took it to its end
             if r.answer is None:
                 left.append(self._describe(r, "lost (taken away: the session timed out or the brokers "
                                               "were away) and not assigned back"))
@@ -222,6 +251,11 @@ class CaughtUp:
                     left.append(self._describe(r, "not at its end"))
         left += [f"{tp_label(tp)} assigned over supervisor.max_partitions and never read (no free slot)"
                  for tp in sorted(over_capacity)]
+        if self.group is not None and not self.group.complete:
+            left.append("where the rest of the group stands is unknown (the brokers did not answer "
+                        "for the group's committed offsets and the ends of its partitions)")
+        left += [self._describe_other(tp, at) for tp, at in sorted(self._others_left().items())
+                 if tp not in final and tp not in over_capacity]
         if left:
             shown = left[:_SHOWN] + ([f"and {len(left) - _SHOWN} more"] if len(left) > _SHOWN else [])
             shown += [f"{tp_label(r.tp)} stopped at a failing record: {r.blocked}" for r in blocked[:_SHOWN]]
@@ -238,6 +272,12 @@ class CaughtUp:
         # Not logged here: the error is the exit status's, and `ringmaster run` prints it once,
         # as its last line (the final status carries it too).
         return err
+
+    def _describe_other(self, tp: TP, at: int | None) -> str:
+        end = self.group.ends[tp] if self.group is not None else 0
+        committed = f"committed up to offset {at:,}" if at is not None else "nothing committed"
+        return (f"{tp_label(tp)} not at its end in the group (held by another member, or by one "
+                f"whose session has not timed out yet): {committed} of {end:,}")
 
     def _describe(self, r: Release, why: str) -> str:
         acked = self.consumer.acknowledged.get(r.tp)

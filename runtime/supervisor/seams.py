@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.group_offsets import GroupStanding
 from runtime.supervisor.pool import PluginCode
 from runtime.tp import TP
 from runtime.transport.board import Board
@@ -47,6 +48,8 @@ class Consumer(Protocol):
     def seek_to_start(self, tps: list[TP], /) -> list[TP]: ...
     def seek(self, tp: TP, offset: int, /) -> bool: ...
     def high_watermark(self, tp: TP, /) -> int | None: ...
+    def group_standing(self, ask_committed: bool, /) -> GroupStanding | None:
+        """None: no view of the group (a share group, a test's fake): a member is judged alone."""
     def stop(self) -> None: ...
     def close(self, timeout_s: float, /) -> bool: ...
 

@@ -33,7 +33,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from helpers import (
     GROUP_PROTOCOLS,
@@ -41,6 +40,7 @@ from helpers import (
     assert_runs_in_order,
     base_config,
     committed,
+    exited,
     make_topics,
     produce_rows,
     read_all,
@@ -294,8 +294,7 @@ def run_chaos(broker: Any, tmp_path: Path, seed: int, mode: str, protocol: str) 
                         ahead, faults, duplicates, handled, leaked, unreclaimed, killed_segments)
     wrong = judge.problems(verdict)
     assert not wrong, f"seed {seed}: " + "; ".join(wrong)
-    orphans = [p for p in pids_seen if psutil.pid_exists(p) and
-               psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    orphans = [p for p in pids_seen if not exited(p)]
     assert not orphans, f"seed {seed}: processes left behind: {orphans}"
     if mode != "unordered":
         assert_key_order_in_outputs(outs, seed)

@@ -56,6 +56,7 @@ from helpers import (
     Ringmaster,
     base_config,
     committed,
+    exited,
     produce_rows,
     proxied_broker,
     read_all,
@@ -433,7 +434,7 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         segments = a.segments()  # what the SIGKILL left for the next start to reclaim
 
         def gone() -> bool:
-            return all(not w.is_running() or w.status() == psutil.STATUS_ZOMBIE for w in workers)
+            return all(map(exited, workers))
         wait_for(gone, 10, "the workers of the killed supervisor to exit")
         obs.extra["segments_left"] = segments
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from confluent_kafka import Consumer, Producer
-from helpers import ROOT, make_topics, unique, wait_for
+from helpers import ROOT, exited, make_topics, unique, wait_for
 
 from runtime.ops.devbroker import free_port
 from runtime.ops.kafkabroker import KAFKA_VERSION, cache_dir
@@ -80,7 +80,7 @@ def test_the_apache_kafka_broker_serves_transactions_and_stops_cleanly_on_sigter
             c.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        assert not jvm[0].is_running() or jvm[0].status() == psutil.STATUS_ZOMBIE
+        assert exited(jvm[0])
         assert _kafka_dirs() == dirs_before
     finally:
         if proc.poll() is None:

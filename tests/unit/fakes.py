@@ -16,6 +16,7 @@ from confluent_kafka import Message
 from runtime.config import Settings
 from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.group_offsets import GroupStanding
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
@@ -177,6 +178,8 @@ class FakeConsumer:
         self.next_fetch: Callable[[int, float], Fetched] = lambda n, t: Fetched()
         self.abandoned = False
         self.stats_summary: dict[str, float] = {}
+        self.group: GroupStanding | None = None
+        self.group_asks: list[bool] = []
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         pass
@@ -225,6 +228,11 @@ class FakeConsumer:
 
     def high_watermark(self, tp: Any) -> int | None:
         return self.high.get(tp)
+
+    def group_standing(self, ask_committed: bool) -> GroupStanding | None:
+        """A test sets ``group`` to give the member a view of the group (None: judged alone)."""
+        self.group_asks.append(ask_committed)
+        return self.group
 
     def assign(self, tps: list[Any]) -> None:
         self.paused -= set(tps)  # a (re)assigned partition starts fetching

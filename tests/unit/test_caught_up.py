@@ -13,6 +13,7 @@ from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
 
 from runtime.config import Settings
 from runtime.errors import NotCaughtUp, PartitionsBlocked
+from runtime.kafka.group_offsets import GroupStanding
 from runtime.supervisor.loop import Supervisor
 from runtime.supervisor.partitions import PauseReason
 from runtime.transport.board import PHASE_CALL, EpochTable
@@ -386,3 +387,76 @@ def test_what_is_left_is_said_once_by_the_verdict_and_never_logged_before(
     assert isinstance(err, NotCaughtUp)
     assert not [r for r in caplog.records if "did not catch up" in r.getMessage()
                 or "records left" in r.getMessage()], "logged before the verdict's one line"
+
+
+# ---------------------------------------------------------------------- the whole group
+TP2 = ("t", 2)
+
+
+def standing(committed: dict[Any, int], ends: dict[Any, int] | None = None,
+             complete: bool = True) -> GroupStanding:
+    return GroupStanding(ends or {TP0: 10, TP1: 10, TP2: 10}, committed, complete)
+
+
+def test_a_member_done_waits_for_the_partitions_another_member_holds() -> None:
+    """CI's run on Apache Kafka under KIP-848: a member killed a moment ago kept t[0] until its
+    session timed out; the new member, given t[1] alone, finished it and exited 0 with t[0]
+    never committed. Its own partitions done, a member waits until the group is at its end."""
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({TP1: 3})
+    assign(sup, consumer, [TP1])
+    fetched(sup, consumer, TP1, 3, 10)
+    done(sup, TP1, 3, 10)
+    assert not tick(sup, clock), "t[0] and t[2] are nobody's done work yet"
+    assert consumer.group_asks[-1] is True, "the committed offsets are asked for once its own are done"
+    consumer.group = standing({TP0: 10, TP1: 3, TP2: 10})
+    assert tick(sup, clock), "every other partition committed at its end"
+    assert stop(sup) is None
+
+
+def test_another_members_commits_moving_is_progress_and_its_partitions_are_named_when_it_stalls() -> None:
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({TP0: 2, TP2: 10})
+    assign(sup, consumer, [TP1])
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    for at in range(3, 9):  # another member works through t[0]: no stall however long it takes
+        consumer.group = standing({TP0: at, TP2: 10})
+        assert not tick(sup, clock, TIMEOUT_S * 0.6)
+    assert tick(sup, clock, TIMEOUT_S + 1), "nothing moved for the bound"
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp), err
+    assert "1 partition(s) left: t[0] not at its end in the group" in str(err), err
+    assert "committed up to offset 8 of 10" in str(err), err
+
+
+def test_until_the_group_has_answered_nothing_is_judged() -> None:
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({}, complete=False)
+    assign(sup, consumer, [TP0, TP1, TP2])
+    for tp in (TP0, TP1, TP2):
+        fetched(sup, consumer, tp, 0, 10)
+        done(sup, tp, 0, 10)
+    assert not tick(sup, clock), "the group's answer is not in yet"
+    consumer.group = standing({}, complete=True)
+    assert tick(sup, clock), "every partition held here: the others' commits do not matter"
+    assert stop(sup) is None
+
+
+def test_a_refused_commit_on_a_partition_another_member_finished_is_caught_up() -> None:
+    """CI's run: a member's commit was refused (ILLEGAL_GENERATION) while members joined; the
+    partition went to another member, which committed it to its end. That is caught up."""
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({TP2: 10}, ends={TP0: 100, TP1: 10, TP2: 10})
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP0, 0, 100)
+    done(sup, TP0, 0, 30)
+    consumer.refuse_sync = {TP0: "ILLEGAL_GENERATION"}
+    sup.rebalance.on_revoke([TP0])
+    consumer.refuse_sync = {}
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    assert not tick(sup, clock), "t[0] refused, and the group has not caught it up"
+    consumer.group = standing({TP0: 100, TP2: 10}, ends={TP0: 100, TP1: 10, TP2: 10})
+    assert tick(sup, clock)
+    assert stop(sup) is None

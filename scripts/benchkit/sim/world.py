@@ -325,6 +325,9 @@ class SimConsumer:
         p = tp[1]
         return self.position[p] + self._available(p)  # what has arrived by now
 
+    def group_standing(self, ask_committed: bool) -> None:
+        return None  # one member: judged alone
+
     def stop(self) -> None:
         pass
 

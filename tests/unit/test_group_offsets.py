@@ -1,0 +1,154 @@
+"""runtime.kafka.group_offsets.GroupOffsets: where the whole group stands is asked for off the
+loop (never waited for), each partition's end taken once – the first time it is seen – so a
+topic written to all the time still ends; the committed offsets only when asked for; nothing
+is complete until every partition named has its end and the group has answered once."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+
+from runtime.kafka.group_offsets import GroupOffsets
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def done(value: Any) -> Future[Any]:
+    f: Future[Any] = Future()
+    if isinstance(value, Exception):
+        f.set_exception(value)
+    else:
+        f.set_result(value)
+    return f
+
+
+class FakeAdmin:
+    def __init__(self) -> None:
+        self.partitions: dict[str, int] = {"t": 2}
+        self.ends: dict[tuple[str, int], int] = {("t", 0): 10, ("t", 1): 20}
+        self.committed: list[tuple[str, int, int]] = []
+        self.asked: list[str] = []
+        self.isolation: list[Any] = []
+        self.hold = False  # answers not in yet
+
+    def _f(self, value: Any) -> Future[Any]:
+        return Future() if self.hold else done(value)
+
+    def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future[Any]]:
+        self.asked.append("topics")
+        return {t: self._f(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(self.partitions[t])])
+                           if t in self.partitions else KafkaException("UNKNOWN_TOPIC_OR_PART"))
+                for t in topics.topic_names}
+
+    def list_offsets(self, requests: dict[TopicPartition, Any], **kwargs: Any) -> dict[TopicPartition, Future[Any]]:
+        self.asked.append("ends")
+        self.isolation.append(kwargs["isolation_level"])
+        return {tp: self._f(SimpleNamespace(offset=self.ends[(tp.topic, tp.partition)])) for tp in requests}
+
+    def list_consumer_group_offsets(self, groups: list[Any], **kwargs: Any) -> dict[str, Future[Any]]:
+        self.asked.append("committed")
+        parts = [TopicPartition(t, p, o) for t, p, o in self.committed]
+        return {"g": self._f(SimpleNamespace(topic_partitions=parts))}
+
+
+def turns(group: GroupOffsets, committed: bool, n: int = 3) -> None:
+    """The loop's turns: an answer is taken in on the turn after it came (metadata, then ends)."""
+    for _ in range(n):
+        group.refresh(committed)
+
+
+def make(topics: list[str] | None = None, **props: Any) -> tuple[GroupOffsets, FakeAdmin, Clock]:
+    clock, admin = Clock(), FakeAdmin()
+    group = GroupOffsets({"group.id": "g", **props}, topics or ["t"], interval_s=1.0, timeout_s=10.0,
+                         clock=clock, admin=lambda: admin)
+    return group, admin, clock
+
+
+def test_the_ends_are_taken_once_and_the_committed_offsets_only_when_asked_for() -> None:
+    group, admin, clock = make()
+    group.refresh(False)
+    group.refresh(False)
+    assert admin.asked == ["topics", "ends"], "the ends of the partitions the metadata named"
+    assert not group.standing().complete, "no committed offsets yet"
+    assert admin.isolation == [IsolationLevel.READ_COMMITTED], "the consumer's default isolation"
+    admin.ends = {("t", 0): 99, ("t", 1): 99}  # a busy topic: the end first seen stays its end
+    admin.committed = [("t", 0, 10), ("t", 1, 5), ("other", 0, 1)]
+    clock.now += 1.5
+    group.refresh(True)
+    group.refresh(True)
+    s = group.standing()
+    assert s.complete and dict(s.ends) == {("t", 0): 10, ("t", 1): 20}
+    assert dict(s.committed) == {("t", 0): 10, ("t", 1): 5}, "only the group's topics"
+    assert s.left(set()) == {("t", 1): 5}
+    assert s.left({("t", 1)}) == {}, "what the member holds it judges itself"
+
+
+def test_a_partition_added_later_gets_its_end_when_first_seen() -> None:
+    group, admin, clock = make()
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    turns(group, True)
+    assert group.standing().complete
+    admin.partitions["t"] = 3
+    admin.ends[("t", 2)] = 7
+    clock.now += 1.5
+    group.refresh(True)
+    group.refresh(True)
+    assert not group.standing().complete, "t[2] named, its end not taken yet"
+    group.refresh(True)
+    s = group.standing()
+    assert s.complete and s.left(set()) == {("t", 2): None}, "nothing committed there"
+
+
+def test_nothing_is_waited_for_and_a_late_answer_is_asked_again() -> None:
+    group, admin, clock = make()
+    admin.hold = True
+    group.refresh(True)
+    assert admin.asked == ["topics", "committed"]
+    clock.now += 5
+    group.refresh(True)
+    assert admin.asked == ["topics", "committed"], "one request of a kind in flight"
+    clock.now += 6
+    admin.hold = False
+    turns(group, True)  # the first ones are past timeout_s: forgotten, asked again
+    assert admin.asked[2:] == ["topics", "committed", "ends"]
+    assert group.standing().complete
+
+
+def test_read_uncommitted_asks_for_the_high_watermark_and_an_empty_partition_is_at_its_end() -> None:
+    group, admin, _ = make(**{"isolation.level": "read_uncommitted"})
+    admin.ends = {("t", 0): 0, ("t", 1): 0}
+    turns(group, True)
+    assert admin.isolation == [IsolationLevel.READ_UNCOMMITTED]
+    assert group.standing().complete and group.standing().left(set()) == {}
+
+
+def test_under_a_pattern_the_topics_are_those_assigned_and_those_the_group_committed_to() -> None:
+    group, admin, clock = make(["^in-.*"])
+    admin.partitions = {"in-a": 1, "in-b": 1}
+    admin.ends = {("in-a", 0): 5, ("in-b", 0): 6}
+    admin.committed = [("in-b", 0, 6), ("out", 0, 3)]
+    group.refresh(True)
+    assert admin.asked == ["committed"], "no topic known yet"
+    group.note([("in-a", 0)])
+    clock.now += 1.5
+    turns(group, True)
+    s = group.standing()
+    assert s.complete and dict(s.ends) == {("in-a", 0): 5, ("in-b", 0): 6}
+    assert s.left(set()) == {("in-a", 0): None}
+
+
+def test_a_stopping_member_asks_for_nothing_more() -> None:
+    group, admin, clock = make()
+    group.abandon()
+    clock.now += 100
+    group.refresh(True)
+    assert admin.asked == []
