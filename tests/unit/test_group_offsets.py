@@ -45,11 +45,14 @@ class FakeAdmin:
 
     def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future[Any]]:
         self.asked.append("topics")
-        return {t: self._f(SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(self.partitions[t])])
-                           if t in self.partitions else KafkaException("UNKNOWN_TOPIC_OR_PART"))
-                for t in topics.topic_names}
+        def described(t: str) -> Any:
+            if t not in self.partitions:
+                return KafkaException("UNKNOWN_TOPIC_OR_PART")
+            return SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(self.partitions[t])])
+        return {t: self._f(described(t)) for t in topics.topic_names}
 
-    def list_offsets(self, requests: dict[TopicPartition, Any], **kwargs: Any) -> dict[TopicPartition, Future[Any]]:
+    def list_offsets(self, requests: dict[TopicPartition, Any],
+                     **kwargs: Any) -> dict[TopicPartition, Future[Any]]:
         self.asked.append("ends")
         self.isolation.append(kwargs["isolation_level"])
         return {tp: self._f(SimpleNamespace(offset=self.ends[(tp.topic, tp.partition)])) for tp in requests}
