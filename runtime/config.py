@@ -556,7 +556,7 @@ def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
 def guarantee_problem(settings: Settings) -> str | None:
     """Why ``output.guarantee = "exactly-once"`` cannot hold with these settings, in one line
     (None: it can, or it is not asked for). Also checked when ``--until-caught-up`` is added
-    to settings that passed load_settings (runtime/cli.py)."""
+    to settings that passed load_settings (runtime/cli/daemon.py)."""
     if settings.output.guarantee != "exactly-once":
         return None
     if settings.workers.ordering != "partition":
