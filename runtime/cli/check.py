@@ -10,6 +10,7 @@ import click
 from runtime.cli.loading import load
 from runtime.cli.outcome import fail
 from runtime.config import redacted
+from runtime.kafka.properties import effective_settings
 from runtime.ops.logs import configure_logging
 
 
@@ -30,7 +31,7 @@ def check(config: str, shallow: bool) -> None:
     from runtime.transport import packing, speedups
     from runtime.worker import main as worker
 
-    click.echo(json.dumps(redacted(settings), indent=2))
+    click.echo(json.dumps(redacted(effective_settings(settings)), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
     paths: list[speedups.HotPath[Any]] = [packing.PACK, worker.BUILD_RECORDS]

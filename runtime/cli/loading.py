@@ -23,8 +23,8 @@ def load(config: str | None, check_plugin: bool = True) -> Settings:
         sys.path.insert(0, cwd)
     try:
         settings = load_settings(config, check_plugin=check_plugin)
-        from runtime.config import consumer_properties, producer_properties
         from runtime.kafka.admin import check_client_properties
+        from runtime.kafka.properties import consumer_properties, producer_properties
 
         check_client_properties(consumer_properties(settings), producer_properties(settings))
         return settings
