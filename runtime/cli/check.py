@@ -27,10 +27,11 @@ def check(config: str, shallow: bool) -> None:
     (one line says why); exit 4: this host cannot run it (too little shared memory, or a CPU
     other than x86-64 without the C speedups)."""
     settings = load(config)
-    import runtime.kafka.consumer  # noqa: F401  binds the message type: the packer's C path is known
+    from runtime.kafka.messages import bind_packer
     from runtime.transport import packing, speedups
     from runtime.worker import main as worker
 
+    bind_packer()  # the packer's path (C or Python) is known once it knows the message type
     click.echo(json.dumps(redacted(effective_settings(settings)), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)

@@ -16,6 +16,7 @@ from confluent_kafka import Message
 from runtime.config import Settings
 from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.messages import bind_packer
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
@@ -163,6 +164,7 @@ class FakeConsumer:
     """Records the client's actual pause state as librdkafka would hold it."""
 
     def __init__(self) -> None:
+        bind_packer()  # as GroupConsumer does: the supervisor packs what it hands back
         self.paused: set[Any] = set()
         self.calls: list[tuple[str, list[Any]]] = []
         self.ignore_next_resume = False
