@@ -2,6 +2,7 @@
 
 Runs in: the CLI, before anything touches Kafka. Every problem becomes one ConfigError
 whose message names the key (``workers.processes: ...``) so a user can fix it at once.
+The librdkafka properties built from these settings are runtime/kafka/properties.py's.
 """
 
 from __future__ import annotations
@@ -121,13 +122,6 @@ class KafkaSecuritySettings(_Section):
         if self.password is not None:
             return self.password.get_secret_value()
         return None if self.password_file is None else _first_line(self.password_file)
-
-    def properties(self) -> dict[str, LibrdkafkaValue]:
-        """The librdkafka properties these settings stand for (only those set)."""
-        values = {"protocol": self.protocol, "sasl_mechanism": self.sasl_mechanism,
-                  "username": self.username, "password": self.read_password(),
-                  "ca_location": self.ca_location}
-        return {SECURITY_PROPERTIES[k]: v for k, v in values.items() if v is not None}
 
 
 class KafkaSettings(_Section):
@@ -536,27 +530,10 @@ def share_group_problems(settings: Settings) -> list[str]:
     return problems
 
 
-def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
-    """librdkafka share consumer config: the user's pass-through, then what the runtime owns
-    (acknowledgements are explicit: a record is accepted only when its outputs are delivered)."""
-    # A poll is run whole before the next and must finish within the records' lock
-    # (docs/share-groups.md): the broker hands out whole producer batches, up to about this.
-    props: dict[str, LibrdkafkaValue] = {"max.poll.records": 500}
-    if settings.admin.librdkafka_stats_s:
-        props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
-    props.update(settings.kafka.consumer)
-    props.update({
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "share.acknowledgement.mode": "explicit",
-    })
-    return props
-
-
 def guarantee_problem(settings: Settings) -> str | None:
     """Why ``output.guarantee = "exactly-once"`` cannot hold with these settings, in one line
     (None: it can, or it is not asked for). Also checked when ``--until-caught-up`` is added
-    to settings that passed load_settings (runtime/cli.py)."""
+    to settings that passed load_settings (runtime/cli/daemon.py)."""
     if settings.output.guarantee != "exactly-once":
         return None
     if settings.workers.ordering != "partition":
@@ -799,10 +776,9 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key)
 
 
-def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, with secret values replaced. ``kafka.consumer``
-    and ``kafka.producer`` are the properties the clients are really given: ringmaster's
-    defaults, the file's and the environment's, and those the runtime owns."""
+def redacted(data: dict[str, Any]) -> dict[str, Any]:
+    """Settings as plain data (``effective_settings``, runtime/kafka/properties.py), with every
+    secret value replaced: what ``ringmaster check`` prints."""
 
     def scrub(node: Any) -> Any:
         if isinstance(node, dict):
@@ -811,9 +787,6 @@ def redacted(settings: Settings) -> dict[str, Any]:
             return [scrub(v) for v in node]
         return node
 
-    data = settings.model_dump()
-    data["kafka"]["consumer"] = dict(sorted(consumer_properties(settings).items()))
-    data["kafka"]["producer"] = dict(sorted(producer_properties(settings).items()))
     scrubbed: dict[str, Any] = scrub(data)  # a dict in, a dict out
     return scrubbed
 
@@ -833,64 +806,6 @@ def group_protocol(props: Mapping[str, Any]) -> str:
     """The group protocol a consumer config asks for: "classic" (librdkafka's default) or
     "consumer" (KIP-848)."""
     return str(props.get("group.protocol", "classic")).strip().lower()
-
-
-def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
-    """librdkafka consumer config: our defaults, then the user's pass-through, then the
-    properties the runtime must own for its guarantees (offsets are ours to store).
-
-    The classic protocol gets cooperative-sticky assignment (a rebalance moves only the
-    partitions that change owner); KIP-848's is incremental by design, with the broker's
-    assignor."""
-    props: dict[str, LibrdkafkaValue] = {
-        "auto.offset.reset": "earliest",
-        # Measured: the default 1000 ms backoff stalls fetching once the queue is full.
-        "fetch.queue.backoff.ms": 10,
-        "queued.max.messages.kbytes": 16384,
-        # Flow control pauses and resumes partitions; a resumed partition is fetched only
-        # after the fetch request in flight returns, which a broker may hold this long
-        # (confluent-kafka-javascript#363 lowered it for the same reason). Measured with
-        # 1 MiB rings: 37,915 records/s at librdkafka's 500 ms, 106,095 at 100 ms (docs/performance.md,
-        # Tuning).
-        "fetch.wait.max.ms": 100,
-        "enable.partition.eof": True,
-        # The supervisor calls consume() every few milliseconds whatever the plugin does
-        # (only a revocation holds it, for at most revoke_timeout_s), so the default 300 s
-        # only makes the group wait longer for a member that died mid-rebalance: brokers that
-        # wait a dead member's rebalance timeout (the embedded one does) stall that long.
-        "max.poll.interval.ms": max(60_000, int(settings.supervisor.revoke_timeout_s * 3000)),
-    }
-    if group_protocol(settings.kafka.consumer) == "classic":
-        props["partition.assignment.strategy"] = "cooperative-sticky"
-    if settings.admin.librdkafka_stats_s:
-        props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
-    props.update(settings.kafka.consumer)
-    props.update(settings.kafka.security.properties())
-    props.update({
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-    })
-    return props
-
-
-def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
-    props: dict[str, LibrdkafkaValue] = {
-        "linger.ms": 5, "enable.idempotence": True,
-        # librdkafka fails a message it could not deliver in this time itself, so a batch
-        # waiting for acknowledgements learns of an outage within output.delivery_timeout_s.
-        "message.timeout.ms": int(settings.output.delivery_timeout_s * 1000),
-    }
-    if settings.output.guarantee == "exactly-once":
-        # A batch's transaction lasts its processing and delivery; librdkafka refuses a
-        # message.timeout.ms above it. What a killed worker left open is aborted by its
-        # successor at once (the same transactional id), or after this long.
-        props["transaction.timeout.ms"] = max(60_000, int(props["message.timeout.ms"]))
-    props.update(settings.kafka.producer)
-    props.update(settings.kafka.security.properties())
-    props["bootstrap.servers"] = settings.kafka.bootstrap_servers
-    return props
 
 
 def max_message_bytes(settings: Settings) -> int:

@@ -30,10 +30,12 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Message  # noqa: E402
 
-import runtime.kafka.consumer  # noqa: E402, F401  binds the current packer
 from runtime.errors import UnreadableRecord  # noqa: E402
+from runtime.kafka.messages import bind_packer  # noqa: E402
 from runtime.transport import packing, speedups  # noqa: E402
 from runtime.transport.frames import BATCH  # noqa: E402
+
+bind_packer()  # the current packer, as the daemon's consumer binds it
 
 
 def baseline(rev: str, tmp: Path) -> tuple[Any, Callable[..., bytes]]:

@@ -12,6 +12,7 @@ planner with their own short-lived clients).
     coordinator.py   a group coordinator that is moving or loading: ask again (commits, committed offsets)
     watermarks.py    the ends of paused partitions (ListOffsets, off the loop): lag keeps growing
     messages.py      a consumed message's topic, partition, offset and headers, as types say them
+    properties.py    the librdkafka properties of every client, built from the settings
 
 It translates the client and nothing more: batching and packing are the transport's.
 May import: runtime.transport (to bind the message type), runtime.config, runtime.errors.

@@ -35,15 +35,12 @@ from runtime.errors import KafkaError
 from runtime.kafka import coordinator
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.group_offsets import GroupOffsets, GroupStanding
-from runtime.kafka.messages import offset_of, tp_of
+from runtime.kafka.messages import bind_packer, offset_of, tp_of
 from runtime.kafka.watermarks import LatestOffsets
 from runtime.tp import TP, tp_label
-from runtime.transport import packing
 from runtime.transport.packing import Run
 
 log = logging.getLogger(__name__)
-# The transport packs this client's messages into frames; it learns their type here.
-packing.bind(Message)
 
 
 def _topic_partition_of(m: Message) -> tuple[str | None, int | None]:
@@ -124,6 +121,7 @@ class GroupConsumer:
                  on_group_metadata: Callable[[bytes], None] | None = None) -> None:
         """``on_group_metadata``: called with the group's serialised metadata (member,
         generation) whenever it changes (exactly-once: runtime/transport/groupmeta.py)."""
+        bind_packer()  # the supervisor packs what this consumer hands back
         props = with_logger(props)
         self._on_group_metadata = on_group_metadata
         self._group_metadata = b""

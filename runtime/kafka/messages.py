@@ -9,13 +9,24 @@ are always a list of (name, bytes or None). Runs in: wherever a consumer reads.
 
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 from confluent_kafka import Message
 
 from runtime.tp import TP
+from runtime.transport import packing
 
 Headers = list[tuple[str, bytes | None]]
+
+
+@functools.cache
+def bind_packer() -> None:
+    """Tell the transport's packer the type of this client's messages (runtime/transport/packing.py
+    reads them through its methods, from Python or C). Called by each consumer as it is made and
+    by ``ringmaster check``, which reports the packer's path. Once per process (cached): a later
+    call must not bring back a C path the packer gave up on."""
+    packing.bind(Message)
 
 
 def partition_of(m: Message) -> int:

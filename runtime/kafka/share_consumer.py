@@ -45,7 +45,7 @@ from runtime.errors import KafkaError
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.consumer import CommitResult, Fetched, close_within
-from runtime.kafka.messages import offset_of, tp_of
+from runtime.kafka.messages import bind_packer, offset_of, tp_of
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class ShareGroupConsumer:
     def __init__(self, props: Mapping[str, Any], wait: Callable[[float], None] | None = None,
                  client: Any = None, lock_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        bind_packer()  # the supervisor packs what this consumer hands back
         props = with_logger(props)
         self._bootstrap = str(props.get("bootstrap.servers", ""))
         self._c = client if client is not None else ShareConsumer({**props, "error_cb": self._on_error})

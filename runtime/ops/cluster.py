@@ -23,9 +23,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from runtime.config import Settings, consumer_properties
+from runtime.config import Settings
 from runtime.errors import KafkaUnreachable
 from runtime.kafka.admin import ClusterProbe
+from runtime.kafka.properties import consumer_properties
 
 log = logging.getLogger("ringmaster.cluster")
 

@@ -43,10 +43,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runtime.config import Settings, consumer_properties, producer_properties
+from runtime.config import Settings
 from runtime.errors import InvalidControlRecord, KafkaError
 from runtime.kafka.admin import create_topic
 from runtime.kafka.producer import write_acknowledged
+from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import Apply, TopicReader
 from runtime.ops.control_records import (
     ALL,

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 
-from runtime.config import Settings, consumer_properties, producer_properties
+from runtime.config import Settings
 from runtime.errors import ConfigError
 from runtime.kafka.admin import admin_properties, create_topic
 from runtime.kafka.producer import write_acknowledged
+from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import Item, tail
 
 # The dead-letter headers' prefix (runtime/worker/deadletter_format.py, a layer above this one;

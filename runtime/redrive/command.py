@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.config import Settings, max_message_bytes
 from runtime.errors import ConfigError, KafkaError, PluginError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
+from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
 from runtime.ops.cluster import refuse_early
 from runtime.ops.control_records import shown

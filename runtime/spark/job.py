@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
+from runtime.config import Settings, max_message_bytes
 from runtime.errors import NotCaughtUp, RingmasterError
+from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.ops.cluster import refuse_early
 from runtime.spark.progress import SparkStatus
 from runtime.worker.execution import RetryPolicy

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from runtime.cli import spark
+from runtime.cli.spark_commands import spark
 
 if __name__ == "__main__":
     spark.main(args=sys.argv[1:], prog_name="ringmaster spark")

@@ -17,16 +17,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.config import (
-    Settings,
-    consumer_properties,
-    max_message_bytes,
-    producer_properties,
-    share_consumer_properties,
-)
+from runtime.config import Settings, max_message_bytes
 from runtime.errors import RingmasterError, SharedMemoryError
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
+from runtime.kafka.properties import consumer_properties, producer_properties, share_consumer_properties
 from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
 from runtime.kafka.transactions import transactional_id
 from runtime.ops.admin_server import AdminServer

@@ -1,10 +1,10 @@
 """Consumed messages into batch frames: runs of one partition, split by key, packed column
 by column (runtime/transport/frames.py). Runs in: supervisor (hot path).
 
-The transport knows no Kafka client. The adapter binds the client's message type once
-(``bind(Message)``, runtime/kafka/consumer.py): its no-argument methods ``offset``, ``key``,
-``value``, ``headers`` and ``timestamp`` are all the packer uses, from Python or from C
-(runtime/transport/_speedups.c calls them through the type's method table).
+The transport knows no Kafka client. The adapter binds the client's message type once, when
+a consumer is made (``bind(Message)``, runtime/kafka/messages.py): its no-argument methods
+``offset``, ``key``, ``value``, ``headers`` and ``timestamp`` are all the packer uses, from
+Python or from C (runtime/transport/_speedups.c calls them through the type's method table).
 
 A record whose fields the client cannot give (confluent-kafka raises ``SystemError`` from
 ``headers()`` for a header name that is not UTF-8, and caches a list holding a tuple whose
@@ -35,7 +35,8 @@ Run = list[Any]
 
 
 def _unbound(_m: Any) -> Any:
-    raise RuntimeError("runtime.transport.packing: no message type bound (import runtime.kafka.consumer)")
+    raise RuntimeError("runtime.transport.packing: no message type bound "
+                       "(runtime.kafka.messages.bind_packer)")
 
 
 _offset: Callable[[Any], int] = _unbound

@@ -36,13 +36,15 @@ for p in (ROOT / "tests", ROOT / "tests" / "unit"):
 
 from confluent_kafka import Message  # noqa: E402
 
-import runtime.kafka.consumer  # noqa: E402, F401  binds the message type for the packers
 from runtime.errors import FrameError, UnreadableRecord  # noqa: E402
+from runtime.kafka.messages import bind_packer  # noqa: E402
 from runtime.plugin import Record  # noqa: E402
 from runtime.transport import speedups  # noqa: E402
 from runtime.transport.frames import BATCH, decode_frame, peek_header  # noqa: E402
 from runtime.transport.packing import _pack_run_py, salvage  # noqa: E402
 from runtime.worker.main import _records_py, _same_records  # noqa: E402
+
+bind_packer()  # the packers pack confluent-kafka's messages, as the daemon's consumer has them
 
 
 class Source:

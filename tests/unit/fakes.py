@@ -17,6 +17,7 @@ from runtime.config import Settings
 from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.group_offsets import GroupStanding
+from runtime.kafka.messages import bind_packer
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
@@ -164,6 +165,7 @@ class FakeConsumer:
     """Records the client's actual pause state as librdkafka would hold it."""
 
     def __init__(self) -> None:
+        bind_packer()  # as GroupConsumer does: the supervisor packs what it hands back
         self.paused: set[Any] = set()
         self.calls: list[tuple[str, list[Any]]] = []
         self.ignore_next_resume = False

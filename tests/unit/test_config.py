@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import consumer_properties, is_secret_key, librdkafka_int, load_settings, redacted
+from runtime.config import is_secret_key, librdkafka_int, load_settings, redacted
 from runtime.errors import ConfigError, PluginError
+from runtime.kafka.properties import consumer_properties, effective_settings
 
 GOOD = """
 [kafka]
@@ -122,8 +123,8 @@ def test_librdkafka_int_rejects_what_librdkafka_would(value: object) -> None:
 
 def test_secrets_are_redacted(tmp_path: Path) -> None:
     s = load_settings(write(tmp_path, GOOD), env={})
-    assert redacted(s)["kafka"]["consumer"]["sasl.password"] == "***"
-    assert "hunter2" not in str(redacted(s))
+    assert redacted(effective_settings(s))["kafka"]["consumer"]["sasl.password"] == "***"
+    assert "hunter2" not in str(redacted(effective_settings(s)))
 
 
 SECRETS = [
@@ -176,7 +177,7 @@ password = "p-456"
     text = text.replace('"sasl.password" = "hunter2"', '"sasl.password" = "hunter2"\n'
                         '"sasl.oauthbearer.assertion.private.key.passphrase" = "pp-0"\n'
                         '"ssl.key.location" = "/etc/key.pem"')
-    out = redacted(load_settings(write(tmp_path, text), env={}))
+    out = redacted(effective_settings(load_settings(write(tmp_path, text), env={})))
     for leaked in ("hunter2", "pp-0", "k-123", "p-456", "s-789"):
         assert leaked not in str(out)
     assert out["kafka"]["consumer"]["ssl.key.location"] == "/etc/key.pem"

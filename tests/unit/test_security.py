@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError as CKError
 
-from runtime.config import consumer_properties, load_settings, producer_properties, redacted
+from runtime.config import load_settings, redacted
 from runtime.errors import ConfigError
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.client_log import refused_access
+from runtime.kafka.properties import consumer_properties, effective_settings, producer_properties
 
 PASSWORD = "pw-9f3a-secret"
 
@@ -71,9 +72,9 @@ def test_inconsistent_settings_are_one_line_naming_the_key(tmp_path: Path, secur
 
 def test_the_password_is_in_no_printed_form_of_the_settings(tmp_path: Path) -> None:
     s = load_settings(config(tmp_path, SCRAM + f'password = "{PASSWORD}"'), env={}, check_plugin=False)
-    assert PASSWORD not in json.dumps(redacted(s))  # what `ringmaster check` prints
+    assert PASSWORD not in json.dumps(redacted(effective_settings(s)))  # what `ringmaster check` prints
     assert PASSWORD not in repr(s) and PASSWORD not in str(s.kafka.security)
-    assert redacted(s)["kafka"]["consumer"]["sasl.password"] == "***"
+    assert redacted(effective_settings(s))["kafka"]["consumer"]["sasl.password"] == "***"
 
 
 def test_a_bad_password_file_from_the_environment_names_the_variable(tmp_path: Path) -> None:

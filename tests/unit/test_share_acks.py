@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import AcknowledgeType
 
-from runtime.config import Settings, share_consumer_properties, share_group_problems
+from runtime.config import Settings, share_group_problems
 from runtime.errors import ConfigError
+from runtime.kafka.properties import share_consumer_properties
 from runtime.kafka.share_consumer import Outcome, ShareGroupConsumer
 from runtime.supervisor.acknowledgements import AckTracker, Intent
 from runtime.supervisor.commits import ShareCommitter, committer_for

@@ -15,13 +15,15 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import runtime.kafka.consumer  # noqa: F401  binds the message type for the packer
 from runtime.errors import UnreadableRecord
+from runtime.kafka.messages import bind_packer
 from runtime.plugin import Record
 from runtime.transport import speedups
 from runtime.transport.frames import BATCH, decode_frame
 from runtime.transport.packing import _pack_run_py
 from runtime.worker.main import _records_c, _records_py, _same_records
+
+bind_packer()  # the packer packs confluent-kafka's messages, as the daemon's consumer has it
 
 HEAD = (BATCH, 41, 3, 9, "topic-é", 5)
 
@@ -119,7 +121,8 @@ def test_a_c_path_that_disagrees_is_dropped_on_first_use() -> None:
 
 
 def test_records_are_built_the_same_without_the_extension() -> None:
-    code = ("import runtime.kafka.consumer; from runtime.transport import speedups, packing; "
+    code = ("from runtime.kafka.messages import bind_packer; bind_packer(); "
+            "from runtime.transport import speedups, packing; "
             "from runtime.worker import main as worker; "
             "assert speedups.native is None and not packing.PACK.in_c and not worker.BUILD_RECORDS.in_c; "
             "print(speedups.native_status)")

@@ -8,13 +8,15 @@ import msgpack
 import pytest
 from confluent_kafka import Message
 
-import runtime.kafka.consumer  # noqa: F401  binds the message type for the packer
 from runtime.errors import FrameError, UnreadableRecord
+from runtime.kafka.messages import bind_packer
 from runtime.plugin import Record
 from runtime.transport import speedups
 from runtime.transport.frames import BATCH, Columns, decode_frame, encode_batch, peek_header
 from runtime.transport.packing import _pack_run_py
 from runtime.worker.main import _records_c, _records_py, _same_records
+
+bind_packer()  # the packer packs confluent-kafka's messages, as the daemon's consumer has it
 
 needs_c = pytest.mark.skipif(speedups.native is None, reason=f"C speedups: {speedups.native_status}")
 HEAD = (BATCH, 1, 0, 1, "t", 0)

@@ -16,13 +16,15 @@ from fakes import TP0, assign, make
 from mockwire import consumed
 from wire import RawRecord
 
-import runtime.kafka.consumer  # noqa: F401  binds the message type for the packer
 from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
+from runtime.kafka.messages import bind_packer
 from runtime.supervisor.intake import Unreadable
 from runtime.transport import packing, speedups
 from runtime.transport.frames import BATCH, decode_frame
 from runtime.transport.packing import _pack_run_py, salvage
+
+bind_packer()  # the packer packs confluent-kafka's messages, as the daemon's consumer has it
 
 HEAD = (BATCH, 1, 0, 1, "t", 0)
 BAD = b"\xff\xfebad"
@@ -164,7 +166,8 @@ def test_several_unreadable_records_in_one_run() -> None:
 def test_without_the_extension_the_daemon_path_does_the_same() -> None:
     """RINGMASTER_NO_SPEEDUPS=1: the Python packer, in a process of its own."""
     code = ("import sys; sys.path[:0] = ['tests', 'tests/unit']; "
-            "import runtime.kafka.consumer; from runtime.transport import packing, speedups; "
+            "from runtime.kafka.messages import bind_packer; bind_packer(); "
+            "from runtime.transport import packing, speedups; "
             "from mockwire import consumed; from wire import RawRecord; "
             "from runtime.errors import UnreadableRecord; "
             "ms = consumed([RawRecord(b'a'), RawRecord(b'b', None, [(b'\\xff', b'1')])]); "

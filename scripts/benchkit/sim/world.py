@@ -30,6 +30,7 @@ from zlib import crc32
 from confluent_kafka import Message
 
 from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.messages import bind_packer
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import DONE, Result, decode_frame, encode_result
 
@@ -217,6 +218,7 @@ class SimConsumer:
     offset order, up to ``chunk`` per partition per call, partitions taken in turn."""
 
     def __init__(self, world: World, chunk: int = 500, on_idle: Callable[[], bool] = lambda: False) -> None:
+        bind_packer()  # as GroupConsumer does: the supervisor packs what it hands back
         self.world = world
         self.chunk = chunk
         self.on_idle = on_idle  # called each consume(): True stops handing out (the run is over)
