@@ -21,7 +21,8 @@ on that same thread; the admin server reads published snapshots from its own thr
     commits.py         room: offsets to the group
     deadletter_desk.py room: dead letters the supervisor writes itself (asynchronous, acked)
     isolation.py       what becomes of a batch that crashed its worker (pure)
-    partitions.py      what is held per partition, in parts with one writer each; the Batch
+    partitions.py      what is held per partition, in parts with one writer each
+    batches.py         the Batch: one frame cut from one lane of a partition
     offsets.py         completion tracking → committable offset (the one rule)
     pool.py            the only module that starts processes
     seams.py           what the rooms call on the consumer, the pool and its handles (Protocols

@@ -38,7 +38,8 @@ from runtime.ops.status import StatusFile, StatusSnapshot
 from runtime.ops.systemd import Notifier
 from runtime.supervisor.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
-from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_plugin
+from runtime.supervisor.pool import ProbeOutcome, WorkerPool, probe_plugin
+from runtime.supervisor.seams import PluginCode
 from runtime.supervisor.signals import SignalQueue
 from runtime.supervisor.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, EpochTable

@@ -47,8 +47,8 @@ from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.ops.status import OperationStatus
 from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.pool import PluginCode
 from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.seams import PluginCode
 from runtime.supervisor.workforce import State, Workforce
 
 log = logging.getLogger("ringmaster.rollout")

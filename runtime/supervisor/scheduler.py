@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runtime.supervisor.partitions import Batch, Bucket
+from runtime.supervisor.batches import Batch, Bucket
 from runtime.supervisor.seams import Bell, SlotRing
 from runtime.tp import TP
 from runtime.transport.frames import STOP_FRAME

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fakes import feed, make, make_desk, msgs, report, start
 
+from runtime.supervisor.batches import Batch
 from runtime.supervisor.isolation import isolate
 from runtime.supervisor.offsets import OffsetTracker
-from runtime.supervisor.partitions import Batch
 from runtime.supervisor.workforce import Death
 from runtime.transport.frames import DONE, Columns, Result, decode_frame, encode_batch
 

@@ -17,10 +17,10 @@ from fakes import ProcPool, TickClock
 import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import ConfigError
-from runtime.supervisor.partitions import Batch
-from runtime.supervisor.pool import PluginCode
+from runtime.supervisor.batches import Batch
 from runtime.supervisor.rollout import OpKind, OpState, Rollout, not_applied
 from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.seams import PluginCode
 from runtime.supervisor.workforce import Death, State, Workforce
 from runtime.transport.board import PHASE_CALL
 from runtime.transport.frames import STOP_FRAME

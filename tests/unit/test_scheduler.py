@@ -12,7 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from runtime.supervisor.partitions import Batch
+from runtime.supervisor.batches import Batch
 from runtime.supervisor.scheduler import Scheduler
 
 

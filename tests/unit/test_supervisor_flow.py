@@ -11,7 +11,8 @@ from typing import Any
 from fakes import TP0, TP1, assign, make, msgs, report
 
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.partitions import Batch, PauseReason
+from runtime.supervisor.batches import Batch
+from runtime.supervisor.partitions import PauseReason
 from runtime.transport.frames import (
     BLOCKED,
     DEFERRED,
