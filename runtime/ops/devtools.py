@@ -16,7 +16,7 @@ from runtime.kafka.admin import admin_properties, create_topic
 from runtime.kafka.producer import write_acknowledged
 from runtime.kafka.topic_reader import Item, tail
 
-# The dead-letter headers' prefix (runtime/worker/deadletter_format.py, a layer above this one;
+# The dead-letter headers' prefix (runtime/execution/deadletter_format.py, a layer above this one;
 # tests/unit/test_devtools.py checks they agree).
 HEADER_PREFIX = "ringmaster."
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from runtime.config import Settings, consumer_properties, max_message_bytes, producer_properties
 from runtime.errors import NotCaughtUp, RingmasterError
+from runtime.execution.run import RetryPolicy
 from runtime.ops.cluster import refuse_early
 from runtime.spark.progress import SparkStatus
-from runtime.worker.execution import RetryPolicy
 
 log = logging.getLogger("ringmaster.spark")
 
