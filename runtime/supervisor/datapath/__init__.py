@@ -13,6 +13,7 @@ offset, and the state each partition holds on the way.
     offsets.py          completion tracking → committable offset (the one rule)
     acknowledgements.py a share group's tracker: each record accepted or released
 
-Runs in: supervisor. May import: the workers' rooms (results hands a death on to the
-workforce) and seams.py; never the group's rooms, the operator's or the wiring above them.
+Runs in: supervisor. May import: the workers' rooms (results tells the workforce what each
+worker reported, and redelivers the batches of the deaths it names) and seams.py; never the
+group's rooms, the operator's or the wiring above them.
 """
