@@ -220,7 +220,7 @@ class DeliveryFailed(BatchDeferred):
 
     # Which of the outputs given to the delivering call the broker acknowledged before it
     # failed (indices into that list), when the producer knows; None: unknown, none assumed
-    # written (runtime/worker/acked.py). Set by whoever delivered, not by the producer.
+    # written (runtime/execution/acked.py). Set by whoever delivered, not by the producer.
     acknowledged: frozenset[int] | None = None
 
 
@@ -229,7 +229,7 @@ class WorkerExhausted(RingmasterError):
     descriptors (EMFILE), the system's file table (ENFILE), memory (ENOMEM, MemoryError).
     The worker's fault, not the record's – typically a plugin that leaks – so it is never
     counted towards dead-lettering: the worker reports the batch as not done and exits, and
-    the batch runs again on a fresh one (runtime/worker/main.py, supervisor/workforce.py)."""
+    the batch runs again on a fresh one (runtime/worker/main.py, supervisor/workers/workforce.py)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)

@@ -141,7 +141,7 @@ class Plugin:
 
 def load_plugin(name: str, path: str = "") -> Plugin:
     """Import the plugin module ``name``; ``path``: a directory searched first (a daemon's copy
-    of the plugin's source for this code generation, runtime/supervisor/snapshots.py)."""
+    of the plugin's source for this code generation, runtime/supervisor/workers/snapshots.py)."""
     if path and path not in sys.path:
         sys.path.insert(0, path)
     try:

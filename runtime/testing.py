@@ -13,9 +13,9 @@ A batch runs the way a worker runs it, through the worker's own code, not a copy
 are packed into a batch frame and read back as a worker reads them (runtime.transport.frames,
 runtime.worker.main.records_of), then the worker's ``BatchRunner`` runs the plugin (retries,
 bisection, ``Reject``, ``Backoff``, ``sys.exit()``, outputs outside the contract:
-runtime.worker.execution), routes its outputs and adds the ``ringmaster.plugin.version``
-header (runtime.worker.routing), and writes dead letters formatted and made to fit as the
-daemon writes them (runtime.worker.deadletter_format). What the daemon would give the Kafka
+runtime.execution.run), routes its outputs and adds the ``ringmaster.plugin.version``
+header (runtime.execution.routing), and writes dead letters formatted and made to fit as the
+daemon writes them (runtime.execution.deadletter_format). What the daemon would give the Kafka
 producer is collected instead of sent. The one stand-in is that producer: it refuses a message
 larger than ``max_message_bytes`` (key, value and headers, as librdkafka counts them against
 ``message.max.bytes``) as the client does, and every other message is acknowledged at once,

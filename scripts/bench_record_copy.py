@@ -1,5 +1,5 @@
 """Micro-benchmark: what handing the plugin copies of its records costs a worker per record
-(runtime/worker/execution.py ``copy_records``, issue 29), interleaved in one process so that
+(runtime/execution/run.py ``copy_records``, issue 29), interleaved in one process so that
 every contender sees the same machine load, timed in CPU time of the thread.
 
     .venv/bin/python scripts/bench_record_copy.py [--rounds 15] [--records 500]
@@ -22,10 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtime.execution import run as execution  # noqa: E402
+from runtime.execution.run import RetryPolicy, copy_records, run_batch  # noqa: E402
 from runtime.plugin import Plugin, Record  # noqa: E402
 from runtime.transport.frames import Columns, decode_frame, encode_batch  # noqa: E402
-from runtime.worker import execution  # noqa: E402
-from runtime.worker.execution import RetryPolicy, copy_records, run_batch  # noqa: E402
 from runtime.worker.main import _records_c, _records_py  # noqa: E402
 
 

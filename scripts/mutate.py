@@ -65,7 +65,8 @@ def results() -> list[Mutant]:
 
 
 def module_of(name: str) -> str:
-    """runtime.supervisor.offsets.xǁOffsetTrackerǁcomplete__mutmut_3 -> runtime.supervisor.offsets"""
+    """runtime.supervisor.datapath.offsets.xǁOffsetTrackerǁcomplete__mutmut_3 ->
+    runtime.supervisor.datapath.offsets"""
     return re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
 
 

@@ -31,7 +31,7 @@ from runtime.errors import (
 from runtime.ops.logs import configure_logging
 
 if TYPE_CHECKING:
-    from runtime.supervisor.signals import SignalQueue
+    from runtime.supervisor.control.signals import SignalQueue
 
 _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" for code, meaning in (
     (0, "stopped cleanly (TERM, INT, QUIT; with --until-caught-up: caught up and committed)"),
@@ -88,7 +88,7 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     remove one worker (as `ringmaster scale -n +1`/`-n -1`, up to workers.max_processes);
     USR1 logs a one-line status; USR2, WINCH and PIPE are ignored. Workers ignore all but
     TERM."""
-    from runtime.supervisor.signals import SignalQueue
+    from runtime.supervisor.control.signals import SignalQueue
 
     signals = SignalQueue().install()  # before anything else: no signal finds its default action
     from runtime.supervisor.members import MEMBER_ENV, die_with_parent

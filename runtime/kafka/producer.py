@@ -116,7 +116,7 @@ class OutputProducer:
         self.fatal: str | None = None
         # After deliver() raised: the messages of that delivery the broker did not take, or
         # None when some are still in flight (unknown). Every other message queued since the
-        # previous deliver() was acknowledged (runtime/worker/acked.py builds on it).
+        # previous deliver() was acknowledged (runtime/execution/acked.py builds on it).
         self.undelivered: list[Message] | None = None
 
     @property

@@ -17,7 +17,7 @@ from runtime.kafka.producer import write_acknowledged
 from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import Item, tail
 
-# The dead-letter headers' prefix (runtime/worker/deadletter_format.py, a layer above this one;
+# The dead-letter headers' prefix (runtime/execution/deadletter_format.py, a layer above this one;
 # tests/unit/test_devtools.py checks they agree).
 HEADER_PREFIX = "ringmaster."
 

@@ -86,7 +86,7 @@ class PartitionStatus:
 
 class ExitCause(enum.StrEnum):
     """Why a worker exited and was replaced (WorkerStatus.exits, and the ``cause`` label of
-    ringmaster_worker_restarts_total). Judged by runtime/supervisor/workforce.py."""
+    ringmaster_worker_restarts_total). Judged by runtime/supervisor/workers/workforce.py."""
 
     CRASHED = "crashed"  # it died on its own
     KILLED = "killed"  # the supervisor killed it: deadline, heartbeat, revocation
@@ -131,7 +131,7 @@ class WindowCpu:
 
 @dataclass(frozen=True)
 class OperationStatus:
-    """A reload or a resize of a running daemon (runtime/supervisor/rollout.py)."""
+    """A reload or a resize of a running daemon (runtime/supervisor/control/rollout.py)."""
 
     kind: str  # "reload" or "scale"
     state: str  # "running", "succeeded" or "failed"
@@ -214,7 +214,7 @@ class StatusSnapshot:
     scale: OperationStatus | None = None  # the last resize, or the one in progress
     operations: dict[str, int] = field(default_factory=dict)  # "reload succeeded": 2, "scale failed": 1, ...
     # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
-    # (runtime/supervisor/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
+    # (runtime/supervisor/datapath/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
     over_capacity: list[dict[str, Any]] = field(default_factory=list)
     # kafka.group_type = "share": records acquired, accepted, released, rejected and lock
     # expiries (acknowledgements refused because the lock ran out), since the start; else None.

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from runtime.errors import BatchDeferred, DeliveryFailed, OutputRejected
+from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
+from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
+from runtime.execution.routing import OutputRoute, with_version
+from runtime.execution.run import Failure, RetryPolicy, run_batch
 from runtime.kafka.producer import OutputProducer, is_record_error
 from runtime.kafka.topic_reader import Stored
 from runtime.plugin import Output, Plugin, Record, backoff_wait
 from runtime.redrive.letters import Letter, redriven_headers
 from runtime.tp import TP, tp_label
-from runtime.worker.acked import Acknowledged, acknowledged, raise_settled
-from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
-from runtime.worker.execution import Failure, RetryPolicy, run_batch
-from runtime.worker.routing import OutputRoute, with_version
 
 log = logging.getLogger("ringmaster.redrive")
 
@@ -174,9 +174,9 @@ class _Taken:
 class ThroughPlugin:
     """The records go through the configured plugin in this process, in batches of one source
     partition (as a worker gets them), through the same retries and bisection as a worker
-    (runtime/worker/execution.py). Outputs go to ``[output] topic`` (or their own topic); a
+    (runtime/execution/run.py). Outputs go to ``[output] topic`` (or their own topic); a
     record that fails again goes back to the dead-letter topic, its count kept
-    (runtime/worker/deadletter_format.py carries it). A plugin's ``Backoff`` waits, then the
+    (runtime/execution/deadletter_format.py carries it). A plugin's ``Backoff`` waits, then the
     same batch runs again; the wait ends early when the redrive is told to stop.
 
     Synchronous: a batch is run and everything it produced acknowledged before its outcomes
@@ -255,7 +255,7 @@ class ThroughPlugin:
     # -- producing (as runtime/worker/main.py BatchRunner does, without shared memory) ----------
     def _deliver(self, outputs: list[Output]) -> None:
         """On failure the exception says which outputs the broker acknowledged (as a worker's
-        does: runtime/worker/acked.py), so the retries do not write them again."""
+        does: runtime/execution/acked.py), so the retries do not write them again."""
         i = 0
         try:
             for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from runtime.config import Settings, max_message_bytes
 from runtime.errors import ConfigError, KafkaError, PluginError
+from runtime.execution.run import RetryPolicy
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.properties import consumer_properties, producer_properties
@@ -26,7 +27,6 @@ from runtime.redrive.letters import MAX_REDRIVE_COUNT
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.report import Ending, Mode, Summary
 from runtime.redrive.selection import Selection, parse_bound
-from runtime.worker.execution import RetryPolicy
 
 log = logging.getLogger("ringmaster.redrive")
 

@@ -1,6 +1,6 @@
 """Reading a dead letter back, and the headers of the record a redrive sends.
 
-A dead letter (runtime/worker/deadletter_format.py) is the failing record's key, value and
+A dead letter (runtime/execution/deadletter_format.py) is the failing record's key, value and
 headers followed by ``ringmaster.*`` headers: why it failed (``error.type``, ...), where it
 came from (``source.topic``, ``source.partition``, ``source.offset``), when
 (``failed_at_ms``), and how often it was redriven already (``redrive.count``). Its form says
@@ -31,7 +31,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from runtime.worker.deadletter_format import HEADER_PREFIX, REDRIVE_COUNT
+from runtime.execution.deadletter_format import HEADER_PREFIX, REDRIVE_COUNT
 
 Headers = list[tuple[str, bytes | None]]
 

@@ -10,10 +10,10 @@ topic's name.
 
 The same failure model as a local worker, where Spark allows it:
 
-* a wrong output type, ``sys.exit()``, a ``Reject``: the same dead letters (runtime.worker.execution);
+* a wrong output type, ``sys.exit()``, a ``Reject``: the same dead letters (runtime.execution.run);
 * an output larger than ``message.max.bytes`` is refused here, before the sink, so the
   record that made it is dead-lettered as ``OutputRejected`` as it is locally; a dead letter
-  is made to fit the same way (runtime.worker.deadletter_format);
+  is made to fit the same way (runtime.execution.deadletter_format);
 * ``Backoff`` raised by the plugin: the task waits and runs the same records again, in
   order (doubling the wait if raised again). Spark has no partition to pause, so
   ``scope="all"`` only holds this task; other tasks of the micro-batch go on. An outage of
@@ -33,9 +33,9 @@ from typing import Any
 import pyarrow as pa
 
 from runtime.errors import BatchDeferred, OutputRejected, RingmasterError
+from runtime.execution.routing import OutputRoute
+from runtime.execution.run import Outcome, RetryPolicy, run_batch
 from runtime.plugin import Context, Output, Plugin, Record, backoff_wait, load_plugin
-from runtime.worker.execution import Outcome, RetryPolicy, run_batch
-from runtime.worker.routing import OutputRoute
 
 log = logging.getLogger("ringmaster.spark")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from runtime.config import Settings, max_message_bytes
 from runtime.errors import NotCaughtUp, RingmasterError
+from runtime.execution.run import RetryPolicy
 from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.ops.cluster import refuse_early
 from runtime.spark.progress import SparkStatus
-from runtime.worker.execution import RetryPolicy
 
 log = logging.getLogger("ringmaster.spark")
 

@@ -31,11 +31,12 @@ from runtime.ops.control_socket import ControlServer, control_socket_path
 from runtime.ops.metrics import RuntimeMetrics
 from runtime.ops.status import StatusFile, StatusSnapshot
 from runtime.ops.systemd import Notifier
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.control.signals import SignalQueue
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
-from runtime.supervisor.pool import PluginCode, ProbeOutcome, WorkerPool, probe_plugin
-from runtime.supervisor.signals import SignalQueue
-from runtime.supervisor.snapshots import PluginSources
+from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.workers.pool import ProbeOutcome, WorkerPool, probe_plugin
+from runtime.supervisor.workers.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, EpochTable
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.ordered import ordering_problem

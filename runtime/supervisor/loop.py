@@ -44,24 +44,24 @@ from runtime.ops.control_socket import ControlServer
 from runtime.ops.metrics import RuntimeMetrics
 from runtime.ops.status import StatusFile, StatusSnapshot, Stopped, final_snapshot
 from runtime.ops.systemd import Notifier
-from runtime.supervisor.assignment import Assignment, SlotTable
-from runtime.supervisor.caught_up import CaughtUp
-from runtime.supervisor.commands import Commands
-from runtime.supervisor.commits import committer_for
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.intake import BatchIds, Intake
-from runtime.supervisor.operator import OperatorHolds
-from runtime.supervisor.partitions import Partition, Partitions
-from runtime.supervisor.pool import become_subreaper
-from runtime.supervisor.rebalance import Rebalance
+from runtime.supervisor.control.commands import Commands
+from runtime.supervisor.control.operator import OperatorHolds
+from runtime.supervisor.control.rollout import Rollout
+from runtime.supervisor.control.signals import Intent, SignalHandlers, SignalQueue, log_status
+from runtime.supervisor.datapath.assignment import Assignment, SlotTable
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.flowcontrol import FlowControl
+from runtime.supervisor.datapath.intake import BatchIds, Intake
+from runtime.supervisor.datapath.partitions import Partition, Partitions
+from runtime.supervisor.datapath.results import Results
+from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.group.caught_up import CaughtUp
+from runtime.supervisor.group.commits import committer_for
+from runtime.supervisor.group.rebalance import Rebalance
 from runtime.supervisor.report import Reporter
-from runtime.supervisor.results import Results
-from runtime.supervisor.rollout import Rollout
-from runtime.supervisor.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer, H, LoopPool
-from runtime.supervisor.signals import Intent, SignalHandlers, SignalQueue, log_status
-from runtime.supervisor.workforce import Workforce
+from runtime.supervisor.workers.pool import become_subreaper
+from runtime.supervisor.workers.workforce import Workforce
 from runtime.transport.board import EpochTable
 from runtime.transport.packing import PACK
 

@@ -14,17 +14,17 @@ import psutil
 
 from runtime.config import Settings
 from runtime.ops.status import PartitionStatus, RecentRates, StatusSnapshot, Stopped, WindowCpu, WorkerStatus
-from runtime.supervisor.commits import Committer
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.intake import Intake
-from runtime.supervisor.operator import OperatorHolds
-from runtime.supervisor.partitions import Partition, Partitions
-from runtime.supervisor.rebalance import Rebalance
-from runtime.supervisor.results import Results
-from runtime.supervisor.rollout import OpKind, Rollout
-from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.control.operator import OperatorHolds
+from runtime.supervisor.control.rollout import OpKind, Rollout
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.intake import Intake
+from runtime.supervisor.datapath.partitions import Partition, Partitions
+from runtime.supervisor.datapath.results import Results
+from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.group.commits import Committer
+from runtime.supervisor.group.rebalance import Rebalance
 from runtime.supervisor.seams import Consumer, Handle
-from runtime.supervisor.workforce import State, Workforce
+from runtime.supervisor.workers.workforce import State, Workforce
 from runtime.tp import tp_label
 
 

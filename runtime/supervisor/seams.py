@@ -8,22 +8,36 @@ structurally, which is what lets the rooms be built on fakes in the unit tests.
 A pool is generic in its handle type: the workforce hands back to the pool the very handles
 the pool gave it (spawn, kill, forget), so the rooms that pass handles on (the loop, the
 workforce, results, rebalance) keep that type; those that never hand one back (caught_up,
-rollout, report) take ``Workforce[Any]``. Runs in: supervisor.
+rollout, report) take ``Workforce[Any]``.
+
+:class:`PluginCode`, the one value the rooms hand the pool (what a worker runs), is here with
+the pool's Protocol, so that naming it takes no room down to the real pool. Runs in:
+supervisor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.group_offsets import GroupStanding
-from runtime.supervisor.pool import PluginCode
 from runtime.tp import TP
 from runtime.transport.board import Board
 from runtime.transport.packing import Run
 
 OnPartitions = Callable[[list[TP]], None]
+
+
+@dataclass(frozen=True)
+class PluginCode:
+    """What a worker runs: the plugin module and its settings, as of one reading of the config
+    (``generation`` 1 at start, one more for each reload)."""
+
+    generation: int
+    plugin: str
+    settings: dict[str, Any]
 
 
 class Consumer(Protocol):

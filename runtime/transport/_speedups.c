@@ -17,7 +17,7 @@
  *       A decoded frame's columns -> Record objects, filling their __slots__ directly
  *       instead of running Record.__init__ once per record.
  *           copy_records(Record, records) -> list[Record]
- *       Copies of Records for the plugin (runtime/worker/execution.py), slot by slot.
+ *       Copies of Records for the plugin (runtime/execution/run.py), slot by slot.
  *
  *   both: load_acquire(buffer, index) -> int, store_release(buffer, index, value)
  *       One aligned 8-byte word of a shared-memory table (ring positions, a worker's board)
@@ -674,7 +674,7 @@ fail:
 /* copy_records(Record, records) -> list[Record]: what the plugin is handed (issue 29): new
  * Records with the same field objects (str, int, bytes, tuples: immutable) and a headers
  * list of their own (list(h), or None), so that nothing a plugin does to its records
- * reaches the runtime's. Twin: runtime/worker/execution.py _copy_records_py. */
+ * reaches the runtime's. Twin: runtime/execution/run.py _copy_records_py. */
 static PyObject *copy_records(PyObject *self, PyObject *args) {
     PyTypeObject *type;
     PyObject *records;

@@ -2,7 +2,7 @@
 
 A worker dies with its supervisor, however the supervisor dies (``PR_SET_PDEATHSIG`` and the
 guard thread, main.py). The processes its plugin starts are below it: while the supervisor
-lives they are its own (a child subreaper: runtime.supervisor.pool ends them when their
+lives they are its own (a child subreaper: runtime.supervisor.workers.pool ends them when their
 worker ends, however they detached). After a SIGKILL of the supervisor nothing of it runs, so
 this module asks the kernel in advance: a process the worker forks (``os.fork()``,
 multiprocessing's ``fork``) from its main thread gets SIGKILL when the worker exits. What it
@@ -54,6 +54,6 @@ def bind_forks_to_worker() -> None:
 
 
 def run_worker(spec: WorkerSpec, bell_reader: Any, writer: Any) -> None:
-    """The worker process's target (runtime.supervisor.pool starts it)."""
+    """The worker process's target (runtime.supervisor.workers.pool starts it)."""
     bind_forks_to_worker()
     worker_main(spec, bell_reader, writer)

@@ -39,6 +39,10 @@ from runtime.errors import (
     PluginError,
     WorkerExhausted,
 )
+from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
+from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
+from runtime.execution.routing import OutputRoute, with_version
+from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.kafka.producer import OutputProducer
 from runtime.ops.logs import bind_fields, configure_logging
 from runtime.plugin import Context, Output, Plugin, Record, load_plugin, plugin_version
@@ -64,11 +68,7 @@ from runtime.transport.frames import (
 )
 from runtime.transport.ring import Doorbell, Ring, send_message
 from runtime.transport.shm import Segment
-from runtime.worker.acked import Acknowledged, acknowledged, raise_settled
-from runtime.worker.deadletter_format import DeadLetter, reference_dead_letter
-from runtime.worker.execution import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.worker.fence import FenceCheck
-from runtime.worker.routing import OutputRoute, with_version
 from runtime.worker.transactional import TransactionalRunner
 
 log = logging.getLogger("ringmaster.worker")
@@ -150,7 +150,7 @@ class WorkerSpec:
     log_level: str = "INFO"
     log_format: str = "text"
     input_topics: tuple[str, ...] = ()  # kafka.topics: an Output(topic=...) into one of them loops
-    plugin_path: str = ""  # the generation's copy of the plugin's source (supervisor/snapshots.py)
+    plugin_path: str = ""  # the generation's copy of the plugin's source (supervisor/workers/snapshots.py)
     # Exactly-once (runtime/kafka/transactions.py): this slot's transactional id ("" for
     # at-least-once), the segment holding the group's metadata, and the properties of the
     # client that reads the group's committed offsets.
@@ -383,7 +383,7 @@ def _stop_plugin(plugin: Plugin, runner: BatchRunner | TransactionalRunner, spec
 
 
 class BatchRunner:
-    """Runs one batch through the plugin (runtime.worker.execution: retries, then bisection) and
+    """Runs one batch through the plugin (runtime.execution.run: retries, then bisection) and
     delivers what came out: outputs to their topic, failures to the dead-letter topic.
 
     Delivery is part of the retry path: the outputs of each plugin call are produced and
@@ -391,7 +391,7 @@ class BatchRunner:
     exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch.
 
     What the broker acknowledged is not written again while this worker runs the same
-    records: within the batch's retries and bisection (runtime/worker/execution.py), and when
+    records: within the batch's retries and bisection (runtime/execution/run.py), and when
     a deferred batch comes back to this worker (``_carried``: the records it begins with are
     the deferred batch's). A batch that goes to another worker starts from nothing."""
 

@@ -55,7 +55,7 @@ class Fault:
     # an output twice (at least once); every other row is exactly once. (The output stalls:
     # measured on Apache Kafka, outputs the stall held in flight land once it ends, and the
     # batch the worker gave up on runs again.) (A live worker that
-    # runs records again does not write again what was acknowledged: runtime/worker/acked.py.)
+    # runs records again does not write again what was acknowledged: runtime/execution/acked.py.)
     redelivers: bool = False
     protocol: str | None = None  # the daemons' group protocol (None: the session's, tests/helpers.py)
     # output.guarantee: "exactly-once" rows run on Apache Kafka only (Tansu's read_committed
@@ -654,7 +654,7 @@ FAULTS += [
 # ------------------------------------------- acknowledged outputs not written again (issue 29)
 # A batch run again by the same live worker (retries and bisection after a failure, a refused
 # output; a deferred batch coming back) does not write again what the broker acknowledged:
-# every row here is judged exactly once (runtime/worker/acked.py). A batch handed to another
+# every row here is judged exactly once (runtime/execution/acked.py). A batch handed to another
 # worker (a death, a revocation) starts from nothing: at least once, as the rows above say.
 INVALID = "no such topic!"
 FAULTS += [

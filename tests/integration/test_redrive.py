@@ -33,14 +33,14 @@ from helpers import (
 )
 from proxy import PRODUCE, Proxy
 
-from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
-from runtime.worker.deadletter_format import (
+from runtime.execution.deadletter_format import (
     HEADER_PREFIX,
     REDRIVE_COUNT,
     dead_letter_headers,
     fit_dead_letter,
     reference_dead_letter,
 )
+from runtime.kafka.topic_reader import RecordFetcher, partition_bounds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -104,7 +104,7 @@ def outputs_by_id(bootstrap: str, topic: str) -> Counter[str]:
 def letter(topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
            headers: list[tuple[str, bytes | None]] | None = None, error_type: str = "ValueError",
            count: int | None = None, failed_at_ms: int | None = None) -> tuple[Any, Any, Any]:
-    """A dead letter as a worker writes it (runtime.worker.deadletter_format), as a row."""
+    """A dead letter as a worker writes it (runtime.execution.deadletter_format), as a row."""
     original = list(headers or [])
     if count is not None:
         original.append((COUNT, str(count).encode()))

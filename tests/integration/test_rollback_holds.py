@@ -1,7 +1,7 @@
 """A rolled-back reload holds (issue 29.9): the files on disk are the code that just failed,
 yet every worker started afterwards – a restart after a crash, one more from ``scale`` – runs
 the last good generation, from the copy of its source the daemon took when that generation
-started (runtime/supervisor/snapshots.py). Real daemon, real broker, real files."""
+started (runtime/supervisor/workers/snapshots.py). Real daemon, real broker, real files."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def _die() -> None:
 def _install_die_hooks() -> None:
     """Hooks on the worker's own code paths after process() (test-only: how else would a
     plugin get its worker killed while the runtime delivers, retries or reports)."""
-    import runtime.worker.execution as execution
+    import runtime.execution.run as execution
     import runtime.worker.main as main
     from runtime.kafka.producer import OutputProducer
     from runtime.transport.frames import ResultKind, decode_result

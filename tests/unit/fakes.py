@@ -18,7 +18,7 @@ from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.messages import bind_packer
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import Result, encode_result

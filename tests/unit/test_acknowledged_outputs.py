@@ -1,5 +1,5 @@
 """Outputs the broker acknowledged are not written again while the same worker runs the same
-records again: retries, bisection, a deferred batch coming back (runtime/worker/acked.py,
+records again: retries, bisection, a deferred batch coming back (runtime/execution/acked.py,
 issue 29). Judged on what a fake broker holds: every good record's outputs exactly once,
 nothing lost, identical outputs of different records all kept (a multiset)."""
 
@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from runtime.errors import DeliveryFailed, OutputRejected
+from runtime.execution import acked as acked_module
+from runtime.execution.acked import Acknowledged, acknowledged, digest
+from runtime.execution.run import RetryPolicy, run_batch
 from runtime.plugin import Backoff, Output, Plugin, Record
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
-from runtime.worker import acked as acked_module
-from runtime.worker.acked import Acknowledged, acknowledged, digest
-from runtime.worker.execution import RetryPolicy, run_batch
 
 POLICY = RetryPolicy(max_attempts=2, backoff_s=0, backoff_max_s=0)
 BAD = "no such topic!"

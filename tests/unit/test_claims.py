@@ -61,4 +61,4 @@ def test_the_scheduler_is_the_one_writer_of_rings() -> None:
                  and isinstance(n.func, ast.Attribute) and n.func.attr == "try_write"]
         if calls:
             writers[str(path.relative_to(ROOT))] = calls
-    assert set(writers) == {"runtime/supervisor/scheduler.py"}, f"ring writes elsewhere: {writers}"
+    assert set(writers) == {"runtime/supervisor/datapath/scheduler.py"}, f"ring writes elsewhere: {writers}"

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 import runtime.supervisor.daemon as daemon
 from runtime.cli import main
 from runtime.errors import NotCaughtUp
+from runtime.supervisor.control.signals import SignalQueue
 from runtime.supervisor.daemon import RunResult
-from runtime.supervisor.signals import SignalQueue
 
 CONFIG = """
 [kafka]

@@ -1,4 +1,4 @@
-"""Commits (runtime/supervisor/commits.py) on the loop's clock: the periodic commit is
+"""Commits (runtime/supervisor/group/commits.py) on the loop's clock: the periodic commit is
 asynchronous, goes out once commit_interval_ms has passed and not before, and carries only
 what moved; a synchronous one answers per partition. Found by mutation testing: the periodic
 step was reached only end to end."""

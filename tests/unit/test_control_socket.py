@@ -1,5 +1,5 @@
 """The control socket (runtime/ops/control_socket.py) and the commands room that serves it
-(runtime/supervisor/commands.py): a Unix socket only the daemon's user can use, one JSON
+(runtime/supervisor/control/commands.py): a Unix socket only the daemon's user can use, one JSON
 request and one reply per connection, never blocking the loop; and the `ringmaster reload` /
 `scale` commands, which never import the plugin."""
 
@@ -24,9 +24,9 @@ import runtime.ops.control_socket as cs
 from runtime.config import Settings, load_settings
 from runtime.errors import CommandTimeout, ConfigError, ControlDirUnusable, DaemonUnreachable
 from runtime.ops.control_socket import ControlServer, Request, control_socket_path, send_command
-from runtime.supervisor.commands import Commands
-from runtime.supervisor.rollout import Operation, OpKind, OpState
-from runtime.supervisor.signals import Asked, Intent
+from runtime.supervisor.control.commands import Commands
+from runtime.supervisor.control.rollout import Operation, OpKind, OpState
+from runtime.supervisor.control.signals import Asked, Intent
 
 ROOT = Path(__file__).resolve().parents[2]
 

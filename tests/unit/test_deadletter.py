@@ -1,6 +1,6 @@
-"""runtime.worker.deadletter_format: a dead letter is always writable. It goes whole when it fits, truncated
-(with the original sizes in headers) when it does not, and as a reference record when the
-broker refuses even that; the reason headers are never lost."""
+"""runtime.execution.deadletter_format: a dead letter is always writable. It goes whole when it
+fits, truncated (with the original sizes in headers) when it does not, and as a reference
+record when the broker refuses even that; the reason headers are never lost."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.worker.deadletter_format import (
+from runtime.execution.deadletter_format import (
     _MARGIN_BYTES,
     HEADER_PREFIX,
     MAX_MESSAGE_BYTES,

@@ -1,13 +1,14 @@
-"""The supervisor's own dead letters (runtime/supervisor/deadletter_desk.py): asynchronous, never blocking
-its loop, counted as handled only when acknowledged, made to fit, degraded to a reference
-record when the broker refuses one for what it is, retried with back-off during an outage."""
+"""The supervisor's own dead letters (runtime/supervisor/datapath/deadletter_desk.py):
+asynchronous, never blocking its loop, counted as handled only when acknowledged, made to fit,
+degraded to a reference record when the broker refuses one for what it is, retried with
+back-off during an outage."""
 
 from __future__ import annotations
 
 from confluent_kafka import KafkaError
 from fakes import FakeProducer
 
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 
 
 class Clock:

@@ -7,9 +7,9 @@ import pytest
 
 from runtime.config import Settings
 from runtime.errors import ConfigError
+from runtime.execution import deadletter_format
 from runtime.kafka.topic_reader import Item
 from runtime.ops import devtools
-from runtime.worker import deadletter_format
 
 
 def settings(topics: list[str], **sections: object) -> Settings:

@@ -1,4 +1,4 @@
-"""runtime.execution.run_batch: the failure model of one batch (invariant 8).
+"""runtime.execution.run.run_batch: the failure model of one batch (invariant 8).
 
 Retries, then bisection down to the records at fault; SystemExit / KeyboardInterrupt /
 a wrong return type / a refused output are failures of the records; a deferral (the
@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from runtime.errors import DeliveryFailed, OutputRejected
-from runtime.plugin import Backoff, Output, Plugin, Record, Reject
-from runtime.transport import speedups
-from runtime.worker.execution import (
+from runtime.execution.run import (
     COPY_RECORDS,
     PHASE_CALL,
     PHASE_DELIVER,
@@ -27,6 +25,8 @@ from runtime.worker.execution import (
     copy_records,
     run_batch,
 )
+from runtime.plugin import Backoff, Output, Plugin, Record, Reject
+from runtime.transport import speedups
 
 POLICY = RetryPolicy(max_attempts=2, backoff_s=0, backoff_max_s=0)
 

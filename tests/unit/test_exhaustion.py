@@ -14,12 +14,12 @@ import pytest
 from fakes import TP0, assign, make
 
 from runtime.errors import WorkerExhausted
+from runtime.execution.run import RetryPolicy, exhausted, run_batch
 from runtime.plugin import Plugin, Record
-from runtime.supervisor import workforce as workforce_module
-from runtime.supervisor.workforce import State
+from runtime.supervisor.workers import workforce as workforce_module
+from runtime.supervisor.workers.workforce import State
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Columns, Result
-from runtime.worker.execution import RetryPolicy, exhausted, run_batch
 from runtime.worker.main import BatchRunner, WorkerSpec
 
 

@@ -1,4 +1,4 @@
-"""Crash isolation (runtime/supervisor/isolation.py, applied by results.py): a batch that
+"""Crash isolation (runtime/supervisor/datapath/isolation.py, applied by results.py): a batch that
 keeps crashing workers is bisected down to the record at fault, which is dead-lettered; no
 record is ever dropped, and the commit never passes the poison record before the broker
 acknowledged its dead letter (invariants 1 and 8). The pure decision is tested on its own;
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fakes import feed, make, make_desk, msgs, report, start
 
-from runtime.supervisor.isolation import isolate
-from runtime.supervisor.offsets import OffsetTracker
-from runtime.supervisor.partitions import Batch
-from runtime.supervisor.workforce import Death
+from runtime.supervisor.datapath.batches import Batch
+from runtime.supervisor.datapath.isolation import isolate
+from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.workers.workforce import Death
 from runtime.transport.frames import DONE, Columns, Result, decode_frame, encode_batch
 
 TP = ("in", 4)

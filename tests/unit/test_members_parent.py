@@ -15,8 +15,8 @@ from fakes import settings
 
 from runtime.cli import main
 from runtime.errors import ConfigError
+from runtime.supervisor.control.signals import SignalQueue
 from runtime.supervisor.members import Members, budget, exit_status, split
-from runtime.supervisor.signals import SignalQueue
 
 CONFIG = """
 [kafka]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.supervisor.offsets import OffsetTracker
+from runtime.supervisor.datapath.offsets import OffsetTracker
 
 
 @st.composite

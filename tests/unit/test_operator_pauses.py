@@ -1,4 +1,4 @@
-"""Operator pauses applied to the supervisor's partitions (runtime/supervisor/operator.py),
+"""Operator pauses applied to the supervisor's partitions (runtime/supervisor/control/operator.py),
 with the real OperatorPauses (runtime/ops/control.py) reading a fake control topic: a pause
 record rewinds the partitions it covers, a tombstone or a resume record releases them, a
 malformed record changes nothing either way, a partition assigned under a pause is held
@@ -12,7 +12,7 @@ from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
 
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_records import ALL, Pause, scope_key
-from runtime.supervisor.partitions import PauseReason
+from runtime.supervisor.datapath.partitions import PauseReason
 
 Record = tuple[bytes | None, bytes | None]
 WALL_MS = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""Each part of a partition's state has one writer (runtime/supervisor/partitions.py): this
+"""Each part of a partition's state has one writer (runtime/supervisor/datapath/partitions.py): this
 test reads every module of the supervisor and fails when one assigns, deletes or mutates
 (append, pop, item assignment, ...) a field of a part that another room owns. An object's
 writes to its own attributes (``self.x = ...``) are its own business and are not counted."""
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.supervisor.partitions import Fence, IntakeState, PauseState, Stats
+from runtime.supervisor.datapath.partitions import Fence, IntakeState, PauseState, Stats
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNERS = {
-    Fence: "runtime/supervisor/assignment.py",
-    IntakeState: "runtime/supervisor/intake.py",
-    PauseState: "runtime/supervisor/flowcontrol.py",
-    Stats: "runtime/supervisor/results.py",
+    Fence: "runtime/supervisor/datapath/assignment.py",
+    IntakeState: "runtime/supervisor/datapath/intake.py",
+    PauseState: "runtime/supervisor/datapath/flowcontrol.py",
+    Stats: "runtime/supervisor/datapath/results.py",
 }
 MUTATORS = {"append", "extend", "insert", "pop", "popitem", "clear", "update", "setdefault", "remove",
             "discard", "add", "appendleft", "extendleft", "popleft", "sort", "reverse"}
@@ -69,7 +69,7 @@ def writes(tree: ast.AST, fields: set[str]) -> list[tuple[int, str]]:
 def test_no_module_writes_a_part_another_room_owns() -> None:
     owner_of = owned_fields()
     violations = []
-    for path in sorted((ROOT / "runtime" / "supervisor").glob("*.py")):
+    for path in sorted((ROOT / "runtime" / "supervisor").rglob("*.py")):
         module = str(path.relative_to(ROOT))
         for line, name in writes(ast.parse(path.read_text()), set(owner_of)):
             if owner_of[name] != module:

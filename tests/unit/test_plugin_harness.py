@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import PluginError
+from runtime.execution.deadletter_format import REDRIVE_COUNT
 from runtime.plugin import VERSION_HEADER, Record
 from runtime.testing import PluginHarness
-from runtime.worker.deadletter_format import REDRIVE_COUNT
 
 ROOT = Path(__file__).resolve().parents[2]
 

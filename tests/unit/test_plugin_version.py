@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from runtime.execution.deadletter_format import dead_letter_headers
 from runtime.plugin import VERSION_HEADER, plugin_version
-from runtime.worker.deadletter_format import dead_letter_headers
 from runtime.worker.main import BatchRunner, WorkerSpec
 
 

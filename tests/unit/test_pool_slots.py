@@ -1,4 +1,4 @@
-"""Worker slots (runtime/supervisor/pool.py): the pool starts with workers.processes rings in
+"""Worker slots (runtime/supervisor/workers/pool.py): the pool starts with workers.processes rings in
 shared memory and adds one when a resize or a reload needs it, up to its limit, with a clear
 error when shm_dir has no room; every ring goes when the run ends (invariant 7)."""
 
@@ -13,7 +13,7 @@ import pytest
 
 import runtime.transport.shm as shm
 from runtime.errors import SharedMemoryError
-from runtime.supervisor.pool import WorkerPool
+from runtime.supervisor.workers.pool import WorkerPool
 from runtime.transport.shm import SegmentSet
 
 

@@ -12,6 +12,8 @@ from confluent_kafka import KafkaError as CKError
 from confluent_kafka import Message
 
 from runtime.errors import DeliveryFailed
+from runtime.execution.deadletter_format import REDRIVE_COUNT, dead_letter_headers
+from runtime.execution.run import RetryPolicy
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.topic_reader import Stored
 from runtime.plugin import VERSION_HEADER, Backoff, Output, Plugin, Record, Reject
@@ -21,8 +23,6 @@ from runtime.redrive.letters import Letter, read_letter
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.report import Ending, Mode, Summary
 from runtime.redrive.selection import OffsetBound, Selection, Skip
-from runtime.worker.deadletter_format import REDRIVE_COUNT, dead_letter_headers
-from runtime.worker.execution import RetryPolicy
 
 DLQ = "dlq"
 TP0, TP1 = (DLQ, 0), (DLQ, 1)

@@ -1,4 +1,4 @@
-"""runtime.redrive.letters and the redrive count in runtime.worker.deadletter_format: a
+"""runtime.redrive.letters and the redrive count in runtime.execution.deadletter_format: a
 redriven record carries its original headers exactly plus the count; a record that fails
 again keeps the count in its dead letter, in every form; the next redrive raises it."""
 
@@ -8,6 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runtime.execution.deadletter_format import (
+    HEADER_PREFIX,
+    REDRIVE_COUNT,
+    dead_letter_headers,
+    fit_dead_letter,
+    reference_dead_letter,
+)
 from runtime.redrive.letters import (
     Form,
     Source,
@@ -16,13 +23,6 @@ from runtime.redrive.letters import (
     redrive_count,
     redriven_headers,
     stands_for,
-)
-from runtime.worker.deadletter_format import (
-    HEADER_PREFIX,
-    REDRIVE_COUNT,
-    dead_letter_headers,
-    fit_dead_letter,
-    reference_dead_letter,
 )
 
 Headers = list[tuple[str, bytes | None]]

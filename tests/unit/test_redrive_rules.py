@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.errors import ConfigError
+from runtime.execution.deadletter_format import REDRIVE_COUNT, dead_letter_headers
 from runtime.redrive.ledger import Ledger
 from runtime.redrive.letters import read_letter
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.selection import OffsetBound, Selection, Skip, Stop, TimeBound, parse_bound
-from runtime.worker.deadletter_format import REDRIVE_COUNT, dead_letter_headers
 
 NOW = 1_800_000_000_000
 UTC14 = int(datetime(2026, 11, 21, 14, tzinfo=UTC).timestamp() * 1000)

@@ -1,4 +1,4 @@
-"""The results room (runtime/supervisor/results.py) through the supervisor's fakes: what a
+"""The results room (runtime/supervisor/datapath/results.py) through the supervisor's fakes: what a
 DONE adds to the run's totals and to its partition's, how long a deferred partition waits and
 how that grows, and what becomes of a dead worker's batches when the one it crashed on is not
 the first, or when one of them was fenced meanwhile. Found by mutation testing (scripts/mutate):
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from fakes import TP0, TP1, feed, make, msgs, report, start
 
-from runtime.supervisor.partitions import PauseReason
-from runtime.supervisor.workforce import Death
+from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.workers.workforce import Death
 from runtime.transport.frames import DEFERRED, DONE, Result, decode_frame
 
 

@@ -1,4 +1,4 @@
-"""runtime.supervisor.rollout: reload and resize, driven tick by tick with the real workforce and
+"""runtime.supervisor.control.rollout: reload and resize, driven tick by tick with the real workforce and
 scheduler over fake processes and one fake clock. A reload's first new worker is a canary: if
 it cannot start, nothing else changed; otherwise the old workers go one at a time, the pool
 never runs fewer workers than it aims at, and no lane goes back to older code."""
@@ -17,11 +17,11 @@ from fakes import ProcPool, TickClock
 import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import ConfigError
-from runtime.supervisor.partitions import Batch
-from runtime.supervisor.pool import PluginCode
-from runtime.supervisor.rollout import OpKind, OpState, Rollout, not_applied
-from runtime.supervisor.scheduler import Scheduler
-from runtime.supervisor.workforce import Death, State, Workforce
+from runtime.supervisor.control.rollout import OpKind, OpState, Rollout, not_applied
+from runtime.supervisor.datapath.batches import Batch
+from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.workers.workforce import Death, State, Workforce
 from runtime.transport.board import PHASE_CALL
 from runtime.transport.frames import STOP_FRAME
 

@@ -1,4 +1,4 @@
-"""Where outputs go (runtime/worker/routing.py), the one policy of every backend."""
+"""Where outputs go (runtime/execution/routing.py), the one policy of every backend."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from runtime.execution.routing import OutputRoute
 from runtime.plugin import Output
-from runtime.worker.routing import OutputRoute
 
 
 def test_an_outputs_own_topic_wins_then_the_configured_one() -> None:

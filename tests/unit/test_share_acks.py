@@ -14,9 +14,9 @@ from runtime.config import Settings, share_group_problems
 from runtime.errors import ConfigError
 from runtime.kafka.properties import share_consumer_properties
 from runtime.kafka.share_consumer import Outcome, ShareGroupConsumer
-from runtime.supervisor.acknowledgements import AckTracker, Intent
-from runtime.supervisor.commits import ShareCommitter, committer_for
-from runtime.supervisor.partitions import new_partition
+from runtime.supervisor.datapath.acknowledgements import AckTracker, Intent
+from runtime.supervisor.datapath.partitions import new_partition
+from runtime.supervisor.group.commits import ShareCommitter, committer_for
 
 
 def _settings(**kafka: Any) -> Settings:
@@ -248,9 +248,9 @@ def test_the_share_committer_releases_what_is_not_done_at_a_stop() -> None:
 
 # ---------------------------------------------------------------------------- delivery counts
 def test_delivery_counts_reach_the_plugin_and_the_dead_letter() -> None:
+    from runtime.execution.run import Failure, copy_records
     from runtime.plugin import Record
     from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, peek_header
-    from runtime.worker.execution import Failure, copy_records
     from runtime.worker.main import records_of
 
     cols = Columns(5, None, [b"k", None], [b"v", b"w"], None, 0, [1, 2])

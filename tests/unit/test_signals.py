@@ -1,4 +1,4 @@
-"""The supervisor's signal table (runtime/supervisor/signals.py) with real signals sent to
+"""The supervisor's signal table (runtime/supervisor/control/signals.py) with real signals sent to
 this process, and the worker side: a worker starts with the operator signals blocked, so a
 hangup of the process group cannot kill it before it ignores them."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_admin_metrics import snapshot
 
-from runtime.supervisor.signals import MEANS, Asked, Intent, SignalHandlers, SignalQueue, log_status
+from runtime.supervisor.control.signals import MEANS, Asked, Intent, SignalHandlers, SignalQueue, log_status
 from runtime.worker.main import WORKER_IGNORES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +80,7 @@ def test_term_int_and_quit_ask_for_the_same_graceful_stop(handlers: SignalHandle
 
 
 def test_every_handled_signal_has_a_meaning_and_the_table_says_it() -> None:
-    doc = (ROOT / "runtime/supervisor/signals.py").read_text()
+    doc = (ROOT / "runtime/supervisor/control/signals.py").read_text()
     for sig, intent in MEANS.items():
         assert sig.name[3:] in doc and (intent is None or intent.name in doc), sig
 
@@ -88,7 +88,7 @@ def test_every_handled_signal_has_a_meaning_and_the_table_says_it() -> None:
 _SPAWN = """
 import shutil, signal, sys
 import multiprocess
-from runtime.supervisor.pool import start_resource_tracker
+from runtime.supervisor.workers.pool import start_resource_tracker
 from runtime.worker.main import signals_held_for_spawn
 
 start_resource_tracker()  # as WorkerPool does

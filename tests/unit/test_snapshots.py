@@ -1,4 +1,4 @@
-"""A copy of the plugin's source per code generation (runtime/supervisor/snapshots.py): taken
+"""A copy of the plugin's source per code generation (runtime/supervisor/workers/snapshots.py): taken
 once, at a generation's first worker, from what is on disk then; later edits change nothing."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.supervisor import snapshots
-from runtime.supervisor.snapshots import PluginSources
+from runtime.supervisor.workers import snapshots
+from runtime.supervisor.workers.snapshots import PluginSources
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from confluent_kafka import OFFSET_INVALID, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from runtime.errors import RingmasterError
+from runtime.execution.run import RetryPolicy
 from runtime.spark import offsets as ko
 from runtime.spark.apply import PluginJob, applier
 from runtime.spark.source import KafkaRange, KafkaStreamReader
-from runtime.worker.execution import RetryPolicy
 
 
 class FakeClient:

@@ -11,7 +11,8 @@ from typing import Any
 from fakes import TP0, TP1, assign, make, msgs, report
 
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.partitions import Batch, PauseReason
+from runtime.supervisor.datapath.batches import Batch
+from runtime.supervisor.datapath.partitions import PauseReason
 from runtime.transport.frames import (
     BLOCKED,
     DEFERRED,
@@ -409,7 +410,7 @@ def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() ->
     (worker,) = [w for w in (0, 1) if sup.scheduler.count(w)]
     assert sup.scheduler.count(worker) == 2, "a partition's batches are on one worker at a time"
     pool.handles[worker].ring.take()
-    from runtime.supervisor.workforce import Death
+    from runtime.supervisor.workers.workforce import Death
 
     sup.results.redeliver(Death(worker, b1.batch_id, "killed by SIGKILL"))
     assert b1.crashes == 1 and b2.crashes == 0

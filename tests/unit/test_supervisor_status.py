@@ -13,8 +13,9 @@ from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
 
 from runtime.config import Settings
 from runtime.ops.status import PartitionStatus, RecentRates, StatusFile, StatusSnapshot, WindowCpu
+from runtime.supervisor.datapath.batches import Batch
+from runtime.supervisor.datapath.partitions import PauseReason
 from runtime.supervisor.loop import Supervisor
-from runtime.supervisor.partitions import Batch, PauseReason
 from runtime.transport.board import EpochTable
 
 

@@ -19,7 +19,7 @@ from wire import RawRecord
 from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
 from runtime.kafka.messages import bind_packer
-from runtime.supervisor.intake import Unreadable
+from runtime.supervisor.datapath.intake import Unreadable
 from runtime.transport import packing, speedups
 from runtime.transport.frames import BATCH, decode_frame
 from runtime.transport.packing import _pack_run_py, salvage

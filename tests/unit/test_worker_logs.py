@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from runtime.execution.run import REJECTED, Failure
 from runtime.ops.logs import TextFormatter, bind_fields, configure_logging
 from runtime.plugin import Plugin, Record
 from runtime.transport.board import BOARD_BYTES, Board
-from runtime.worker.execution import REJECTED, Failure
 from runtime.worker.main import BatchRunner, WorkerSpec
 
 

@@ -57,7 +57,7 @@ def test_a_workers_descendants_are_found_without_scanning_every_process() -> Non
 
     import psutil
 
-    from runtime.supervisor.pool import descendant_pids
+    from runtime.supervisor.workers.pool import descendant_pids
 
     tree = subprocess.Popen(["bash", "-c", "sleep 30 & bash -c 'sleep 30 & wait' & wait"])
     try:

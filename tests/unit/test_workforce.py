@@ -1,4 +1,4 @@
-"""runtime.supervisor.workforce.Workforce, the worker lifecycle policy, driven by a fake pool and one
+"""runtime.supervisor.workers.workforce.Workforce, the worker lifecycle policy, driven by a fake pool and one
 fake clock (the supervisor's and the boards'). A worker's end is judged by what it reported
 and what it was doing, never by its exit status."""
 
@@ -17,7 +17,7 @@ from fakes import TickClock as Clock
 import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import PluginError, WorkerCrashLoop
-from runtime.supervisor.workforce import Death, State, Workforce
+from runtime.supervisor.workers.workforce import Death, State, Workforce
 from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 from runtime.transport.frames import STOP_FRAME
 

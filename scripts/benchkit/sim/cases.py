@@ -13,8 +13,8 @@ from typing import Any
 from benchkit.sim.pool import simulate_pool
 from benchkit.sim.world import Costs, SimConsumer, SimPool, World, make_topic
 from runtime.config import Settings
+from runtime.supervisor.control.signals import SignalQueue
 from runtime.supervisor.loop import Supervisor
-from runtime.supervisor.signals import SignalQueue
 
 
 @dataclass(frozen=True)

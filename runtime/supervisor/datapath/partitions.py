@@ -30,34 +30,12 @@ from typing import Any
 
 # PauseReason lives with the status snapshot (ops reads it too); the rooms name it from here.
 from runtime.ops.status import PauseReason as PauseReason
-from runtime.supervisor.acknowledgements import AckTracker
-from runtime.supervisor.offsets import OffsetTracker
+from runtime.supervisor.datapath.acknowledgements import AckTracker
+from runtime.supervisor.datapath.offsets import OffsetTracker
 from runtime.tp import TP, tp_label
-
-Bucket = int | None  # a lane within a partition: a key bucket (key ordering) or None
 
 HOLDS = (PauseReason.OPERATOR, PauseReason.BACKOFF, PauseReason.DELIVERY, PauseReason.BLOCKED,
          PauseReason.SEEKING)
-
-
-@dataclass(eq=False, slots=True)
-class Batch:
-    """A frame cut from one lane of one partition, in offset order. Immutable once cut, but
-    for ``crashes`` (results.py: how many workers died running it)."""
-
-    batch_id: int
-    tp: TP
-    slot: int
-    epoch: int
-    first: int
-    last: int
-    count: int
-    frame: bytes
-    bucket: Bucket
-    crashes: int = 0
-    # Key ordering: the buckets a frame holds when one frame carries several (a small cut,
-    # intake.py); it is in each of their lanes (scheduler.py). None: just ``bucket``.
-    buckets: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)

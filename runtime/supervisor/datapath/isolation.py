@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.supervisor.partitions import Batch
+from runtime.supervisor.datapath.batches import Batch
 from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns
 
 

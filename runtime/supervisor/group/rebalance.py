@@ -20,17 +20,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
-from runtime.supervisor.assignment import Assignment
-from runtime.supervisor.caught_up import CaughtUp
-from runtime.supervisor.commits import Committer
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.operator import OperatorHolds
-from runtime.supervisor.partitions import Partition
-from runtime.supervisor.results import Results
-from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.control.operator import OperatorHolds
+from runtime.supervisor.datapath.assignment import Assignment
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.flowcontrol import FlowControl
+from runtime.supervisor.datapath.partitions import Partition
+from runtime.supervisor.datapath.results import Results
+from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.group.caught_up import CaughtUp
+from runtime.supervisor.group.commits import Committer
 from runtime.supervisor.seams import H, Handle
-from runtime.supervisor.workforce import Workforce
+from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP
 
 log = logging.getLogger("ringmaster.rebalance")

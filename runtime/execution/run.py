@@ -14,7 +14,7 @@ plugin's ``Backoff``) abandons the whole batch untouched, to be tried again late
 Outputs the broker already acknowledged for these records, in an earlier call that failed
 afterwards (a refused output, a plugin exception in a later part of a bisection, a deferred
 batch run again with the same ``Acknowledged``), are not given to ``deliver`` again: the rule
-and its limits are in runtime/worker/acked.py. Calls are named there by the positions of
+and its limits are in runtime/execution/acked.py. Calls are named there by the positions of
 their records in the list given to ``run_batch`` (bisection splits it into contiguous parts).
 
 What counts as a failure of the records: any exception from ``process()`` or from iterating
@@ -37,11 +37,11 @@ from typing import Any
 
 from runtime.backoff import backoff_s
 from runtime.errors import BatchDeferred, OutputRejected, WorkerExhausted
+from runtime.execution.acked import Acknowledged
+from runtime.execution.deadletter_format import DeadLetter, dead_letter_headers, fit_dead_letter
 from runtime.plugin import Output, Plugin, Record, Reject, collect_outputs
 from runtime.transport import speedups
 from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
-from runtime.worker.acked import Acknowledged
-from runtime.worker.deadletter_format import DeadLetter, dead_letter_headers, fit_dead_letter
 
 log = logging.getLogger("ringmaster.execution")
 REJECTED = "Rejected"  # the error type of a record the plugin turned down with Reject

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 
 from runtime.ops.control import OperatorPauses
-from runtime.supervisor.assignment import Assignment
-from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.datapath.assignment import Assignment
+from runtime.supervisor.datapath.flowcontrol import FlowControl
+from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 
 log = logging.getLogger("ringmaster.operator")
 

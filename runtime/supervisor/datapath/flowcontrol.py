@@ -29,9 +29,9 @@ import logging
 from collections.abc import Callable, Iterable
 
 from runtime.config import WorkerSettings
-from runtime.supervisor.intake import Intake
-from runtime.supervisor.partitions import HOLDS, Hold, Partition, Partitions, PauseReason
-from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.datapath.intake import Intake
+from runtime.supervisor.datapath.partitions import HOLDS, Hold, Partition, Partitions, PauseReason
+from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP
 

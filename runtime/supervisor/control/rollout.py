@@ -46,10 +46,10 @@ from typing import Any
 from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.ops.status import OperationStatus
-from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.pool import PluginCode
-from runtime.supervisor.scheduler import Scheduler
-from runtime.supervisor.workforce import State, Workforce
+from runtime.supervisor.datapath.flowcontrol import FlowControl
+from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.workers.workforce import State, Workforce
 
 log = logging.getLogger("ringmaster.rollout")
 

@@ -4,7 +4,7 @@ that keeps crashing workers. Runs in: supervisor.
 Nothing here blocks the loop: a dead letter is produced asynchronously and its batch counts
 as handled only when the broker acknowledged it (invariant 1) – ``poll()``, called every
 tick, serves the delivery reports. A letter the broker refuses for what it is becomes a
-reference record (runtime/worker/deadletter_format.py); one that cannot be delivered at all
+reference record (runtime/execution/deadletter_format.py); one that cannot be delivered at all
 (an outage) is sent again after a back-off, for as long as it takes, and its partition simply does not commit
 past it meanwhile.
 """
@@ -18,14 +18,14 @@ from typing import Any
 
 from runtime.backoff import backoff_s
 from runtime.errors import DeliveryFailed, OutputRejected
-from runtime.kafka.producer import OutputProducer, is_record_error
-from runtime.tp import TP, tp_label
-from runtime.worker.deadletter_format import (
+from runtime.execution.deadletter_format import (
     DeadLetter,
     dead_letter_headers,
     fit_dead_letter,
     reference_dead_letter,
 )
+from runtime.kafka.producer import OutputProducer, is_record_error
+from runtime.tp import TP, tp_label
 
 log = logging.getLogger("ringmaster.deadletters")
 

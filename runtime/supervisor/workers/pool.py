@@ -31,7 +31,8 @@ import multiprocess.connection
 import psutil
 
 from runtime.errors import SharedMemoryError
-from runtime.supervisor.snapshots import PluginSources
+from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.workers.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result
 from runtime.transport.ring import Doorbell, MessageReader, Ring
@@ -41,16 +42,6 @@ from runtime.worker.main import WorkerSpec, probe_main, signals_held_for_spawn
 
 log = logging.getLogger("ringmaster.pool")
 _PR_SET_CHILD_SUBREAPER = 36
-
-
-@dataclass(frozen=True)
-class PluginCode:
-    """What a worker runs: the plugin module and its settings, as of one reading of the config
-    (``generation`` 1 at start, one more for each reload)."""
-
-    generation: int
-    plugin: str
-    settings: dict[str, Any]
 
 
 @dataclass(eq=False)

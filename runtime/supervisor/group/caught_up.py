@@ -41,12 +41,12 @@ from typing import Any
 from runtime.config import SupervisorSettings
 from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
 from runtime.kafka.group_offsets import GroupStanding
-from runtime.supervisor.assignment import Assignment
-from runtime.supervisor.commits import SyncCommit
-from runtime.supervisor.intake import Intake
-from runtime.supervisor.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.datapath.assignment import Assignment
+from runtime.supervisor.datapath.intake import Intake
+from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.group.commits import SyncCommit
 from runtime.supervisor.seams import Consumer
-from runtime.supervisor.workforce import Workforce
+from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP, tp_label
 
 log = logging.getLogger("ringmaster.supervisor")

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runtime.supervisor.partitions import Batch, Bucket
+from runtime.supervisor.datapath.batches import Batch, Bucket
 from runtime.supervisor.seams import Bell, SlotRing
 from runtime.tp import TP
 from runtime.transport.frames import STOP_FRAME
@@ -78,7 +78,7 @@ _INF = float("inf")
 
 
 class HandleLike(Protocol):
-    """What the scheduler needs of a worker handle (seams.Handle; runtime/supervisor/pool.py).
+    """What the scheduler needs of a worker handle (seams.Handle; runtime/supervisor/workers/pool.py).
     Read-only: a handle whose ring is a Ring (or a test's fake) fits, as a settable
     ``ring: SlotRing`` would not let it."""
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from runtime.kafka.share_consumer import Outcome, ShareCounts
-from runtime.supervisor.acknowledgements import AckTracker
-from runtime.supervisor.partitions import Partition, Partitions
+from runtime.supervisor.datapath.acknowledgements import AckTracker
+from runtime.supervisor.datapath.partitions import Partition, Partitions
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP
 

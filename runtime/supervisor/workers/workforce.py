@@ -59,8 +59,8 @@ from runtime.backoff import backoff_s
 from runtime.config import Settings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.ops.status import ExitCause
-from runtime.supervisor.pool import PluginCode, describe_exit
-from runtime.supervisor.seams import Pool, S
+from runtime.supervisor.seams import PluginCode, Pool, S
+from runtime.supervisor.workers.pool import describe_exit
 from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 
 log = logging.getLogger("ringmaster.workforce")

@@ -23,14 +23,14 @@ from runtime.config import Settings
 from runtime.ops.metrics import RuntimeMetrics
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
-from runtime.supervisor.assignment import Assignment
-from runtime.supervisor.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.intake import BatchIds, Intake, SetAside
-from runtime.supervisor.isolation import isolate
-from runtime.supervisor.partitions import Partition, Partitions, PauseReason
-from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.datapath.assignment import Assignment
+from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.datapath.intake import BatchIds, Intake, SetAside
+from runtime.supervisor.datapath.isolation import isolate
+from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.seams import H
-from runtime.supervisor.workforce import Death, Workforce
+from runtime.supervisor.workers.workforce import Death, Workforce
 from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_result
 
 log = logging.getLogger("ringmaster.results")

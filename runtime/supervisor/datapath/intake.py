@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from runtime.config import Settings
 from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.partitions import Batch, Bucket, Partition, Partitions, PauseReason
+from runtime.supervisor.datapath.batches import Batch, Bucket
+from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP
 from runtime.transport.packing import Run, fields_of, keys_of, offset_of, pack_run, salvage, split_by_key

@@ -11,7 +11,8 @@ import logging
 
 from runtime.plugin import VERSION_HEADER, Output
 
-log = logging.getLogger(__name__)
+# A literal, not __name__: the name stays when the file moves (log filters name it).
+log = logging.getLogger("runtime.worker.routing")
 
 
 class OutputRoute:

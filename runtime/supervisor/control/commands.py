@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runtime.ops.control_socket import ControlServer, Request
-from runtime.supervisor.rollout import Operation, OpKind, Rollout
-from runtime.supervisor.signals import Asked, Intent
+from runtime.supervisor.control.rollout import Operation, OpKind, Rollout
+from runtime.supervisor.control.signals import Asked, Intent
 
 log = logging.getLogger("ringmaster.commands")
 

@@ -35,10 +35,10 @@ from collections.abc import Callable, Iterable
 from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.flowcontrol import FlowControl
-from runtime.supervisor.intake import Intake
-from runtime.supervisor.partitions import Partition, Partitions, PauseReason, new_partition
-from runtime.supervisor.scheduler import Scheduler
+from runtime.supervisor.datapath.flowcontrol import FlowControl
+from runtime.supervisor.datapath.intake import Intake
+from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason, new_partition
+from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP, tp_label
 from runtime.transport.board import EpochTable
