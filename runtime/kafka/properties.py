@@ -90,14 +90,16 @@ def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
 
 
 def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
-    """librdkafka share consumer config: the user's pass-through, then what the runtime owns
-    (acknowledgements are explicit: a record is accepted only when its outputs are delivered)."""
+    """librdkafka share consumer config: the user's pass-through, then [kafka.security], then
+    what the runtime owns (acknowledgements are explicit: a record is accepted only when its
+    outputs are delivered)."""
     # A poll is run whole before the next and must finish within the records' lock
     # (docs/share-groups.md): the broker hands out whole producer batches, up to about this.
     props: dict[str, LibrdkafkaValue] = {"max.poll.records": 500}
     if settings.admin.librdkafka_stats_s:
         props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
     props.update(settings.kafka.consumer)
+    props.update(security_properties(settings.kafka.security))
     props.update({
         "bootstrap.servers": settings.kafka.bootstrap_servers,
         "group.id": settings.kafka.group_id,

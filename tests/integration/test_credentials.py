@@ -138,6 +138,33 @@ def test_every_command_connects_with_the_credentials_and_the_password_is_shown_n
         assert text and PASSWORD not in text, f"the password is in {where}"
 
 
+def test_a_share_group_connects_with_the_credentials(secure: ApacheKafkaBroker, tmp_path: Path) -> None:
+    """The share consumer's properties once lacked [kafka.security]: on a cluster that asks for
+    credentials, a share-group daemon could not read a record."""
+    n = names()
+    ensure_topics(secure.bootstrap, [n["in"], n["out"], n["dlq"]], partitions=1,
+                  extra=secure.client_properties())
+    cfg = config(secure, tmp_path, n)
+    cfg["kafka"]["group_type"] = "share"
+    cfg["kafka"]["consumer"] = {}  # the test groups' settings are a consumer group's
+    cfg["workers"]["ordering"] = "unordered"
+    env = {"RINGMASTER__KAFKA__SECURITY__PASSWORD": PASSWORD}
+    values = [f"s{i}" for i in range(30)]
+    by_env = tmp_path / "share.toml"
+    by_env.write_text(to_toml(cfg))
+    produced = cli(by_env, "produce", "--topic", n["in"], env=env, stdin="\n".join(values) + "\n")
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    rm = Ringmaster(cfg, tmp_path, env=env)
+    try:
+        rm.wait_status(lambda s: ((s.get("share") or {}).get("accepted") or 0) >= len(values), 120,
+                       "every record accepted by the share group")
+        outs = cli(by_env, "tail", "--max", str(len(values)), "--timeout", "90", env=env)
+        assert outs.returncode == 0 and len(outs.stdout.splitlines()) == len(values), outs.stderr[-3000:]
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+
+
 @pytest.mark.parametrize("what", ["wrong password", "untrusted CA", "mechanism the broker lacks"])
 def test_a_refused_login_is_one_line_and_exit_14_not_a_retry_flood(secure: ApacheKafkaBroker, tmp_path: Path,
                                                                   what: str) -> None:

@@ -13,7 +13,12 @@ from runtime.config import load_settings, redacted
 from runtime.errors import ConfigError
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.client_log import refused_access
-from runtime.kafka.properties import consumer_properties, effective_settings, producer_properties
+from runtime.kafka.properties import (
+    consumer_properties,
+    effective_settings,
+    producer_properties,
+    share_consumer_properties,
+)
 
 PASSWORD = "pw-9f3a-secret"
 
@@ -38,7 +43,9 @@ def test_the_section_sets_the_same_properties_in_every_client(tmp_path: Path) ->
                       check_plugin=False)
     want = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
             "sasl.password": PASSWORD, "ssl.ca.location": str(tmp_path / "ca.pem")}
-    for props in (consumer_properties(s), producer_properties(s), admin_properties(consumer_properties(s))):
+    # The share consumer was missing from this list, and so were its credentials.
+    for props in (consumer_properties(s), producer_properties(s), admin_properties(consumer_properties(s)),
+                  share_consumer_properties(s)):
         assert {k: props.get(k) for k in want} == want
 
 
