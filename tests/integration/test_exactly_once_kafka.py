@@ -512,3 +512,34 @@ def test_a_batch_run_stopped_by_sigterm_exits_9_naming_the_groups_offsets_left(
         broker.bootstrap, names["out"], sum(got.values()))))
     assert outs == Counter((p, o) for p, at in got.items() for o in range(at)), \
         "each record below the group's offsets output once, none above"
+
+
+def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """An input written by a transactional producer (an exactly-once pipeline upstream) ends
+    with a commit marker that no record's offset commits: the last transaction commits the
+    offset after the last record, and the run is caught up there, without waiting for its
+    timeout."""
+    from confluent_kafka import Producer
+
+    n, partitions = 400, 2
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("upstream")})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
+    p.commit_transaction(30)
+    ends = end_offsets(broker.bootstrap, names["in"], partitions)
+    assert ends == {q: n // partitions + 1 for q in range(partitions)}, "each partition ends with a marker"
+    cfg = exactly_once_config(broker, names, tmp_path)
+    cfg["supervisor"]["caught_up_timeout_s"] = 120.0
+    cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(90) == 0, rm.log_tail()  # well within caught_up_timeout_s
+    finally:
+        rm.close()
+    assert committed(broker.bootstrap, names["group"], names["in"], partitions) == \
+        {q: end - 1 for q, end in ends.items()}, "the offset after each partition's last record"
+    assert_each_once(broker.bootstrap, names["out"], n)
