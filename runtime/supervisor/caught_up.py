@@ -62,7 +62,7 @@ log = logging.getLogger("ringmaster.supervisor")
 
 _CHECK_EVERY_S = 0.05  # the judgement walks every partition: not on every tick of a busy loop
 _SHOWN = 10  # partitions named in the line, at most
-_SETTLE_S = 10.0  # exactly-once: how long the verdict waits for the group's stable offsets
+_SETTLE_S = 10.0  # exactly-once: how long the verdict waits for the group's stable offsets, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +87,8 @@ class CaughtUp:
                  ) -> None:
         self.enabled = sup.stop_when_caught_up
         self.transactional = transactional  # exactly-once: the workers' transactions commit
+        # A share of the stop's bound (SIGTERM ends the process within shutdown_timeout_s).
+        self.settle_s = min(_SETTLE_S, sup.shutdown_timeout_s / 4)
         self.idle_s = sup.caught_up_idle_s
         self.timeout_s = sup.caught_up_timeout_s
         self.consumer = consumer
@@ -277,7 +279,7 @@ class CaughtUp:
                 f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")
             return err
         if self.transactional:  # asked now: every batch that was running has ended (the release)
-            self.group = self.consumer.group_standing(True, _SETTLE_S) or self.group
+            self.group = self.consumer.group_standing(True, self.settle_s) or self.group
         final = {p.tp for p in held}
         left, blocked = [], []
         for tp, r in sorted(self.released.items()):
