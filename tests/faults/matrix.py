@@ -838,9 +838,8 @@ FAULTS += [
     _exactly_once("spawn-supervisor-killed", "its workers die with it, their open transactions are aborted "
                   "by the broker (`transaction.timeout.ms`); the next start reads from the group's offsets "
                   "and writes each output once"),
-    _exactly_once("members-batch-with-failures", "each member isolates its own, its transactions refused "
-                  "after a rebalance took its partitions; exit 0 once the group's offsets are at the end, "
-                  "each output and dead letter once"),
+    _exactly_once("members-batch-with-failures", "each member isolates its own; exit 0 once the group's "
+                  "offsets (its transactions') are at the end, each output and dead letter once"),
     _exactly_once("until-caught-up-broker-stall", "the partitions come back and the run ends caught up, the "
                   "transactions under way in the stall aborted: exit 0 with the group's offsets at the end "
                   "and each output once"),
