@@ -544,10 +544,6 @@ def guarantee_problem(settings: Settings) -> str | None:
                 f'{settings.workers.ordering!r}): in that order batches of a partition finish out of '
                 "order, and outputs committed ahead of the partition's offset would be written again "
                 "after a crash")
-    if settings.supervisor.stop_when_caught_up:
-        return ('output.guarantee = "exactly-once" does not support --until-caught-up '
-                "(supervisor.stop_when_caught_up) yet: it judges the run by the supervisor's own "
-                "commits, and under the guarantee only the workers' transactions commit")
     return None
 
 

@@ -574,10 +574,13 @@ class GroupConsumer:
                 return listed
         return high
 
-    def group_standing(self, ask_committed: bool) -> GroupStanding | None:
+    def group_standing(self, ask_committed: bool, settle_s: float = 0.0) -> GroupStanding | None:
         """Where the whole group stands (group_offsets.py), as of the answers so far; asks
         again, off the loop, for what is due (the committed offsets only if ``ask_committed``).
-        Never blocks."""
+        Never blocks, unless ``settle_s``: then the committed offsets are asked anew, stable,
+        and waited for up to that long (also while stopping: the verdict of a stop)."""
+        if self._group is not None and settle_s > 0:
+            return self._group.settle(settle_s)
         if self._group is None or self._stopping or self.wedged:
             return None if self._group is None else self._group.standing()
         self._group.refresh(ask_committed)

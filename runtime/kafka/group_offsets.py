@@ -73,19 +73,22 @@ class GroupAdmin(Protocol):
     def list_offsets(self, requests: dict[TopicPartition, OffsetSpec], /, *, isolation_level: IsolationLevel,
                      request_timeout: float) -> Mapping[TopicPartition, Future[Any]]: ...
     def list_consumer_group_offsets(self, groups: list[ConsumerGroupTopicPartitions], /, *,
-                                    request_timeout: float) -> Mapping[str, Future[Any]]: ...
+                                    request_timeout: float, require_stable: bool = False
+                                    ) -> Mapping[str, Future[Any]]: ...
 
 
 class GroupOffsets:
     def __init__(self, props: Mapping[str, Any], topics: Sequence[str], interval_s: float = 1.0,
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 admin: Callable[[], GroupAdmin] | None = None) -> None:
+                 admin: Callable[[], GroupAdmin] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.group = str(props.get("group.id", ""))
         self._names = {t for t in topics if not t.startswith("^")}
         self._patterns = [re.compile(t) for t in topics if t.startswith("^")]
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._clock = clock
+        self._sleep = sleep
         self._isolation = (IsolationLevel.READ_UNCOMMITTED
                            if str(props.get("isolation.level", "read_committed")) == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
@@ -116,6 +119,34 @@ class GroupOffsets:
                     [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout_s))
         except (KafkaException, ValueError, TypeError) as exc:
             log.debug("cannot ask where the group stands", extra={"error": str(exc)})
+
+    def settle(self, wait_s: float) -> GroupStanding:
+        """Ask the group's committed offsets anew, *stable*, and wait up to ``wait_s`` for the
+        answer (also once abandoned: the member's last word). Under exactly-once the workers'
+        transactions write them: a transaction whose commit returned may not have its offsets
+        written to the group yet (the markers follow the commit), and an ordinary read returns
+        the offset from before it. A stable read is answered once none is pending; a partition
+        answered with an error (UNSTABLE_OFFSET_COMMIT) is asked again until ``wait_s``."""
+        deadline = self._clock() + wait_s
+        while self.group:
+            try:
+                if self._admin is None:
+                    self._admin = self._make()
+                futures = self._admin.list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(self.group)], require_stable=True,
+                    request_timeout=max(0.1, deadline - self._clock()))
+                parts = [p for f in futures.values() for p in (f.result(max(0.1, deadline - self._clock()))
+                                                                 .topic_partitions or [])]
+            except Exception as exc:  # no answer in time, a busy coordinator: asked again
+                log.debug("stable committed offsets unknown", extra={"error": str(exc)})
+                parts = None
+            if parts is not None and not any(p.error is not None for p in parts if self._wanted(p.topic)):
+                self._take_parts(parts)
+                break
+            if self._clock() >= deadline:
+                break
+            self._sleep(0.1)
+        return self.standing()
 
     def standing(self) -> GroupStanding:
         complete = bool(self._known) and not self._known - set(self._ends) and self._answers > 0
@@ -180,7 +211,10 @@ class GroupOffsets:
             except Exception as exc:  # a busy coordinator: asked again
                 log.debug("committed offsets unknown", extra={"error": str(exc)})
                 return
-            self._committed = {(p.topic, p.partition): p.offset for p in parts
-                               if self._wanted(p.topic) and p.offset >= 0}
-            self._names |= {tp[0] for tp in self._committed}
-            self._answers += 1
+            self._take_parts(parts)
+
+    def _take_parts(self, parts: Sequence[TopicPartition]) -> None:
+        self._committed = {(p.topic, p.partition): p.offset for p in parts
+                           if self._wanted(p.topic) and p.offset >= 0}
+        self._names |= {tp[0] for tp in self._committed}
+        self._answers += 1

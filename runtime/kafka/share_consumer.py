@@ -282,7 +282,7 @@ class ShareGroupConsumer:
     def high_watermark(self, tp: TP, /) -> int | None:
         return None
 
-    def group_standing(self, ask_committed: bool, /) -> None:
+    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0) -> None:
         return None  # a share group has no committed offsets: a member is judged alone
 
     def stop(self) -> None:

@@ -114,7 +114,8 @@ class Supervisor(Generic[H]):
                                      settings.output.guarantee == "exactly-once")
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
         self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
-                                  self.workforce, lambda: self.rebalance.rebalances, clock)
+                                  self.workforce, lambda: self.rebalance.rebalances, clock,
+                                  self.commits.transactional)
         self.rebalance = Rebalance(sup.revoke_timeout_s, self.assignment, self.flow, self.operator,
                                    self.results, self.commits, self.caught_up, self.scheduler, self.workforce,
                                    pool.handles, dead_letters, clock,

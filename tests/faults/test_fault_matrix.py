@@ -356,6 +356,15 @@ def committed_is_processed(obs: drive.Observation) -> None:
     assert "partition(s) left" in line and "records left" in line, line
 
 
+def committed_is_output_once(obs: drive.Observation) -> None:
+    """The same under exactly-once, and exact: a read_committed reader finds the outputs of
+    the records below the group's offsets, each once, and none of a record above them."""
+    committed_is_processed(obs)
+    done = Counter((b["p"], b["o"]) for b in obs.bodies())
+    assert done == Counter((p, o) for p, off in obs.committed.items() for o in range(max(off, 0))), \
+        f"outputs are not those of the records below the group's offsets {obs.committed}"
+
+
 # ------------------------------------------------------------------------ a worker's whole life (issue 29)
 def death_phase_named(obs: drive.Observation) -> None:
     """The dead letter of the record that killed its worker says what the worker was doing."""

@@ -437,3 +437,109 @@ def test_sixty_thousand_records_through_every_fault_at_once_each_output_once(
             rm.close()
     assert_each_once(broker.bootstrap, names["out"], n)
     assert not read_committed(broker.bootstrap, names["dlq"], 0, timeout_s=10), "no record was blamed"
+
+
+# ---------------------------------------------------------------------- --until-caught-up
+def test_a_batch_run_exits_0_with_each_output_once_and_the_groups_offsets_at_the_end(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Judged by the group's committed offsets, which the transactions write: at exit 0 they
+    are at the end already (the verdict's stable read waited for the last markers)."""
+    n, partitions = 3000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, batch_max_records=100)
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(180) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert committed(broker.bootstrap, names["group"], names["in"], partitions) == counts
+    assert (rm.status() or {}).get("transactions_committed", 0) > 0
+    assert_each_once(broker.bootstrap, names["out"], n)
+
+
+def test_a_batch_run_through_worker_sigkills_exits_0_with_each_output_once(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Workers SIGKILLed in their batches: their transactions aborted, the batches run again,
+    the run still ends caught up, and no output is read twice."""
+    n, partitions = 4000, 4
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 2}, batch_max_records=100)
+    cfg["dead_letter"]["max_crashes"] = 100  # the kills are ours, not the records'
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    rng = random.Random(11)
+    try:
+        for k in range(3):
+            s = rm.wait_status(lambda s, k=k: s["records"] >= 600 * (k + 1) and busy_workers(s), 90,
+                               "a worker with a batch")
+            time.sleep(rng.uniform(0, 0.05))  # somewhere in its batch
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(busy_workers(s)), signal.SIGKILL)
+        assert rm.wait(240) == 0, rm.log_tail()
+    finally:
+        rm.close()
+    assert "worker killed by SIGKILL" in rm.log_path.read_text()
+    assert committed(broker.bootstrap, names["group"], names["in"], partitions) == counts
+    assert_each_once(broker.bootstrap, names["out"], n)
+
+
+def test_a_batch_run_stopped_by_sigterm_exits_9_naming_the_groups_offsets_left(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """Stopped before its end: exit 9, one line naming each partition left with the offset
+    the group has (the transactions'), and the outputs a read_committed reader sees are
+    exactly those of the records below those offsets."""
+    n, partitions = 6000, 2
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 2}, batch_max_records=50)
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        rm.wait_status(lambda s: s["records"] >= 500, 90, "progress")
+        code = rm.terminate(60)
+    finally:
+        rm.close()
+    assert code == 9, f"exit {code}:\n{rm.log_tail()}"
+    got = committed(broker.bootstrap, names["group"], names["in"], partitions)
+    assert got != counts and all(o > 0 for o in got.values()), got
+    (line,) = [x for x in rm.log_path.read_text().splitlines()
+               if x.startswith("ringmaster: error: --until-caught-up did not catch up")]
+    assert "stopped by SIGTERM" in line, line
+    for p, at in got.items():
+        said = f"{names['in']}[{p}] not at its end: committed up to offset {at:,} of {counts[p]:,}"
+        assert said in line, line
+    outs = Counter((b["p"], b["o"]) for b in (json.loads(m.value()) for m in read_committed(
+        broker.bootstrap, names["out"], sum(got.values()))))
+    assert outs == Counter((p, o) for p, at in got.items() for o in range(at)), \
+        "each record below the group's offsets output once, none above"
+
+
+def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """An input written by a transactional producer (an exactly-once pipeline upstream) ends
+    with a commit marker that no record's offset commits: the last transaction commits the
+    offset after the last record, and the run is caught up there, without waiting for its
+    timeout."""
+    from confluent_kafka import Producer
+
+    n, partitions = 400, 2
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("upstream")})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
+    p.commit_transaction(30)
+    ends = end_offsets(broker.bootstrap, names["in"], partitions)
+    assert ends == {q: n // partitions + 1 for q in range(partitions)}, "each partition ends with a marker"
+    cfg = exactly_once_config(broker, names, tmp_path)
+    cfg["supervisor"]["caught_up_timeout_s"] = 120.0
+    cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
+    rm = Ringmaster(cfg, tmp_path, args=["--until-caught-up"])
+    try:
+        assert rm.wait(90) == 0, rm.log_tail()  # well within caught_up_timeout_s
+    finally:
+        rm.close()
+    assert committed(broker.bootstrap, names["group"], names["in"], partitions) == \
+        {q: end - 1 for q, end in ends.items()}, "the offset after each partition's last record"
+    assert_each_once(broker.bootstrap, names["out"], n)

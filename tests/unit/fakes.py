@@ -182,6 +182,8 @@ class FakeConsumer:
         self.stats_summary: dict[str, float] = {}
         self.group: GroupStanding | None = None
         self.group_asks: list[bool] = []
+        self.settled: GroupStanding | None = None
+        self.settle_asks = 0
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
         pass
@@ -231,9 +233,14 @@ class FakeConsumer:
     def high_watermark(self, tp: Any) -> int | None:
         return self.high.get(tp)
 
-    def group_standing(self, ask_committed: bool) -> GroupStanding | None:
-        """A test sets ``group`` to give the member a view of the group (None: judged alone)."""
+    def group_standing(self, ask_committed: bool, settle_s: float = 0.0) -> GroupStanding | None:
+        """A test sets ``group`` to give the member a view of the group (None: judged alone);
+        ``settled``, if set, is the view a stable read waited for (``settle_s``) gives."""
         self.group_asks.append(ask_committed)
+        if settle_s > 0:
+            self.settle_asks += 1
+            if self.settled is not None:
+                return self.settled
         return self.group
 
     def assign(self, tps: list[Any]) -> None:

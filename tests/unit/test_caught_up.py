@@ -22,13 +22,14 @@ TIMEOUT_S = 30.0
 _BATCH_IDS = itertools.count(1_000_000)
 
 
-def make(**supervisor: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+def make(output: dict[str, Any] | None = None, **supervisor: Any
+         ) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
     clock = Clock()
     pool = FakePool(1)
     consumer = FakeConsumer()
     settings = Settings.model_validate({
         "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
-        "workers": {"plugin": "workers.enrich", "processes": 1},
+        "workers": {"plugin": "workers.enrich", "processes": 1}, "output": output or {},
         "supervisor": {"stop_when_caught_up": True, "caught_up_timeout_s": TIMEOUT_S, **supervisor}})
     sup = Supervisor(settings, consumer, pool, EpochTable(memoryview(bytearray(8 * 16))),  # type: ignore[arg-type]
                      clock=clock)
@@ -459,4 +460,98 @@ def test_a_refused_commit_on_a_partition_another_member_finished_is_caught_up() 
     assert not tick(sup, clock), "t[0] refused, and the group has not caught it up"
     consumer.group = standing({TP0: 100, TP2: 10}, ends={TP0: 100, TP1: 10, TP2: 10})
     assert tick(sup, clock)
+    assert stop(sup) is None
+
+
+# ---------------------------------------------------------------------- exactly-once
+EXACTLY_ONCE = {"topic": "out", "guarantee": "exactly-once"}
+
+
+def test_under_exactly_once_the_run_stops_only_once_the_group_shows_the_transactions_offsets() -> None:
+    """The supervisor commits nothing: a worker reports a batch done once its transaction's
+    commit returned, but its offset reaches the group only with the markers that follow.
+    Stopping on the member's own view would judge the run before the group has it."""
+    sup, consumer, clock, _ = make(EXACTLY_ONCE)
+    assert sup.commits.transactional and sup.caught_up.transactional
+    consumer.group = standing({TP0: 10}, ends={TP0: 10, TP1: 10})
+    assign(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        fetched(sup, consumer, tp, 0, 10)
+        done(sup, tp, 0, 10)
+    assert not tick(sup, clock), "t[1]'s last transaction is not in the group's offsets yet"
+    consumer.group = standing({TP0: 10, TP1: 10}, ends={TP0: 10, TP1: 10})
+    assert tick(sup, clock)
+    consumer.settled = consumer.group
+    assert stop(sup) is None
+    assert consumer.commits == [], "the supervisor committed nothing, not even at the stop"
+    assert consumer.settle_asks == 1, "the verdict asked the group once more, after the release"
+
+
+def test_under_exactly_once_the_verdict_is_the_groups_stable_offsets_after_the_release() -> None:
+    """A batch still running when the stop began ends during the release (its transaction
+    committed or not): only a read of the group's offsets asked after it says which."""
+    sup, consumer, clock, _ = make(EXACTLY_ONCE)
+    consumer.group = standing({TP0: 10}, ends={TP0: 10, TP1: 10})
+    assign(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        fetched(sup, consumer, tp, 0, 10)
+    done(sup, TP0, 0, 10)
+    done(sup, TP1, 0, 6)
+    assert not tick(sup, clock)
+    sup.signals.stop_requested = "SIGTERM"
+    consumer.settled = standing({TP0: 10, TP1: 6}, ends={TP0: 10, TP1: 10})
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp), err
+    assert "stopped by SIGTERM; 1 partition(s) left: t[1] not at its end: committed up to offset 6 of 10 " \
+           "(4 records left)" in str(err), err
+    assert "t[0]" not in str(err)
+
+
+def test_under_exactly_once_a_partition_done_here_whose_offset_the_group_lacks_is_named() -> None:
+    """Done here, but the group's stable answer is short (a transaction whose offsets never
+    reached the group): nothing past what the group has counts as done."""
+    sup, consumer, clock, _ = make(EXACTLY_ONCE)
+    consumer.group = standing({TP0: 7}, ends={TP0: 10})
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 10)
+    done(sup, TP0, 0, 10)
+    assert not tick(sup, clock), "the group does not show the last transaction's offset"
+    sup.signals.stop_requested = "SIGTERM"
+    consumer.settled = consumer.group
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp), err
+    assert "t[0] handled to its end, but the group's committed offset (the workers' transactions') " \
+           "is short of it: committed up to offset 7 of 10" in str(err), err
+
+
+def test_under_exactly_once_an_input_ending_in_a_transactions_marker_is_done_at_its_last_record() -> None:
+    """A transactional producer's input ends with a marker no record's offset commits: the
+    last batch's transaction commits the offset after its last record, one short of the end."""
+    sup, consumer, clock, _ = make(EXACTLY_ONCE)
+    consumer.group = standing({TP0: 9}, ends={TP0: 10})
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 9, high=10)
+    done(sup, TP0, 0, 9)
+    sup.partitions[TP0].intake.eof_at = 10
+    sup.partitions[TP0].tracker.skip_to(9, 10)
+    assert tick(sup, clock)
+    consumer.settled = consumer.group
+    assert stop(sup) is None
+
+
+def test_under_exactly_once_a_partition_handed_over_is_not_lost() -> None:
+    """A revocation commits nothing here (the transactions did): the partition is handed over,
+    and the member waits for the group to show it at its end like any other member's."""
+    sup, consumer, clock, _ = make(EXACTLY_ONCE)
+    consumer.group = standing({TP0: 10, TP1: 4}, ends={TP0: 10, TP1: 10})
+    assign(sup, consumer, [TP0, TP1])
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 4)
+    sup.rebalance.on_revoke([TP1])
+    fetched(sup, consumer, TP0, 0, 10)
+    done(sup, TP0, 0, 10)
+    assert not tick(sup, clock), "t[1] went to another member, not at its end yet"
+    consumer.group = standing({TP0: 10, TP1: 10}, ends={TP0: 10, TP1: 10})
+    assert tick(sup, clock)
+    consumer.settled = consumer.group
     assert stop(sup) is None

@@ -39,6 +39,7 @@ class FakeAdmin:
         self.asked: list[str] = []
         self.isolation: list[Any] = []
         self.hold = False  # answers not in yet
+        self.unstable = 0  # stable reads answered with a pending transaction's error first
 
     def _f(self, value: Any) -> Future[Any]:
         return Future() if self.hold else done(value)
@@ -58,8 +59,11 @@ class FakeAdmin:
         return {tp: self._f(SimpleNamespace(offset=self.ends[(tp.topic, tp.partition)])) for tp in requests}
 
     def list_consumer_group_offsets(self, groups: list[Any], **kwargs: Any) -> dict[str, Future[Any]]:
-        self.asked.append("committed")
+        self.asked.append("stable" if kwargs.get("require_stable") else "committed")
         parts = [TopicPartition(t, p, o) for t, p, o in self.committed]
+        if self.unstable:  # a transaction's offsets pending: the broker answers this partition so
+            self.unstable -= 1
+            parts[0].error = KafkaException("UNSTABLE_OFFSET_COMMIT").args[0]
         return {"g": self._f(SimpleNamespace(topic_partitions=parts))}
 
 
@@ -155,3 +159,29 @@ def test_a_stopping_member_asks_for_nothing_more() -> None:
     clock.now += 100
     group.refresh(True)
     assert admin.asked == []
+
+
+def test_a_settled_read_is_stable_waited_for_and_asked_again_while_a_transaction_is_pending() -> None:
+    """Exactly-once's verdict: the offsets of a transaction whose commit returned reach the
+    group with its markers; a stable read is answered only once none is pending."""
+    group, admin, clock = make()
+    turns(group, False)
+    slept: list[float] = []
+    group._sleep = lambda s: (slept.append(s), setattr(clock, "now", clock.now + s))  # type: ignore[assignment]
+    group.abandon()  # the member is stopping: the settled read is its last word all the same
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    admin.unstable = 2
+    s = group.settle(5.0)
+    assert admin.asked[-3:] == ["stable"] * 3 and len(slept) == 2, "asked again until no error"
+    assert s.complete and dict(s.committed) == {("t", 0): 10, ("t", 1): 20}
+
+
+def test_a_settled_read_gives_up_at_its_bound_with_what_it_knew() -> None:
+    group, admin, clock = make()
+    admin.committed = [("t", 0, 4), ("t", 1, 20)]
+    turns(group, True)
+    group._sleep = lambda s: setattr(clock, "now", clock.now + s)  # type: ignore[assignment]
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    admin.unstable = 1_000
+    s = group.settle(1.0)
+    assert dict(s.committed) == {("t", 0): 4, ("t", 1): 20}, "never the pending answer"

@@ -29,6 +29,15 @@ acknowledged commit counts as done once the group's commit reaches its end. A me
 a moment ago keeps its partitions until its session times out (KIP-848 hands the others
 theirs at once): exiting 0 beside it would call a topic done that is not. Another member's
 commits moving is progress for ``caught_up_timeout_s``.
+
+Under exactly-once (``output.guarantee``) the supervisor commits nothing: each batch's offset
+is committed by its worker's transaction. So a held partition is done when the *group's*
+committed offset reaches what this member read of it (its target; short of it only by the
+marker a transactional producer of the input ends with, which no record's offset commits).
+A worker reports a batch done after its transaction's commit returned, but the offsets reach
+the group only with the markers that follow: the run stops when the group's answer shows
+them, and the verdict is judged on a stable read of the group's offsets asked after the final
+release, when every batch still running has ended (a stable read waits for pending ones).
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ log = logging.getLogger("ringmaster.supervisor")
 
 _CHECK_EVERY_S = 0.05  # the judgement walks every partition: not on every tick of a busy loop
 _SHOWN = 10  # partitions named in the line, at most
+_SETTLE_S = 10.0  # exactly-once: how long the verdict waits for the group's stable offsets, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,7 @@ class Release:
     blocked: str | None  # stopped at a failing record (no dead-letter topic)
     end: int | None  # its target, or the high watermark if it never had one
     start: int | None  # the first offset it was read from, after its assignment
+    owed: int | None = None  # exactly-once: the group's offset its records need (None: none read)
 
 
 class CaughtUp:
@@ -72,8 +83,12 @@ class CaughtUp:
 
     def __init__(self, sup: SupervisorSettings, consumer: Consumer, partitions: Partitions,
                  intake: Intake, assignment: Assignment, workforce: Workforce[Any],
-                 rebalances: Callable[[], int], clock: Callable[[], float]) -> None:
+                 rebalances: Callable[[], int], clock: Callable[[], float], transactional: bool = False
+                 ) -> None:
         self.enabled = sup.stop_when_caught_up
+        self.transactional = transactional  # exactly-once: the workers' transactions commit
+        # A share of the stop's bound (SIGTERM ends the process within shutdown_timeout_s).
+        self.settle_s = min(_SETTLE_S, sup.shutdown_timeout_s / 4)
         self.idle_s = sup.caught_up_idle_s
         self.timeout_s = sup.caught_up_timeout_s
         self.consumer = consumer
@@ -92,6 +107,7 @@ class CaughtUp:
         self._new_ground = 0  # times a fetch went past it (a re-read after a rewind does not)
         self._progress_at = clock()
         self.group: GroupStanding | None = None  # the last answer on where the group stands
+        self._read_to: dict[TP, int] = {}  # per partition, the furthest offset read past (exactly-once)
 
     # ------------------------------------------------------------------ every tick
     def should_stop(self) -> bool:
@@ -123,8 +139,24 @@ class CaughtUp:
             return False  # lost or refused partitions: a rejoin usually brings them back; wait
         if self.group is not None and (not self.group.complete or self._others_left()):
             return False  # another member's partitions are not at their end yet; wait
+        if self._uncommitted():
+            return False  # RACE: done here, the transactions' offsets not in the group yet; wait
         log.info("caught up with the end of every assigned partition; stopping")
         return True
+
+    def _owed(self, p: Partition) -> int | None:
+        """Exactly-once: the group's committed offset that everything this member read of
+        ``p`` needs (the last batch's transaction commits its last record's offset + 1)."""
+        read_to, target = self._read_to.get(p.tp), self.targets.get(p.tp)
+        return None if read_to is None else min(read_to, target) if target is not None else read_to
+
+    def _uncommitted(self) -> list[TP]:
+        """Exactly-once: held partitions done here whose offsets the group does not show yet."""
+        if not self.transactional or self.group is None:
+            return []
+        group = self.group
+        return [p.tp for p in self.partitions.values() if p.blocked is None
+                and (owed := self._owed(p)) is not None and group.committed.get(p.tp, -1) < owed]
 
     def _others_left(self) -> dict[TP, int | None]:
         """The group's partitions this member does not hold, short of their end."""
@@ -141,12 +173,20 @@ class CaughtUp:
         """The end of each partition as the first fetch response after its assignment gave it
         (a fetch returned records or an end-of-partition event): the high watermark cached
         from that response."""
+        self._note_read(list(self.partitions.values()))
         for p in self.partitions.values():
             s = p.intake
             if p.tp not in self.targets and (s.next_offset is not None or s.eof_at is not None):
                 high = self.consumer.high_watermark(p.tp)
                 seen = [o for o in (high, s.eof_at, s.next_offset) if o is not None]
                 self.targets[p.tp] = max(seen)
+
+    def _note_read(self, parts: list[Partition]) -> None:
+        """The furthest offset each partition was read past (a rewind reads it again)."""
+        for p in parts:
+            at = p.intake.next_offset
+            if at is not None and at > self._read_to.get(p.tp, -1):
+                self._read_to[p.tp] = at
 
     def _stalled(self, now: float) -> bool:
         """Nothing moved for timeout_s: no record fetched past where any fetch had reached, none
@@ -211,14 +251,18 @@ class CaughtUp:
     def on_released(self, parts: list[Partition], answers: dict[TP, SyncCommit]) -> None:
         """Runs in: a rebalance callback or the stop, right after the release's commit (a lost
         partition has no answer: nothing was committed on its way out)."""
+        self._note_read(parts)
         for p in parts:
-            target = self.targets.pop(p.tp, None)
+            target = self.targets.get(p.tp)
             answer = answers.get(p.tp)
             if answer is not None and answer.epoch != p.fence.epoch:
                 answer = None  # RACE: an answer from before this release's fence is not its own
+            owed = self._owed(p)  # before the target is forgotten
+            self.targets.pop(p.tp, None)
             self.released[p.tp] = Release(
                 p.tp, answer, self._reached(p, target), p.blocked,
-                target if target is not None else self.consumer.high_watermark(p.tp), p.intake.first_offset)
+                target if target is not None else self.consumer.high_watermark(p.tp), p.intake.first_offset,
+                owed)
 
     # ------------------------------------------------------------------ the exit status
     def verdict(self, held: list[Partition], stopped_by: str | None,
@@ -234,6 +278,8 @@ class CaughtUp:
                 f"--until-caught-up did not catch up: no partition was ever assigned to this member "
                 f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")
             return err
+        if self.transactional:  # asked now: every batch that was running has ended (the release)
+            self.group = self.consumer.group_standing(True, self.settle_s) or self.group
         final = {p.tp for p in held}
         left, blocked = [], []
         for tp, r in sorted(self.released.items()):
@@ -249,6 +295,9 @@ class CaughtUp:
                     blocked.append(r)
                 else:
                     left.append(self._describe(r, "not at its end"))
+            elif tp in final and self._unsettled(r):
+                left.append(self._describe(r, "handled to its end, but the group's committed offset "
+                                              "(the workers' transactions') is short of it"))
         left += [f"{tp_label(tp)} assigned over supervisor.max_partitions and never read (no free slot)"
                  for tp in sorted(over_capacity)]
         if self.group is not None and not self.group.complete:
@@ -273,6 +322,11 @@ class CaughtUp:
         # as its last line (the final status carries it too).
         return err
 
+    def _unsettled(self, r: Release) -> bool:
+        """Exactly-once: the group's committed offset is short of what this member read."""
+        return (self.transactional and self.group is not None and r.owed is not None
+                and self.group.committed.get(r.tp, -1) < r.owed)
+
     def _describe_other(self, tp: TP, at: int | None) -> str:
         end = self.group.ends[tp] if self.group is not None else 0
         committed = f"committed up to offset {at:,}" if at is not None else "nothing committed"
@@ -280,7 +334,8 @@ class CaughtUp:
                 f"whose session has not timed out yet): {committed} of {end:,}")
 
     def _describe(self, r: Release, why: str) -> str:
-        acked = self.consumer.acknowledged.get(r.tp)
+        acked = (self.consumer.acknowledged.get(r.tp) if not self.transactional
+                 else self.group.committed.get(r.tp) if self.group is not None else None)
         base = acked if acked is not None else r.start
         committed = (f"committed up to offset {acked:,}" if acked is not None
                      else "nothing committed by this run")

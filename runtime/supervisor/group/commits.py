@@ -13,7 +13,9 @@ the synchronous answer is the only one that says, per partition, that the broker
 Under exactly-once (``transactional``) nothing is committed here: each batch's offset is
 committed by its worker's transaction (runtime/worker/transactional.py). A commit from here
 would race them: sent after one transaction's offset but landing after the next one's, it
-would move the group's offset back, and the records between would be written again.
+would move the group's offset back, and the records between would be written again. A
+synchronous commit answers "nothing sent" for each partition, and ``--until-caught-up``
+judges the partitions by the group's committed offsets instead.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Committer:
 
     def commit(self, parts: list[Partition], asynchronous: bool) -> None:
         if self.transactional:
+            if not asynchronous:  # answered "nothing sent": caught_up.py asks the group instead
+                self._sync.update({p.tp: SyncCommit(None, None, p.fence.epoch) for p in parts})
             return
         for tp, refused_offset in self.consumer.take_refused_commits().items():
             held = self.partitions.get(tp)
