@@ -516,13 +516,16 @@ class BatchRunner:
         # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
         produce, route, routed = self.producer.produce, self.route.topic, self._routed
         version_only, wait_s = self._version_only, self.spec.delivery_timeout_s
+        default_topic = self.spec.output_topic
         try:
             for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
-                if out.topic is not None and out.topic not in routed:
-                    self._check_route(out.topic)
-                topic = route(out)
-                if topic is None:
-                    continue
+                topic = out.topic
+                if not topic:
+                    topic = default_topic or route(out)  # route() counts what has nowhere to go
+                    if topic is None:
+                        continue
+                elif topic not in routed:
+                    self._check_route(topic)
                 # The common case, no headers, shares one list rather than building one per output.
                 headers = with_version(out.headers, self.version) if out.headers else version_only
                 produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
