@@ -213,7 +213,8 @@ def collect_outputs(produced: Any) -> list[Output | Reject]:
         raise TypeError(f"process() returned {type(produced).__name__}; return an iterable of "
                         "outputs (a list or a generator of bytes, (key, value) tuples, Output or "
                         "Reject) or None")
-    return [normalize_output(item) for item in produced]
+    # Exactly bytes, the commonest output, skips normalize_output's checks (~0.3 µs a record).
+    return [Output(item) if type(item) is bytes else normalize_output(item) for item in produced]
 
 
 def normalize_output(item: Any, default_topic: str | None = None) -> Output | Reject:

@@ -125,7 +125,8 @@ class _Run:
             if os.getpid() != self.pid:
                 os._exit(0)
         outputs = [o for o in items if isinstance(o, Output)]
-        rejects = [o for o in items if isinstance(o, Reject)]
+        # collect_outputs gives Outputs and Rejects only: all Outputs, no second pass.
+        rejects = [o for o in items if isinstance(o, Reject)] if len(outputs) < len(items) else []
         rejected = _originals(rejects, batch, records) if rejects else []
         if self.deliver is not None and outputs:
             self.phase(PHASE_DELIVER)

@@ -151,26 +151,48 @@ class OutputProducer:
         OutputRejected if the client refuses it for what it is (larger than message.max.bytes,
         a partition the topic does not have), DeliveryFailed if the local queue stays full for
         queue_wait_s (an outage that kept earlier messages from leaving)."""
-        deadline = time.monotonic() + queue_wait_s
-        # No partition argument at all unless asked: the partitioner places it.
-        where: _Placement = {} if partition is None else {"partition": partition}
-        while True:
-            try:
+        on_delivery = on_delivery or self._on_delivery
+        try:  # the hot path (once per output): no deadline, no keyword dict until the queue is full
+            if partition is None:  # no partition argument at all unless asked: the partitioner places it
                 # The stub's list[tuple[str, str | bytes | None]] is invariant, so it refuses our
                 # narrower list[tuple[str, bytes | None]], which the client takes as it is.
                 self._p.produce(topic, value, key, headers=headers,  # type: ignore[arg-type]
-                                on_delivery=on_delivery or self._on_delivery, **where)
+                                on_delivery=on_delivery)
+            else:
+                self._p.produce(topic, value, key, partition=partition,
+                                headers=headers,  # type: ignore[arg-type]
+                                on_delivery=on_delivery)
+        except BufferError:
+            self._produce_when_room(topic, value, key, headers, on_delivery, queue_wait_s, partition)
+        except KafkaException as exc:
+            raise self._refused(exc, topic, value, key) from None
+
+    def _produce_when_room(self, topic: str, value: bytes | None, key: bytes | None,
+                           headers: list[tuple[str, bytes | None]] | None, on_delivery: OnDelivery,
+                           queue_wait_s: float, partition: int | None) -> None:
+        """The local queue is full: let deliveries drain, and try again, for queue_wait_s."""
+        deadline = time.monotonic() + queue_wait_s
+        where: _Placement = {} if partition is None else {"partition": partition}
+        while True:
+            if time.monotonic() >= deadline:
+                raise DeliveryFailed(f"the producer's local queue stayed full for {queue_wait_s:g} s "
+                                     "(the broker is not taking messages)")
+            self._p.poll(0.05)
+            try:
+                self._p.produce(topic, value, key, headers=headers,  # type: ignore[arg-type]
+                                on_delivery=on_delivery, **where)
                 return
             except BufferError:
-                if time.monotonic() >= deadline:
-                    raise DeliveryFailed(f"the producer's local queue stayed full for {queue_wait_s:g} s "
-                                         "(the broker is not taking messages)") from None
-                self._p.poll(0.05)  # local queue full: let deliveries drain, then retry
+                continue
             except KafkaException as exc:
-                err = exc.args[0]
-                if is_records_fault(err, topic, self.own_topics):
-                    raise OutputRejected(_refusal(topic, err, value, key)) from None
-                raise DeliveryFailed(f"producing to {topic!r} failed: {err}") from None
+                raise self._refused(exc, topic, value, key) from None
+
+    def _refused(self, exc: KafkaException, topic: str, value: bytes | None,
+                 key: bytes | None) -> OutputRejected | DeliveryFailed:
+        err = exc.args[0]
+        if is_records_fault(err, topic, self.own_topics):
+            return OutputRejected(_refusal(topic, err, value, key))
+        return DeliveryFailed(f"producing to {topic!r} failed: {err}")
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._p.poll(timeout_s)

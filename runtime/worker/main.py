@@ -513,15 +513,22 @@ class BatchRunner:
         """Produce ``outputs`` and wait for the broker. On failure the exception says which of
         them were acknowledged (``acknowledged``), when the producer knows."""
         i = 0
+        # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
+        produce, route, routed = self.producer.produce, self.route.topic, self._routed
+        version_only, wait_s = self._version_only, self.spec.delivery_timeout_s
+        default_topic = self.spec.output_topic
         try:
             for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
-                if out.topic is not None and out.topic not in self._routed:
-                    self._check_route(out.topic)
-                topic = self.route.topic(out)
-                if topic is None:
-                    continue
-                self.producer.produce(topic, out.value, out.key, self._with_version(out.headers),
-                                      queue_wait_s=self.spec.delivery_timeout_s)
+                topic = out.topic
+                if not topic:
+                    topic = default_topic or route(out)  # route() counts what has nowhere to go
+                    if topic is None:
+                        continue
+                elif topic not in routed:
+                    self._check_route(topic)
+                # The common case, no headers, shares one list rather than building one per output.
+                headers = with_version(out.headers, self.version) if out.headers else version_only
+                produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
         except (OutputRejected, DeliveryFailed) as exc:
             # outputs[i] was refused (or the queue stayed full) before it was queued: settle
             # the ones queued before it, so that the retry knows what was written.
@@ -537,10 +544,6 @@ class BatchRunner:
 
     def _undelivered(self) -> list[Any] | None:
         return self.producer.undelivered
-
-    def _with_version(self, headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
-        # The common case, no headers, shares one list rather than building one per output.
-        return self._version_only if not headers else with_version(headers, self.version)
 
     def _check_route(self, topic: str) -> None:
         """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue

@@ -348,6 +348,14 @@ def test_a_full_local_queue_is_waited_out_while_deliveries_drain(producer: Outpu
     assert len(fake.polls) == 2, "each refusal serves delivery reports before trying again"
 
 
+def test_a_message_refused_once_the_queue_has_room_is_still_refused_for_what_it_is(
+        producer: OutputProducer, fake: FakeProducer) -> None:
+    fake.produce_raises = [BufferError("Local: Queue full"), KafkaException(err(CKError.MSG_SIZE_TOO_LARGE))]
+    with pytest.raises(OutputRejected, match=r"message\.max\.bytes"):
+        producer.produce("out", b"v" * 10, partition=1, queue_wait_s=5.0)
+    assert fake.polls and not fake.produced
+
+
 def test_a_local_queue_that_stays_full_becomes_a_delivery_failure(producer: OutputProducer,
                                                                   fake: FakeProducer) -> None:
     fake.produce_always = BufferError("Local: Queue full")

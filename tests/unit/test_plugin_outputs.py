@@ -222,3 +222,15 @@ def test_an_output_routed_into_an_input_topic_is_delivered_with_one_warning_per_
     assert producer.produced == [(route, b"again")] * 4, "delivered, not refused"
     loops = [r for r in caplog.records if "routes outputs into a topic this group reads" in r.getMessage()]
     assert len(loops) == (1 if warned else 0)
+
+
+class _Bytes(bytes):
+    """A bytes subclass: not the fast path's exact type, normalized to plain bytes."""
+
+
+def test_collect_outputs_gives_what_normalize_output_gives_item_by_item() -> None:
+    """collect_outputs takes exact bytes on a fast path: the same Outputs as the checked one."""
+    items: list[Any] = [b"raw", _Bytes(b"sub"), bytearray(b"ba"), "s", (b"k", b"v"), Output(b"o", b"k")]
+    collected = collect_outputs(items)
+    assert collected == [normalize_output(i) for i in items]
+    assert all(type(o.value) is bytes for o in collected if isinstance(o, Output))
