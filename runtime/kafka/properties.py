@@ -56,17 +56,7 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
     }
     if group_protocol(settings.kafka.consumer) == "classic":
         props["partition.assignment.strategy"] = "cooperative-sticky"
-    if settings.admin.librdkafka_stats_s:
-        props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
-    props.update(settings.kafka.consumer)
-    props.update(security_properties(settings.kafka.security))
-    props.update({
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-    })
-    return props
+    return _layered(settings, props, {"enable.auto.commit": False, "enable.auto.offset.store": False})
 
 
 def producer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
@@ -95,16 +85,20 @@ def share_consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
     outputs are delivered)."""
     # A poll is run whole before the next and must finish within the records' lock
     # (docs/share-groups.md): the broker hands out whole producer batches, up to about this.
-    props: dict[str, LibrdkafkaValue] = {"max.poll.records": 500}
+    return _layered(settings, {"max.poll.records": 500}, {"share.acknowledgement.mode": "explicit"})
+
+
+def _layered(settings: Settings, defaults: dict[str, LibrdkafkaValue],
+             owned: dict[str, LibrdkafkaValue]) -> dict[str, LibrdkafkaValue]:
+    """A group's consumer, in layers: our defaults (and the statistics interval), the user's
+    kafka.consumer, [kafka.security], then the cluster, the group and what the runtime owns."""
+    props = dict(defaults)
     if settings.admin.librdkafka_stats_s:
         props["statistics.interval.ms"] = int(settings.admin.librdkafka_stats_s * 1000)
     props.update(settings.kafka.consumer)
     props.update(security_properties(settings.kafka.security))
-    props.update({
-        "bootstrap.servers": settings.kafka.bootstrap_servers,
-        "group.id": settings.kafka.group_id,
-        "share.acknowledgement.mode": "explicit",
-    })
+    props.update({"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": settings.kafka.group_id,
+                  **owned})
     return props
 
 
