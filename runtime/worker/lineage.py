@@ -46,8 +46,7 @@ def _in_child(worker_pid: int) -> None:
     the parent pid, looked at after the prctl, tells."""
     if not _forking_from_main[0] or os.getppid() != worker_pid:
         return  # a grandchild, or a fork from another thread: not ours to bind
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    die_with_parent()
     if os.getppid() != worker_pid:
         os._exit(1)
 
