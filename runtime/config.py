@@ -565,7 +565,7 @@ def check_topic_loops(settings: Settings) -> None:
     as if they were outputs. One ConfigError naming every problem, before Kafka is touched.
 
     ``Output(topic=...)`` from the plugin is its own decision, taken per record at run time:
-    allowed, with a warning (runtime/worker/main.py)."""
+    allowed, with a warning (runtime/worker/batch_runner.py)."""
     topics = settings.kafka.topics
     problems = []
 

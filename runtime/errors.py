@@ -229,7 +229,7 @@ class WorkerExhausted(RingmasterError):
     descriptors (EMFILE), the system's file table (ENFILE), memory (ENOMEM, MemoryError).
     The worker's fault, not the record's – typically a plugin that leaks – so it is never
     counted towards dead-lettering: the worker reports the batch as not done and exits, and
-    the batch runs again on a fresh one (runtime/worker/main.py, supervisor/workers/workforce.py)."""
+    the batch runs again on a fresh one (runtime/worker/batch_runner.py, supervisor/workers/workforce.py)."""
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)

@@ -11,7 +11,7 @@
 
 A batch runs the way a worker runs it, through the worker's own code, not a copy: the records
 are packed into a batch frame and read back as a worker reads them (runtime.transport.frames,
-runtime.worker.main.records_of), then the worker's ``BatchRunner`` runs the plugin (retries,
+runtime.worker.decoding.records_of), then the worker's ``BatchRunner`` runs the plugin (retries,
 bisection, ``Reject``, ``Backoff``, ``sys.exit()``, outputs outside the contract:
 runtime.execution.run), routes its outputs and adds the ``ringmaster.plugin.version``
 header (runtime.execution.routing), and writes dead letters formatted and made to fit as the
@@ -45,7 +45,8 @@ from runtime.errors import OutputRejected, PluginError
 from runtime.plugin import Context, Plugin, Record, load_plugin, plugin_version
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, Columns, decode_frame, encode_batch
-from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.spec import WorkerSpec
 
 __all__ = ["BatchResult", "PluginHarness", "Produced"]
 

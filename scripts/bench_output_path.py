@@ -1,5 +1,5 @@
 """Micro-benchmark: what a worker spends per record around the plugin when every record
-gives one output (runtime/worker/main.py ``BatchRunner``: copies for the plugin, the
+gives one output (runtime/worker/batch_runner.py ``BatchRunner``: copies for the plugin, the
 outputs checked, produced with the version header, and waited for), against a Tansu broker
 of its own. The plugin does no work (scripts/benchkit/work.py, ``outputs = true``, 0
 iterations), so what is left is the runtime's cost.
@@ -31,7 +31,8 @@ from runtime.kafka.admin import ensure_topics  # noqa: E402
 from runtime.kafka.producer import OutputProducer  # noqa: E402
 from runtime.ops.devbroker import DevBroker  # noqa: E402
 from runtime.plugin import Context, Record, load_plugin  # noqa: E402
-from runtime.worker.main import BatchRunner, WorkerSpec  # noqa: E402
+from runtime.worker.batch_runner import BatchRunner  # noqa: E402
+from runtime.worker.spec import WorkerSpec  # noqa: E402
 
 
 class _Board:

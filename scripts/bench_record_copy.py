@@ -26,7 +26,7 @@ from runtime.execution import run as execution  # noqa: E402
 from runtime.execution.run import RetryPolicy, copy_records, run_batch  # noqa: E402
 from runtime.plugin import Plugin, Record  # noqa: E402
 from runtime.transport.frames import Columns, decode_frame, encode_batch  # noqa: E402
-from runtime.worker.main import _records_c, _records_py  # noqa: E402
+from runtime.worker.decoding import _records_c, _records_py  # noqa: E402
 
 
 def frame_columns(n: int) -> Columns:

@@ -29,13 +29,13 @@ def check(config: str, shallow: bool) -> None:
     settings = load(config)
     from runtime.kafka.messages import bind_packer
     from runtime.transport import packing, speedups
-    from runtime.worker import main as worker
+    from runtime.worker import decoding
 
     bind_packer()  # the packer's path (C or Python) is known once it knows the message type
     click.echo(json.dumps(redacted(effective_settings(settings)), indent=2))
     click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
                err=True)
-    paths: list[speedups.HotPath[Any]] = [packing.PACK, worker.BUILD_RECORDS]
+    paths: list[speedups.HotPath[Any]] = [packing.PACK, decoding.BUILD_RECORDS]
     click.echo(f"hot paths: {speedups.describe(paths)}", err=True)
     slow = speedups.python_warning(paths)
     if slow is not None:

@@ -1,7 +1,7 @@
 """Running a batch through the plugin: retry with backoff, then bisect to isolate the
 failing records, so that good records go through and bad ones can be dead-lettered.
 
-Shared by the local worker (runtime/worker/main.py), the Spark backend (runtime/spark/apply.py)
+Shared by the local worker (runtime/worker/batch_runner.py), the Spark backend (runtime/spark/apply.py)
 and the redrive (runtime/redrive/actions.py), so a plugin fails the same way on all three.
 Each plugin call gets copies of its records (``copy_records``): what the plugin does to them
 never reaches the records the caller passed, which retries, bisection and the failures (and

@@ -252,7 +252,7 @@ class ThroughPlugin:
                 self._done.append(_outcome(t.tp, t.letter, result))
             self._pending = self._pending[len(batch):]
 
-    # -- producing (as runtime/worker/main.py BatchRunner does, without shared memory) ----------
+    # -- producing (as runtime/worker/batch_runner.py BatchRunner does, without shared memory) ----------
     def _deliver(self, outputs: list[Output]) -> None:
         """On failure the exception says which outputs the broker acknowledged (as a worker's
         does: runtime/execution/acked.py), so the retries do not write them again."""

@@ -43,7 +43,7 @@ from runtime.transport.ordered import ordering_problem
 from runtime.transport.packing import PACK
 from runtime.transport.shm import SegmentSet, check_space, free_bytes, reclaim_stale, segment_bytes
 from runtime.transport.speedups import python_warning
-from runtime.worker.main import WorkerSpec
+from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.supervisor")
 

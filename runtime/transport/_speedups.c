@@ -1,7 +1,7 @@
 /*
  * Optional C speedups for the two per-record hot paths. Everything here has a pure-Python
- * twin that produces the same result (runtime/transport/packing.py: pack_run, runtime/worker/main.py:
- * records_from_columns); the runtime uses these only after a start-up self-test shows
+ * twin that produces the same result (runtime/transport/packing.py: pack_run, runtime/worker/decoding.py:
+ * _records_py); the runtime uses these only after a start-up self-test shows
  * they agree, and tests/unit/test_speedups.py checks the two against each other.
  *
  *   supervisor: bind(message_type, unreadable_exception_class)

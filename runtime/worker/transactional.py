@@ -11,7 +11,7 @@ is committed, and once. Retries and bisection inside one run are inside one tran
 batch deferred and run again runs in a new transaction and writes everything again
 (``carry_acknowledged`` off: the aborted one's outputs are invisible).
 
-Runs in: a worker process.
+Runs in: a worker process (runtime/worker/process.py builds it over the BatchRunner).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from runtime.errors import TransactionAborted
 from runtime.kafka.producer import OutputProducer
@@ -30,9 +30,9 @@ from runtime.transport.board import PHASE_DELIVER, Board
 from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
-
-if TYPE_CHECKING:
-    from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.decoding import records_of
+from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.worker")
 
@@ -87,8 +87,6 @@ class TransactionalRunner:
         self._txn = None
 
     def run(self, frame: BatchFrame) -> Result:
-        from runtime.worker.main import records_of  # main imports this module
-
         head = (frame.batch_id, frame.slot, frame.epoch)
         tp = (frame.topic, frame.partition)
         records = records_of(frame)

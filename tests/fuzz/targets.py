@@ -42,7 +42,7 @@ from runtime.plugin import Record  # noqa: E402
 from runtime.transport import speedups  # noqa: E402
 from runtime.transport.frames import BATCH, decode_frame, peek_header  # noqa: E402
 from runtime.transport.packing import _pack_run_py, salvage  # noqa: E402
-from runtime.worker.main import _records_py, _same_records  # noqa: E402
+from runtime.worker.decoding import _records_py, _same_records  # noqa: E402
 
 bind_packer()  # the packers pack confluent-kafka's messages, as the daemon's consumer has them
 

@@ -138,12 +138,14 @@ def _install_die_hooks() -> None:
     """Hooks on the worker's own code paths after process() (test-only: how else would a
     plugin get its worker killed while the runtime delivers, retries or reports)."""
     import runtime.execution.run as execution
-    import runtime.worker.main as main
+    import runtime.worker.batch_runner as batch_runner
+    import runtime.worker.process as process
+    import runtime.worker.transactional as transactional
     from runtime.kafka.producer import OutputProducer
     from runtime.transport.frames import ResultKind, decode_result
 
-    records_of, produce, backoff, send = main.records_of, OutputProducer.produce, execution.backoff_s, \
-        main.send_message
+    records_of, produce, backoff = batch_runner.records_of, OutputProducer.produce, execution.backoff_s
+    send = process.send_message
 
     def reading(frame: Any) -> list[Record]:
         records = records_of(frame)
@@ -167,10 +169,11 @@ def _install_die_hooks() -> None:
             _die()
         send(fd, message)
 
-    main.records_of = reading
+    batch_runner.records_of = reading  # each runner reads a frame's records through its own name
+    transactional.records_of = reading
     OutputProducer.produce = producing  # type: ignore[method-assign]
     execution.backoff_s = waiting
-    main.send_message = reporting
+    process.send_message = reporting
 
 
 def _mutated(batch: Sequence[Record]) -> None:

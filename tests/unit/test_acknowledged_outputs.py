@@ -201,7 +201,8 @@ class FakeProducer:
 
 
 def _runner(process: Any, producer: FakeProducer) -> Any:
-    from runtime.worker.main import BatchRunner, WorkerSpec
+    from runtime.worker.batch_runner import BatchRunner
+    from runtime.worker.spec import WorkerSpec
     spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1)
     runner = BatchRunner(Plugin("p", process, None, None), spec, Board(memoryview(bytearray(BOARD_BYTES))),
                          producer)  # type: ignore[arg-type]
@@ -279,8 +280,8 @@ def test_the_redrive_writes_the_outputs_of_a_batch_with_an_invalid_topic_once() 
 
 def test_what_deferred_batches_keep_is_bounded_and_the_oldest_partition_is_dropped_first(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from runtime.worker import main
-    monkeypatch.setattr(main, "MAX_CARRIED_OUTPUTS", 3)
+    from runtime.worker import batch_runner
+    monkeypatch.setattr(batch_runner, "MAX_CARRIED_OUTPUTS", 3)
     producer = FakeProducer()
     runner = _runner(lambda batch: [Output(r.value) for r in batch], producer)
     for partition in (0, 1):

@@ -17,7 +17,8 @@ from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
-from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.spec import WorkerSpec
 from runtime.worker.transactional import TransactionalRunner
 
 

@@ -20,7 +20,8 @@ from runtime.supervisor.workers import workforce as workforce_module
 from runtime.supervisor.workers.workforce import State
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Columns, Result
-from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.spec import WorkerSpec
 
 
 def _wrapped_emfile() -> BaseException:

@@ -159,7 +159,8 @@ def test_an_endless_backoff_is_refused_or_deferred_but_never_crashes_the_worker(
     from runtime.plugin import Plugin
     from runtime.transport.board import BOARD_BYTES, Board
     from runtime.transport.frames import DEFERRED, BatchFrame, Columns, encode_result
-    from runtime.worker.main import BatchRunner, WorkerSpec
+    from runtime.worker.batch_runner import BatchRunner
+    from runtime.worker.spec import WorkerSpec
 
     try:
         endless = Backoff(seconds, "wait for the operator")
@@ -204,7 +205,8 @@ def test_an_output_routed_into_an_input_topic_is_delivered_with_one_warning_per_
     from runtime.plugin import Output, Plugin
     from runtime.transport.board import BOARD_BYTES, Board
     from runtime.transport.frames import DONE, BatchFrame, Columns
-    from runtime.worker.main import BatchRunner, WorkerSpec
+    from runtime.worker.batch_runner import BatchRunner
+    from runtime.worker.spec import WorkerSpec
 
     spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
                       input_topics=inputs)

@@ -13,7 +13,8 @@ import pytest
 
 from runtime.execution.deadletter_format import dead_letter_headers
 from runtime.plugin import VERSION_HEADER, plugin_version
-from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.spec import WorkerSpec
 
 
 @pytest.fixture

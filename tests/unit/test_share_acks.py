@@ -251,7 +251,7 @@ def test_delivery_counts_reach_the_plugin_and_the_dead_letter() -> None:
     from runtime.execution.run import Failure, copy_records
     from runtime.plugin import Record
     from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, peek_header
-    from runtime.worker.main import records_of
+    from runtime.worker.decoding import records_of
 
     cols = Columns(5, None, [b"k", None], [b"v", b"w"], None, 0, [1, 2])
     frame_bytes = encode_columns(batch_head(9, 0, 1, "t", 0, [1, 3]), cols)

@@ -16,7 +16,7 @@ import pytest
 from test_admin_metrics import snapshot
 
 from runtime.supervisor.control.signals import MEANS, Asked, Intent, SignalHandlers, SignalQueue, log_status
-from runtime.worker.main import WORKER_IGNORES
+from runtime.worker.signal_mask import WORKER_IGNORES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ _SPAWN = """
 import shutil, signal, sys
 import multiprocess
 from runtime.supervisor.workers.pool import start_resource_tracker
-from runtime.worker.main import signals_held_for_spawn
+from runtime.worker.signal_mask import signals_held_for_spawn
 
 start_resource_tracker()  # as WorkerPool does
 proc = multiprocess.get_context(sys.argv[1]).Process(target=shutil.copyfile,

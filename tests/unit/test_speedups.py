@@ -21,7 +21,7 @@ from runtime.plugin import Record
 from runtime.transport import speedups
 from runtime.transport.frames import BATCH, decode_frame
 from runtime.transport.packing import _pack_run_py
-from runtime.worker.main import _records_c, _records_py, _same_records
+from runtime.worker.decoding import _records_c, _records_py, _same_records
 
 bind_packer()  # the packer packs confluent-kafka's messages, as the daemon's consumer has it
 
@@ -123,8 +123,8 @@ def test_a_c_path_that_disagrees_is_dropped_on_first_use() -> None:
 def test_records_are_built_the_same_without_the_extension() -> None:
     code = ("from runtime.kafka.messages import bind_packer; bind_packer(); "
             "from runtime.transport import speedups, packing; "
-            "from runtime.worker import main as worker; "
-            "assert speedups.native is None and not packing.PACK.in_c and not worker.BUILD_RECORDS.in_c; "
+            "from runtime.worker import decoding; "
+            "assert speedups.native is None and not packing.PACK.in_c and not decoding.BUILD_RECORDS.in_c; "
             "print(speedups.native_status)")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RINGMASTER_NO_SPEEDUPS="1"),
                          capture_output=True, text=True, check=True)

@@ -14,7 +14,7 @@ from runtime.plugin import Record
 from runtime.transport import speedups
 from runtime.transport.frames import BATCH, Columns, decode_frame, encode_batch, peek_header
 from runtime.transport.packing import _pack_run_py
-from runtime.worker.main import _records_c, _records_py, _same_records
+from runtime.worker.decoding import _records_c, _records_py, _same_records
 
 bind_packer()  # the packer packs confluent-kafka's messages, as the daemon's consumer has it
 

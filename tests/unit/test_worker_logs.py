@@ -15,7 +15,8 @@ from runtime.execution.run import REJECTED, Failure
 from runtime.ops.logs import TextFormatter, bind_fields, configure_logging
 from runtime.plugin import Plugin, Record
 from runtime.transport.board import BOARD_BYTES, Board
-from runtime.worker.main import BatchRunner, WorkerSpec
+from runtime.worker.batch_runner import BatchRunner
+from runtime.worker.spec import WorkerSpec
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ USR2, WINCH  –           ignored, with a log line
 PIPE         –           ignored (a reader of our output went away: never a reason to die)
 ===========  ==========  ==================================================================
 
-Workers ignore every one of them but TERM (runtime/worker/main.py): a terminal hangup, a
+Workers ignore every one of them but TERM (runtime/worker/signal_mask.py): a terminal hangup, a
 Ctrl-C or a Ctrl-\\ reaches the whole process group, and only the supervisor decides.
 """
 

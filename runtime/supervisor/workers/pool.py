@@ -37,8 +37,9 @@ from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result
 from runtime.transport.ring import Doorbell, MessageReader, Ring
 from runtime.transport.shm import Segment, SegmentSet, check_space
-from runtime.worker.lineage import run_worker
-from runtime.worker.main import WorkerSpec, probe_main, signals_held_for_spawn
+from runtime.worker.process import probe_main, run_worker
+from runtime.worker.signal_mask import signals_held_for_spawn
+from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.pool")
 _PR_SET_CHILD_SUBREAPER = 36
@@ -121,7 +122,7 @@ class WorkerPool:
         self._ctx = multiprocess.get_context(start_method)
         if start_method == "forkserver":
             # The fork server imports the worker's modules once; each worker forks from it.
-            self._ctx.set_forkserver_preload(["runtime.worker.main"])
+            self._ctx.set_forkserver_preload(["runtime.worker.process"])
         start_resource_tracker()
         self._spec_for = spec_for
         self._sources = sources
@@ -403,7 +404,7 @@ class ProbeOutcome:
 
 def probe_plugin(spec: WorkerSpec, start_method: str, timeout_s: float) -> ProbeOutcome:
     """Start one worker the way the pool does, let it import the plugin, run ``setup()`` and
-    ``teardown()`` (runtime.worker.main.probe_main), and judge it as the workforce judges a
+    ``teardown()`` (runtime.worker.process.probe_main), and judge it as the workforce judges a
     start: by what it reported, within ``timeout_s`` (workers.setup_timeout_s).
 
     Runs in: the CLI (``ringmaster check``); no shared memory, no consumer."""

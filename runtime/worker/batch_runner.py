@@ -1,0 +1,254 @@
+"""One batch through the plugin and out to the broker: ``BatchRunner``.
+
+Runs in: a worker process (runtime/worker/process.py builds it, under exactly-once wrapped
+by transactional.py), and in a plugin author's test process (runtime/testing.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from runtime.config import subscribed_by
+from runtime.errors import BatchDeferred, DeliveryFailed, OutputRejected, WorkerExhausted
+from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
+from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
+from runtime.execution.routing import OutputRoute, with_version
+from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
+from runtime.kafka.producer import OutputProducer
+from runtime.plugin import Output, Plugin, Record
+from runtime.tp import tp_label
+from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
+from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
+from runtime.worker.decoding import records_of
+from runtime.worker.spec import WorkerSpec, producer_props
+
+log = logging.getLogger("ringmaster.worker")
+
+# Acknowledged outputs a worker keeps for its deferred batches, all partitions together (a
+# digest and a counter slot each, ~100 bytes): past it the oldest partition's are dropped,
+# and its outputs may be written again when its batch runs (at-least-once, said in the log).
+MAX_CARRIED_OUTPUTS = 200_000
+
+
+class BatchRunner:
+    """Runs one batch through the plugin (runtime.execution.run: retries, then bisection) and
+    delivers what came out: outputs to their topic, failures to the dead-letter topic.
+
+    Delivery is part of the retry path: the outputs of each plugin call are produced and
+    acknowledged before the call counts. A refused output fails its records like an
+    exception; an outage (DeliveryFailed) or a plugin's Backoff defers the whole batch.
+
+    What the broker acknowledged is not written again while this worker runs the same
+    records: within the batch's retries and bisection (runtime/execution/run.py), and when
+    a deferred batch comes back to this worker (``_carried``: the records it begins with are
+    the deferred batch's). A batch that goes to another worker starts from nothing."""
+
+    def __init__(self, plugin: Plugin, spec: WorkerSpec, board: Board, producer: OutputProducer,
+                 version: str = "unknown") -> None:
+        self.plugin = plugin
+        self.spec = spec
+        self.board = board
+        self.version = version
+        # Shared: the client copies headers when producing.
+        self._version_only = with_version(None, version)
+        self.policy = RetryPolicy(spec.max_attempts, spec.retry_backoff_s, spec.retry_backoff_max_s)
+        self.producer = producer
+        self.route = OutputRoute(spec.output_topic, counted_in="status")
+        self._routed: set[str] = set()  # Output(topic=...) topics seen (checked once for a loop)
+        # Per partition, the deferred batch's offsets and what it had acknowledged.
+        self._deferred: dict[tuple[str, int], tuple[list[int], Acknowledged]] = {}
+        # False under exactly-once: a deferred batch's transaction was aborted, so what the
+        # broker acknowledged of it is invisible, and its next run writes everything again.
+        self.carry_acknowledged = True
+
+    def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result:
+        """``records``: the frame's records, when the caller built them already (exactly-once
+        leaves out those an earlier transaction committed)."""
+        head = (frame.batch_id, frame.slot, frame.epoch)
+        try:
+            result = self._run(frame, head, records_of(frame) if records is None else records)
+            self.board.set_phase(PHASE_IDLE)  # reporting: a death from here on still blames the batch
+            return result
+        except (WorkerExhausted, MemoryError) as exc:
+            detail = exc.detail if isinstance(exc, WorkerExhausted) else "memory (MemoryError)"
+            fresh = self.board.batches == 0
+            log.error("worker ran out of a resource; the batch is not done and runs again on a new worker",
+                      extra={"worker": self.spec.name, "tp": tp_label((frame.topic, frame.partition)),
+                             "resource": detail, "first_batch": fresh})
+            return Result(EXHAUSTED, *head, detail=detail, cause=FRESH if fresh else WORN)
+
+    def _run(self, frame: BatchFrame, head: tuple[int, int, int], records: list[Record]) -> Result:
+        started = time.monotonic()
+        self.route.take_discarded()
+        tp = (frame.topic, frame.partition)
+        acked = self._carried(tp, records)
+        try:
+            if self.spec.dead_letter_topic is None:
+                return self._run_until_first_failure(records, head, started, acked)
+            outcome = run_batch(self.plugin, records, self.policy,
+                                deliver=self._deliver, phase=self.board.set_phase, acked=acked)
+            self._dead_letter(outcome.failures)
+        except BatchDeferred as d:
+            self._carry(tp, records, acked)
+            self._renew_producer_if_broken()
+            log.warning("batch deferred", extra={
+                "cause": d.cause, "tp": tp_label((frame.topic, frame.partition)), "reason": d.reason})
+            delay_ms = -1 if d.delay_s is None else int(d.delay_s * 1000)
+            return Result(DEFERRED, *head, detail=d.reason, cause=d.cause, delay_ms=delay_ms,
+                          scope=d.scope)
+        discarded = self.route.take_discarded()
+        return Result(DONE, *head, processed=len(records), outputs=outcome.output_count - discarded,
+                      dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
+                      discarded=discarded)
+
+    def _carried(self, tp: tuple[str, int], records: list[Record]) -> Acknowledged:
+        """What an earlier, deferred run of these records on this worker had acknowledged: its
+        spans name positions in its batch, so they hold only if this batch begins with the
+        same records (the same batch, or one cut longer); else nothing is known."""
+        kept = self._deferred.pop(tp, None)
+        if kept is None:
+            return Acknowledged()
+        offsets, acked = kept
+        same = all(r.offset == o for r, o in zip(records, offsets, strict=False))
+        if len(records) >= len(offsets) and same:
+            return acked
+        return Acknowledged()
+
+    def _carry(self, tp: tuple[str, int], records: list[Record], acked: Acknowledged) -> None:
+        """Keep what a deferred batch had acknowledged for its next run, within
+        MAX_CARRIED_OUTPUTS (the oldest partitions' dropped first)."""
+        acked.keep()
+        if not acked.size() or not self.carry_acknowledged:
+            return
+        self._deferred[tp] = ([r.offset for r in records], acked)
+        total = sum(a.size() for _, a in self._deferred.values())
+        while total > MAX_CARRIED_OUTPUTS and self._deferred:
+            old_tp = next(iter(self._deferred))
+            _, old = self._deferred.pop(old_tp)
+            total -= old.size()
+            log.warning("too many acknowledged outputs of deferred batches to keep: those of this "
+                        "partition may be written again when its batch runs",
+                        extra={"tp": tp_label(old_tp), "outputs": old.size(), "limit": MAX_CARRIED_OUTPUTS})
+
+    def _run_until_first_failure(self, records: list[Record], head: tuple[int, int, int],
+                                 started: float, acked: Acknowledged) -> Result:
+        """INVARIANT: never skip a record silently. Without a dead-letter topic the partition
+        stops at its first failing record: only outputs of records before it are produced,
+        the batch is not acknowledged, so nothing from it on is committed."""
+        outcome = run_batch(self.plugin, records, self.policy,
+                            stop_at_first_failure=True, phase=self.board.set_phase)
+        first = outcome.first_failure
+        before = outcome.outputs_before(None if first is None else first.record.offset)
+        try:
+            if before:
+                self.board.set_phase(PHASE_DELIVER)
+                # One delivery for the records before the first failure (positions 0..n-1):
+                # a deferred one that comes back skips what was acknowledged.
+                n = len(records) if first is None else records.index(first.record)
+                acked.deliver(0, max(n - 1, 0), before, self._deliver)
+        except OutputRejected as exc:
+            first = first or Failure(records[0], "OutputRejected", str(exc), "", 1)
+        if first is None:
+            discarded = self.route.take_discarded()
+            return Result(DONE, *head, processed=len(records), outputs=len(before) - discarded,
+                          discarded=discarded, busy_ms=(time.monotonic() - started) * 1000)
+        self._carry((records[0].topic, records[0].partition), records, acked)  # runs again after a fix
+        return Result(BLOCKED, *head, detail=f"offset {first.record.offset}: {first.error_type}: "
+                                             f"{first.message}")
+
+    # -- producing -------------------------------------------------------------------
+    def _deliver(self, outputs: list[Output]) -> None:
+        """Produce ``outputs`` and wait for the broker. On failure the exception says which of
+        them were acknowledged (``acknowledged``), when the producer knows."""
+        i = 0
+        # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
+        produce, route, routed = self.producer.produce, self.route.topic, self._routed
+        version_only, wait_s = self._version_only, self.spec.delivery_timeout_s
+        default_topic = self.spec.output_topic
+        try:
+            for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
+                topic = out.topic
+                if not topic:
+                    topic = default_topic or route(out)  # route() counts what has nowhere to go
+                    if topic is None:
+                        continue
+                elif topic not in routed:
+                    self._check_route(topic)
+                # The common case, no headers, shares one list rather than building one per output.
+                headers = with_version(out.headers, self.version) if out.headers else version_only
+                produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
+        except (OutputRejected, DeliveryFailed) as exc:
+            # outputs[i] was refused (or the queue stayed full) before it was queued: settle
+            # the ones queued before it, so that the retry knows what was written.
+            raise_settled(outputs[:i], exc, self._flush, self._undelivered, self.spec.output_topic)
+        try:
+            self._flush()
+        except (OutputRejected, DeliveryFailed) as exc:
+            exc.acknowledged = acknowledged(outputs, self.producer.undelivered, self.spec.output_topic)
+            raise
+
+    def _flush(self) -> None:
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+
+    def _undelivered(self) -> list[Any] | None:
+        return self.producer.undelivered
+
+    def _check_route(self, topic: str) -> None:
+        """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue
+        (a retry topic the same group reads, a state machine) – but it feeds the daemon its
+        own outputs, so the plugin must make it end: one warning per worker and topic. (The
+        configured output and dead-letter topics are refused instead, runtime/config.py.)"""
+        self._routed.add(topic)
+        entry = subscribed_by(list(self.spec.input_topics), topic)
+        if entry is not None:
+            log.warning("the plugin routes outputs into a topic this group reads: the daemon will consume "
+                        "them again (a loop, unless the plugin stops re-routing)",
+                        extra={"worker": self.spec.name, "topic": topic, "subscription": entry})
+
+    def _dead_letter(self, failures: list[Failure]) -> None:
+        if not failures:
+            return
+        topic = self.spec.dead_letter_topic
+        assert topic is not None
+        letters = [f.dead_letter(self.spec.name, self.spec.max_message_bytes, self.version) for f in failures]
+        self.board.set_phase(PHASE_DELIVER)
+        try:
+            self._write_letters(topic, letters)
+        except OutputRejected:
+            # The broker refused a dead letter for what it is (a topic limit below the
+            # client's, a null key on a compacted topic): write where the record is instead.
+            # Letters that were accepted are written twice: at-least-once.
+            refs = [reference_dead_letter(letter, f.record.topic, f.record.partition, f.record.offset)
+                    for f, letter in zip(failures, letters, strict=True)]
+            try:
+                self._write_letters(topic, refs)
+            except OutputRejected as exc:
+                raise DeliveryFailed(f"the dead-letter topic {topic!r} refuses even a reference "
+                                     f"record: {exc}") from None
+        for f in failures:
+            r = f.record
+            # A Reject is the plugin's deliberate verdict on a record, not an error of the
+            # runtime or the plugin: a warning, like any record the plugin turns down.
+            level = logging.WARNING if f.error_type == REJECTED else logging.ERROR
+            log.log(level, "record dead-lettered", extra={
+                "tp": tp_label((r.topic, r.partition)), "offset": r.offset,
+                "error": f"{f.error_type}: {f.message}"})
+
+    def _write_letters(self, topic: str, letters: list[DeadLetter]) -> None:
+        for letter in letters:
+            self.producer.produce(topic, letter.value, letter.key, letter.headers,
+                                  queue_wait_s=self.spec.delivery_timeout_s)
+        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+
+    def _renew_producer_if_broken(self) -> None:
+        if self.producer.broken:
+            log.warning("output producer hit a fatal error; creating a new one",
+                        extra={"error": self.producer.fatal})
+            self.producer = OutputProducer(producer_props(self.spec),
+                                           own_topics=(self.spec.output_topic, self.spec.dead_letter_topic))
+
+    def close(self) -> None:
+        if self.producer.flush(10):
+            log.warning("outputs still queued at exit")

@@ -1,0 +1,53 @@
+"""What a worker is told when it starts: ``WorkerSpec``, built by the supervisor for each
+incarnation of a slot (supervisor/workers/pool.py) and handed to the new process, and the
+properties of the output producer it makes.
+
+Runs in: the supervisor, which builds it; a worker, which reads it; the plugin harness
+(runtime/testing.py), which builds one for its in-process runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    incarnation: int
+    segment_path: str
+    epochs_path: str
+    plugin: str
+    settings: dict[str, Any]
+    output_topic: str | None
+    dead_letter_topic: str | None
+    producer_props: dict[str, Any]
+    max_attempts: int
+    retry_backoff_s: float
+    retry_backoff_max_s: float
+    parent_pid: int
+    delivery_timeout_s: float = 30.0
+    max_message_bytes: int = 1_000_000
+    log_level: str = "INFO"
+    log_format: str = "text"
+    input_topics: tuple[str, ...] = ()  # kafka.topics: an Output(topic=...) into one of them loops
+    plugin_path: str = ""  # the generation's copy of the plugin's source (supervisor/workers/snapshots.py)
+    # Exactly-once (runtime/kafka/transactions.py): this slot's transactional id ("" for
+    # at-least-once), the segment holding the group's metadata, and the properties of the
+    # client that reads the group's committed offsets.
+    transactional_id: str = ""
+    group_metadata_path: str = ""
+    group_props: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"worker-{self.index}.{self.incarnation}"
+
+
+def producer_props(spec: WorkerSpec) -> dict[str, Any]:
+    """The output producer's properties: with this slot's transactional id under exactly-once."""
+    if not spec.transactional_id:
+        return spec.producer_props
+    return {**spec.producer_props, "transactional.id": spec.transactional_id}
