@@ -92,20 +92,21 @@ class Supervisor(Generic[H]):
         self.notifier = notifier or Notifier()
         self.status_file = status_file or StatusFile(settings.supervisor.status_file)
         self.partitions: Partitions = {}
-        ring = pool.handles[0].ring
-        ids = BatchIds()
-        self.workforce = Workforce(settings, pool, clock, batches_out=lambda i: self.scheduler.count(i))
-        self.scheduler = Scheduler(pool.handles, self.workforce.accepting, ordered=w.ordering != "unordered",
-                                   slots=pool.max_slots)
+        ring, ids, share = pool.handles[0].ring, BatchIds(), settings.kafka.group_type == "share"
+        # Rooms are built bottom up, each given what it reads; none is handed a function of
+        # another: what one room needs of another, the loop asks and hands on each tick.
+        self.workforce = Workforce(w, settings.output.delivery_timeout_s, pool, clock)
+        self.scheduler = Scheduler(pool.handles, ordered=w.ordering != "unordered", slots=pool.max_slots)
         # Key lanes per partition: fixed for the run (a key keeps its lane across resizes).
-        self.intake = Intake(settings, consumer, self.partitions, w.process_limit, ring.capacity,
+        self.intake = Intake(w, share, consumer, self.partitions, w.process_limit, ring.capacity,
                              ring.max_frame, ids, clock)
         self.flow = FlowControl(w, consumer, self.partitions, self.intake, self.scheduler,
                                 ring.capacity, clock)
-        self.assignment = Assignment(settings, consumer, self.partitions, SlotTable(epochs), self.intake,
-                                     self.scheduler, self.flow, clock)
-        self.results = Results(settings, self.partitions, pool.handles, self.scheduler, self.workforce,
-                               self.assignment, self.intake, dead_letters, ids, metrics, clock)
+        self.assignment = Assignment(w.batch_max_records, share, consumer, self.partitions, SlotTable(epochs),
+                                     self.intake, self.scheduler, self.flow, clock)
+        self.results = Results(settings.output, settings.dead_letter.max_crashes, self.partitions,
+                               pool.handles, self.scheduler, self.workforce, self.assignment, self.intake,
+                               dead_letters, ids, metrics, clock)
         self.rollout = Rollout(settings, self.workforce, self.scheduler, self.flow, reread, clock)
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
@@ -114,16 +115,14 @@ class Supervisor(Generic[H]):
                                      settings.output.guarantee == "exactly-once")
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
         self.caught_up = CaughtUp(sup, consumer, self.partitions, self.intake, self.assignment,
-                                  self.workforce, lambda: self.rebalance.rebalances, clock,
-                                  self.commits.transactional)
+                                  self.workforce, clock, self.commits.transactional)
         self.rebalance = Rebalance(sup.revoke_timeout_s, self.assignment, self.flow, self.operator,
                                    self.results, self.commits, self.caught_up, self.scheduler, self.workforce,
-                                   pool.handles, dead_letters, clock,
-                                   metrics.observe_revocation if metrics else None)
-        self.reporter = Reporter(settings, consumer, self.partitions, pool.handles, self.intake,
-                                 self.scheduler, self.results, self.workforce, self.commits, self.rebalance,
-                                 self.operator, self.rollout, dead_letters, clock)
-        self.dead_letters = dead_letters
+                                   pool.handles, dead_letters, clock)
+        self.reporter = Reporter(settings.kafka.group_id, w.ordering, consumer, self.partitions, pool.handles,
+                                 self.intake, self.scheduler, self.results, self.workforce, self.commits,
+                                 self.rebalance, self.operator, self.rollout, dead_letters, clock)
+        self.dead_letters, self.metrics = dead_letters, metrics
         self.signals = SignalHandlers(signals or SignalQueue())
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
@@ -145,10 +144,11 @@ class Supervisor(Generic[H]):
                 self.handle_signals()
                 self.operator.apply()
                 self.fetch()
-                self.scheduler.enqueue(self.intake.cut(self.scheduler.can_take_more()))
+                room = self.scheduler.can_take_more(self.workforce.allowance())  # adaptive batching
+                self.scheduler.enqueue(self.intake.cut(room))
                 self.results.dead_letter_set_aside(self.intake.take_too_large())
                 self.results.collect()  # just before placing: a worker done must not look full
-                self.scheduler.dispatch()
+                self.scheduler.dispatch(self.workforce.allowance())
                 self.manage_workers()
                 self.commands.step()
                 self.results.deliver_dead_letters()
@@ -209,8 +209,8 @@ class Supervisor(Generic[H]):
         fetching = not self.assignment.assigned_once or any(
             not p.pause.paused for p in self.partitions.values())
         if waiting_for_room or not fetching:  # the idle wait, or less for a hungry worker (above)
-            self._wait_for_workers(self.intake.hungry_wait_s if fetching and self.scheduler.has_hungry()
-                                   else wait_s)
+            hungry = fetching and self.scheduler.has_hungry(self.workforce.allowance())
+            self._wait_for_workers(self.intake.hungry_wait_s if hungry else wait_s)
         fetched = self.intake.fetch(self.flow.records_wanted(),
                                     wait_s if fetching and not waiting_for_room else 0)
         self.assignment.settle(fetched)
@@ -236,7 +236,7 @@ class Supervisor(Generic[H]):
         dead = self.workforce.dead()
         for h in dead:
             self.results.drain(h)
-        for death in self.workforce.manage(dead):
+        for death in self.workforce.manage(dead, self.scheduler.counts()):
             self.results.redeliver(death)
         for i in self.workforce.stops_due():
             if self.scheduler.write_stop(i):
@@ -254,6 +254,9 @@ class Supervisor(Generic[H]):
         if not force and now - self._last_status < self.s.supervisor.status_interval_s:
             return
         self._last_status = now
+        for seconds in self.rebalance.take_timings():  # histograms show as of each snapshot
+            if self.metrics is not None:
+                self.metrics.observe_revocation(seconds)
         stopped = Stopped(self.exit_error.exit_code, str(self.exit_error)) if self.exit_error else None
         snapshot = self.reporter.snapshot(now - self._last_tick, self.ready(), stopped, held)
         if final is not None:
@@ -264,7 +267,8 @@ class Supervisor(Generic[H]):
             self.on_status(snapshot)
 
     def stop_if_caught_up(self) -> None:
-        if self.caught_up.should_stop():  # the judge of the exit status speaks after the final commit
+        # The judge of the exit status speaks after the final commit (shutdown).
+        if self.caught_up.should_stop(self.rebalance.rebalances):
             self.stop_reason = "caught up with the end of every assigned partition (--until-caught-up)"
             self.stopping = True
 

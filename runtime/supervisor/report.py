@@ -12,7 +12,6 @@ from typing import Any
 
 import psutil
 
-from runtime.config import Settings
 from runtime.ops.status import PartitionStatus, RecentRates, StatusSnapshot, Stopped, WindowCpu, WorkerStatus
 from runtime.supervisor.control.operator import OperatorHolds
 from runtime.supervisor.control.rollout import OpKind, Rollout
@@ -29,12 +28,13 @@ from runtime.tp import tp_label
 
 
 class Reporter:
-    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions,
+    def __init__(self, group: str, ordering: str, consumer: Consumer, partitions: Partitions,
                  handles: Sequence[Handle], intake: Intake, scheduler: Scheduler, results: Results[Any],
                  workforce: Workforce[Any], commits: Committer, rebalance: Rebalance[Any],
                  operator: OperatorHolds, rollout: Rollout, desk: DeadLetterDesk | None,
                  clock: Callable[[], float]) -> None:
-        self.s = settings
+        self.group = group  # kafka.group_id
+        self.ordering = ordering  # workers.ordering
         self.consumer = consumer
         self.partitions = partitions
         self.handles = handles
@@ -83,7 +83,7 @@ class Reporter:
             window = WindowCpu(round(my_cpu - sup0, 3), round(sum(
                 (w.cpu_s or 0.0) - workers0.get(w.pid or 0, 0.0) for w in workers), 3))
         return self.rates.apply(now, StatusSnapshot(
-            pid=os.getpid(), group=self.s.kafka.group_id, ordering=self.s.workers.ordering,
+            pid=os.getpid(), group=self.group, ordering=self.ordering,
             elapsed_s=round(elapsed, 3), window_s=round(working, 4),
             join_s=round((first if first is not None else now) - self.started_at, 3),
             supervisor_cpu_s=round(my_cpu, 3), window_cpu_s=window, supervisor_rss=my_rss,

@@ -18,6 +18,7 @@ from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.messages import bind_packer
+from runtime.ops.metrics import RuntimeMetrics
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
@@ -261,14 +262,14 @@ def settings(dead_letter: dict[str, Any] | None = None, **workers: Any) -> Setti
 
 
 def make(workers: int = 1, desk: DeadLetterDesk | None = None, dead_letter: dict[str, Any] | None = None,
-         **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+         metrics: RuntimeMetrics | None = None, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
     """A supervisor with fakes; ``desk``: its own dead-letter desk (make_desk), ``dead_letter``:
-    that section of the settings."""
+    that section of the settings, ``metrics``: what it feeds."""
     clock = Clock()
     pool = FakePool(workers)
     consumer = FakeConsumer()
     sup = Supervisor(settings(dead_letter, processes=workers, **w), consumer, pool, pool.epochs, clock=clock,
-                     dead_letters=desk)
+                     dead_letters=desk, metrics=metrics)
     sup.workforce.start_all()  # every worker starting: rings accept frames
     return sup, consumer, clock, pool
 
@@ -337,7 +338,7 @@ def feed(sup: Supervisor, consumer: FakeConsumer, tp: Any, messages: list[Messag
     sup.scheduler.enqueue(sup.intake.cut(True))
     sup.results.dead_letter_set_aside(sup.intake.too_large)
     sup.intake.too_large.clear()
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
 
 
 def report(pool: FakePool, worker: int, result: Result) -> None:

@@ -56,7 +56,7 @@ def done(sup: Supervisor, tp: Any, first: int, end: int) -> None:
 
 def tick(sup: Supervisor, clock: Clock, seconds: float = 0.1) -> bool:
     clock.now += seconds
-    return sup.caught_up.should_stop()
+    return sup.caught_up.should_stop(sup.rebalance.rebalances)
 
 
 def stop(sup: Supervisor) -> Exception | None:

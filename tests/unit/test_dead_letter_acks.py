@@ -41,7 +41,7 @@ def worker_runs(sup: Supervisor, pool: FakePool, crash_on: int | None = None) ->
                 break
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
         sup.results.collect()
-        sup.scheduler.dispatch()
+        sup.scheduler.dispatch(sup.workforce.allowance())
 
 
 def test_a_crashing_record_is_committed_past_only_once_its_dead_letter_is_acknowledged() -> None:

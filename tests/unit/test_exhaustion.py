@@ -142,7 +142,7 @@ def test_a_worn_worker_out_of_descriptors_is_replaced_at_once_and_its_batch_runs
     h.board.begin(5, b.slot)  # it was running batch 5 when it ran out
     emfile = "file descriptors (EMFILE)"
     sup.results._on_result(h, Result(EXHAUSTED, 5, b.slot, b.epoch, detail=emfile, cause=WORN))
-    assert sup.workforce.lives[0].state is State.RETIRING and not sup.workforce.accepting(0)
+    assert sup.workforce.lives[0].state is State.RETIRING and not sup.workforce.takes_frames(0)
     _dies(pool, h)
     sup.manage_workers()
     life = sup.workforce.lives[0]
@@ -210,8 +210,8 @@ def test_a_worker_near_its_descriptor_limit_is_recycled_between_batches(monkeypa
     h.alive, h.pid = True, 4242
     sup.workforce.lives[0].state = State.READY
     monkeypatch.setattr(workforce_module.psutil, "Process", lambda pid: _Proc(fds, 1024))
-    sup.workforce._recycle_if_needed(watch=True)
-    assert (sup.workforce.stops_due() == [0]) is recycled and sup.workforce.accepting(0) is not recycled
+    sup.workforce._recycle_if_needed(sup.scheduler.counts(), watch=True)
+    assert (sup.workforce.stops_due() == [0]) is recycled and sup.workforce.takes_frames(0) is not recycled
     sup.manage_workers()  # the loop hands the STOP frame due to the scheduler, which writes it
     assert (sup.workforce.lives[0].state is State.RETIRING) is recycled
     assert (h.ring.frames != []) is recycled, "a STOP frame behind the work in its ring"

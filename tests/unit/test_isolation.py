@@ -145,7 +145,7 @@ def test_repeated_crashes_bisect_down_to_the_poison_record_and_commit_waits_for_
         sup.results.collect()
         sup.results.deliver_dead_letters()
         assert p.tracker.committable is None, "committed past the poison record before its dead letter"
-        sup.scheduler.dispatch()
+        sup.scheduler.dispatch(sup.workforce.allowance())
     (letter,) = producer.sent
     assert letter["value"] == b"v" and letter["headers"]["ringmaster.source.offset"] == str(poison).encode()
     assert ran == 15, "every other record ran once"

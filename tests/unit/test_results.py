@@ -80,7 +80,7 @@ def test_a_dead_worker_that_crashed_on_its_second_batch_gives_both_back() -> Non
     b1, b2 = [decode_frame(f) for f in pool.handles[0].ring.take()]
     assert b1 is not None and b2 is not None
     sup.results.redeliver(Death(0, b2.batch_id, "killed by SIGKILL"))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     again = [decode_frame(f) for f in pool.handles[0].ring.frames]
     assert [f.batch_id for f in again if f is not None] == [b1.batch_id, b2.batch_id], "both, in order"
 
@@ -94,7 +94,7 @@ def test_a_dead_workers_batch_of_a_fenced_partition_is_not_given_back() -> None:
     assert stale is not None and fresh is not None and (stale.topic, stale.partition) == TP0
     sup.assignment.rewind(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance", None)  # a new epoch
     sup.results.redeliver(Death(0, fresh.batch_id, "killed by SIGKILL"))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     again = [decode_frame(f) for f in pool.handles[0].ring.frames]
     assert [f.batch_id for f in again if f is not None] == [fresh.batch_id], \
         "the fenced batch is not run again; the other one is"

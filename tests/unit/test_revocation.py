@@ -6,9 +6,11 @@ partition runs only if the fence did not happen."""
 
 from __future__ import annotations
 
+import pytest
 from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
 
 from runtime.kafka.consumer import Fetched
+from runtime.ops.metrics import RuntimeMetrics
 from runtime.supervisor.datapath.partitions import PauseReason
 
 
@@ -118,6 +120,27 @@ def test_every_rebalance_callback_is_counted() -> None:
     sup.rebalance.on_lost([TP1])
     assert sup.rebalance.rebalances == 3
     assert [r["committed"] for r in sup.rebalance.revocations] == [True, False]
+
+
+def test_each_release_time_reaches_the_revocation_histogram_once_with_the_next_status() -> None:
+    """The rebalance room knows no metrics: it keeps each release's time until the loop takes
+    it, when it builds a status snapshot (the histograms are rendered per snapshot)."""
+    metrics = RuntimeMetrics(lambda: None, group="g")
+    sup, consumer, clock, _pool = make(metrics=metrics)
+    start(sup, consumer, [TP0, TP1])
+
+    def sample(name: str) -> float | None:
+        return metrics.registry.get_sample_value(f"ringmaster_revocation_seconds_{name}", {"group": "g"})
+    clock.step = 0.25
+    sup.rebalance.on_revoke([TP0])
+    sup.rebalance.on_lost([TP1])
+    clock.step = 0.0
+    assert sample("count") == 0, "recorded when the loop hands it on"
+    sup.report_if_due(force=True)
+    took = [r["ms"] / 1000 for r in sup.rebalance.revocations]
+    assert sample("count") == 2 and min(took) > 0 and sample("sum") == pytest.approx(sum(took))
+    sup.report_if_due(force=True)
+    assert sample("count") == 2, "each release is recorded once"
 
 
 # ---------------------------------------------------------------------- found by mutation testing

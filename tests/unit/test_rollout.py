@@ -63,15 +63,19 @@ class Rig:
 
     def tick(self, dt: float = 0.05) -> None:
         self.clock.now += dt
-        self.deaths += self.wf.manage(self.wf.dead())
+        self.deaths += self.wf.manage(self.wf.dead(), self.sched.counts())
         for i in self.wf.stops_due():  # as the loop hands them on (loop.py manage_workers)
             if self.sched.write_stop(i):
                 self.wf.stop_written(i)
         op = self.rollout.step()
         if op is not None:
             self.finished.append(op)
-        self.accepting_seen.append(sum(self.wf.accepting(h.index) for h in self.pool.handles))
+        self.accepting_seen.append(sum(self.accepting(h.index) for h in self.pool.handles))
         self.alive_seen.append(sum(h.alive for h in self.pool.handles))
+
+    def accepting(self, i: int) -> bool:
+        """Would the scheduler write a frame to worker i's ring now (as the loop drives it)?"""
+        return self.sched.count(i) < self.wf.allowance()[i]
 
     def ready(self, i: int, version: str) -> None:
         """Worker i's plugin started (HELLO) and it is ready."""
@@ -109,10 +113,8 @@ class Rig:
 def rig(clock: TickClock, reread: Any = "same", **workers: Any) -> Rig:
     s = settings(**workers)
     pool = ProcPool(s.workers.processes, clock, max_slots=s.workers.process_limit + 1)
-    sched_box: list[Scheduler] = []
-    wf = Workforce(s, pool, clock, batches_out=lambda i: sched_box[0].count(i))  # type: ignore[arg-type]
-    sched = Scheduler(pool.handles, wf.accepting, ordered=True, slots=pool.max_slots)  # type: ignore[arg-type]
-    sched_box.append(sched)
+    wf = Workforce(s.workers, s.output.delivery_timeout_s, pool, clock)  # type: ignore[arg-type]
+    sched = Scheduler(pool.handles, ordered=True, slots=pool.max_slots)  # type: ignore[arg-type]
     flow = FakeFlow()
     again = (lambda: settings(**{**workers, "settings": {"v": 2}})) if reread == "same" else reread
     r = Rig(s, clock, pool, wf, sched, flow, Rollout(s, wf, sched, flow, again, clock,  # type: ignore[arg-type]
@@ -161,7 +163,7 @@ def test_a_canary_that_cannot_start_is_rolled_back_and_the_old_workers_never_sto
     assert why in op.message and "rolled back" in op.message and "version v1" in op.message
     assert r.rollout.code.generation == 1 and r.rollout.version == "v1", "the daemon keeps its old code"
     assert not any(r.stopped_by_frame(i) for i in range(2)) and not r.pool.kills
-    assert all(r.wf.accepting(i) for i in range(2))
+    assert all(r.accepting(i) for i in range(2))
     clock.now += 100
     r.tick()
     assert r.wf.lives[canary].state is State.SPARE and r.pool.spawned.count(canary) == 1, "not restarted"
@@ -180,7 +182,7 @@ def test_a_canary_that_dies_on_its_first_batch_is_rolled_back_and_the_batch_coun
     r.ready(canary, "v2")
     r.tick()
     assert r.wf.lives[canary].probation, "ready, but it has not run a batch while batches wait"
-    r.sched.dispatch()
+    r.sched.dispatch(r.wf.allowance())
     assert r.sched.count(canary) == 1, \
         "ready: it is given a lane at once (its probe), though the old code has room for them all"
     b = next(iter(r.sched._out[canary].values()))
@@ -222,14 +224,14 @@ def test_with_no_traffic_the_canary_waits_for_a_batch_and_the_old_workers_keep_r
         r.tick()
     assert op.state is OpState.RUNNING and r.rollout.code.generation == 1, "setup() alone proves nothing"
     assert "waits for its first batch" in op.message and "old workers keep running" in op.message
-    assert not any(r.stopped_by_frame(i) for i in range(2)) and all(r.wf.accepting(i) for i in range(2))
+    assert not any(r.stopped_by_frame(i) for i in range(2)) and all(r.accepting(i) for i in range(2))
     assert r.wf.lives[canary].probation
     # the first record comes, and the new code crashes on it: rolled back, nothing else changed
     r.pool.handles[canary].board.begin(7, 0)
     r.pool.exit(canary, -11)
     r.tick()
     assert op.state is OpState.FAILED and "rolled back" in op.message
-    assert r.rollout.code.generation == 1 and all(r.wf.accepting(i) for i in range(2))
+    assert r.rollout.code.generation == 1 and all(r.accepting(i) for i in range(2))
     assert [d.crashed_batch for d in r.deaths] == [None], "the new code's fault, not the record's"
 
 
@@ -259,9 +261,9 @@ def test_a_config_that_cannot_be_read_fails_the_reload_and_starts_nothing(clock:
 def test_a_reload_before_the_daemon_is_ready_is_refused(clock: TickClock) -> None:
     s = settings()
     pool = ProcPool(2, clock)
-    wf = Workforce(s, pool, clock)  # type: ignore[arg-type]
+    wf = Workforce(s.workers, s.output.delivery_timeout_s, pool, clock)  # type: ignore[arg-type]
     wf.start_all()
-    sched = Scheduler(pool.handles, wf.accepting, ordered=True, slots=3)  # type: ignore[arg-type]
+    sched = Scheduler(pool.handles, ordered=True, slots=3)  # type: ignore[arg-type]
     rollout = Rollout(s, wf, sched, FakeFlow(), lambda: s, clock)  # type: ignore[arg-type]
     op = rollout.reload("test")
     assert op.state is OpState.FAILED and "still starting" in op.message
@@ -305,16 +307,16 @@ def test_scaling_down_lets_the_removed_workers_drain_before_they_stop(clock: Tic
     r = rig(clock, processes=3)
     busy = Batch(1, ("t", 0), 0, 1, 0, 9, 10, b"f1", None)
     r.sched.enqueue([busy])
-    r.sched.dispatch()
+    r.sched.dispatch(r.wf.allowance())
     holder = next(i for i in range(3) if r.sched.count(i))
     op = r.rollout.scale(1, "SIGTTOU")
     r.tick()
     retiring = [i for i in range(3) if r.wf.lives[i].retiring]
     assert len(retiring) == 2 and holder not in retiring, "the worker with work queued stays"
-    assert not any(r.wf.accepting(i) for i in retiring), "no frame goes in before the STOP frame"
+    assert not any(r.accepting(i) for i in retiring), "no frame goes in before the STOP frame"
     r.tick()  # the STOP frames are due: the scheduler writes them on the next tick
     for i in retiring:
-        assert r.pool.handles[i].ring.frames[-1] == STOP_FRAME and not r.wf.accepting(i)
+        assert r.pool.handles[i].ring.frames[-1] == STOP_FRAME and not r.accepting(i)
         assert not r.pool.kills, "drained, not killed"
     r.run_until(lambda: bool(r.finished))
     assert op.ok and op.message == "resized from 3 to 1 workers" and r.wf.in_use() == [holder]

@@ -289,7 +289,7 @@ def test_the_supervisor_accepts_records_only_once_their_batch_is_done() -> None:
     sup.fetch()  # the partition is announced
     sup.fetch()  # its records
     sup.scheduler.enqueue(sup.intake.cut(True))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     frames = pool.handles[0].ring.take()
     assert frames and client.acks == []
     sup.commits.commit_if_due()

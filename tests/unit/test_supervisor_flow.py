@@ -57,7 +57,7 @@ def enqueue(sup: Any, tp: Any, bid: int, first: int, last: int, size: int = 100,
 def out(sup: Any, tp: Any, bid: int, first: int, last: int, worker: int = 0) -> Batch:
     """A batch written to a worker's ring."""
     b = enqueue(sup, tp, bid, first, last)
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     assert sup.scheduler.out_on(worker, bid), f"batch {bid} went to another worker"
     return b
 
@@ -83,7 +83,8 @@ def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hyste
     sup.flow.reconcile()
     assert TP0 in consumer.paused and sup.partitions[TP0].pause_reasons() == [PauseReason.FLOW]
     pool.handles[0].ring.accept = True
-    sup.scheduler.dispatch()  # two batches leave for the ring: still counted (in a ring, not done)
+    # Two batches leave for the ring: still counted (in a ring, not done).
+    sup.scheduler.dispatch(sup.workforce.allowance())
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "800 bytes out or waiting: still paused"
     for b in pool.handles[0].ring.take():
@@ -91,7 +92,7 @@ def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hyste
         assert frame is not None
         report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
     sup.results.collect()
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "600 bytes: between the watermarks, stays paused"
     for _ in range(2):
@@ -100,7 +101,7 @@ def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hyste
             assert frame is not None
             report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
         sup.results.collect()
-        sup.scheduler.dispatch()
+        sup.scheduler.dispatch(sup.workforce.allowance())
     sup.flow.reconcile()
     assert TP0 not in consumer.paused, "200 bytes: below resume_below, fetching again"
 
@@ -320,7 +321,7 @@ def test_a_deferred_batch_is_read_again_from_its_first_record_once_its_batches_a
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
     b1, b2, b3 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(3))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     assert sup.scheduler.count(0) == 2, "one running, one queued: the third waits in its lane"
     done(pool, 0, b1)
     report(pool, 0, Result(DEFERRED, 2, b2.slot, b2.epoch, detail="broker away", cause="delivery"))
@@ -346,7 +347,7 @@ def test_a_rewind_waits_for_every_batch_out_in_a_ring() -> None:
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
     b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     report(pool, 0, Result(DEFERRED, 1, b1.slot, b1.epoch, detail="x", cause="backoff", delay_ms=100))
     sup.results.collect()
     sup.assignment.advance_rewinds()
@@ -406,7 +407,7 @@ def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() ->
     sup, consumer, _clock, pool = make(workers=2)
     assign(sup, consumer, [TP0])
     b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     (worker,) = [w for w in (0, 1) if sup.scheduler.count(w)]
     assert sup.scheduler.count(worker) == 2, "a partition's batches are on one worker at a time"
     pool.handles[worker].ring.take()
@@ -415,7 +416,7 @@ def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() ->
     sup.results.redeliver(Death(worker, b1.batch_id, "killed by SIGKILL"))
     assert b1.crashes == 1 and b2.crashes == 0
     sup.workforce.lives[worker].kill = "dead"  # not accepting until it is restarted
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     other = 1 - worker
     frames = [decode_frame(f) for f in pool.handles[other].ring.frames]
     assert [f.batch_id for f in frames if f is not None] == [1, 2], "in their original order"
@@ -432,7 +433,7 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
         run += msgs(TP0, o, key=f"k{o % 8}".encode())
     fetch(sup, consumer, Fetched(runs={TP0: run}, count=40))
     sup.scheduler.enqueue(sup.intake.cut(True))
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     frames = [[decode_frame(f) for f in h.ring.frames] for h in pool.handles]
     assert all(frames), f"both workers got batches of the one partition: {[len(f) for f in frames]}"
     p = sup.partitions[TP0]
@@ -450,7 +451,7 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
                 assert f is not None
                 report(pool, i, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
         sup.results.collect()
-        sup.scheduler.dispatch()
+        sup.scheduler.dispatch(sup.workforce.allowance())
     assert p.tracker.committable == 40
 
 
@@ -468,7 +469,7 @@ def test_key_ordering_puts_a_small_cut_in_one_frame_of_several_buckets_in_offset
     batches = sup.intake.cut(True)
     assert len(batches) == 1 and batches[0].buckets is not None and len(batches[0].buckets) == 2
     sup.scheduler.enqueue(batches)
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     frames = [decode_frame(f) for h in pool.handles for f in h.ring.frames]
     assert len(frames) == 1 and frames[0] is not None
     assert list(frames[0].columns.offset_list()) == list(range(40))
@@ -526,7 +527,7 @@ def test_three_partitions_keep_two_workers_busy_by_moving_between_batches() -> N
     busy = [0, 0]
     where: dict[Any, set[int]] = {TP0: set(), TP1: set(), TP2: set()}
     for _ in range(60):
-        sup.scheduler.dispatch()
+        sup.scheduler.dispatch(sup.workforce.allowance())
         for w, h in enumerate(pool.handles):
             running = h.ring.frames[:1]  # the worker finishes the first batch of its ring
             if not running:

@@ -128,7 +128,7 @@ def test_a_worker_still_busy_after_revoke_timeout_is_killed_by_the_supervisor_fo
     p = sup.partitions[TP0]
     p.tracker.register(7, 0, 9)
     sup.scheduler.enqueue([Batch(7, TP0, p.fence.slot, p.fence.epoch, 0, 9, 10, b"", None)])
-    sup.scheduler.dispatch()
+    sup.scheduler.dispatch(sup.workforce.allowance())
     h.board.begin(7, p.fence.slot)
     clock.step = 0.05  # time passes while the revocation waits
     sup.rebalance.on_revoke([TP0])

@@ -51,7 +51,7 @@ class Rig:
         scheduler's write_stop in the daemon)."""
         dead = self.wf.dead()
         self.drained += [h.index for h in dead]
-        deaths = self.wf.manage(dead)
+        deaths = self.wf.manage(dead, [len(self.out.get(i, ())) for i in range(self.pool.max_slots)])
         for i in self.wf.stops_due():
             if self.pool.handles[i].ring.try_write(STOP_FRAME):
                 self.wf.stop_written(i)
@@ -61,6 +61,11 @@ class Rig:
         """Advance the clock to start + t and run one tick."""
         self.clock.now = 1000.0 + t
         return self.manage()
+
+    def accepting(self, i: int) -> bool:
+        """Would the scheduler write a frame to worker i's ring now (the loop hands it the
+        workforce's allowance, counted against the batches in that ring)?"""
+        return len(self.out[i]) < self.wf.allowance()[i]
 
     def life(self, i: int = 0) -> Any:
         return self.wf.lives[i]
@@ -75,7 +80,7 @@ def rig(clock: Clock, **workers: Any) -> Rig:
     s = settings(**workers)
     pool = FakePool(s.workers.processes, clock)
     out: dict[int, set[int]] = {i: set() for i in range(s.workers.processes)}
-    wf = Workforce(s, pool, clock, batches_out=lambda i: len(out[i]))  # type: ignore[arg-type]
+    wf = Workforce(s.workers, s.output.delivery_timeout_s, pool, clock)  # type: ignore[arg-type]
     wf.start_all()
     return Rig(wf, pool, clock, out)
 
@@ -305,7 +310,7 @@ def test_a_worker_whose_setup_hangs_is_terminated_then_killed_and_that_is_a_star
     assert r.pool.kills == []
     r.at(10.1)
     assert r.pool.kills == [(0, signal.SIGTERM)]
-    assert not r.wf.accepting(0), "no frames to a worker being killed"
+    assert not r.accepting(0), "no frames to a worker being killed"
     r.at(12.0)
     assert r.pool.kills == [(0, signal.SIGTERM)], "SIGKILL only after the grace"
     r.at(12.2)
@@ -326,7 +331,7 @@ def test_a_hung_setup_below_start_attempts_is_retried(clock: Clock) -> None:
     r.at(11.0)
     assert r.wf.fatal is None and r.life().state is State.RESTARTING
     r.at(12.5)
-    assert r.pool.spawned == [0, 0] and r.life().kill is None and r.wf.accepting(0)
+    assert r.pool.spawned == [0, 0] and r.life().kill is None and r.accepting(0)
 
 
 def test_the_batch_deadline_counts_plugin_time_only_not_delivery(clock: Clock) -> None:
@@ -341,7 +346,7 @@ def test_the_batch_deadline_counts_plugin_time_only_not_delivery(clock: Clock) -
         board.beat()
         r.at(t)
     assert r.pool.kills == [], "a long delivery is not a slow plugin"
-    assert r.wf.accepting(0)
+    assert r.accepting(0)
     board.set_phase(PHASE_CALL)  # a retry: back in the plugin from 25.0
     board.beat()
     r.at(29.9)
@@ -426,9 +431,9 @@ def test_a_worker_that_keeps_beating_is_never_silent(clock: Clock) -> None:
 # ---------------------------------------------------------------------- accepting / recycling
 def test_frames_may_wait_in_the_ring_of_a_starting_or_ready_worker(clock: Clock) -> None:
     r = rig(clock)
-    assert r.life().state is State.STARTING and r.wf.accepting(0)
+    assert r.life().state is State.STARTING and r.accepting(0)
     r.ready()
-    assert r.wf.accepting(0)
+    assert r.accepting(0)
 
 
 def test_a_restarting_worker_accepts_nothing(clock: Clock) -> None:
@@ -436,9 +441,9 @@ def test_a_restarting_worker_accepts_nothing(clock: Clock) -> None:
     r.ready()
     r.pool.exit(0, 1)
     r.at(1.0)
-    assert r.life().state is State.RESTARTING and not r.wf.accepting(0)
+    assert r.life().state is State.RESTARTING and not r.accepting(0)
     r.at(2.5)
-    assert r.life().state is State.STARTING and r.wf.accepting(0)
+    assert r.life().state is State.STARTING and r.accepting(0)
 
 
 def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_work(clock: Clock) -> None:
@@ -448,12 +453,12 @@ def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_wo
     for bid in (1, 2):
         h.board.begin(bid, 0)
         h.board.end(10)
-    assert r.wf.accepting(0), "2 of 3 given"
+    assert r.accepting(0), "2 of 3 given"
     r.out[0].add(3)
-    assert not r.wf.accepting(0), "2 done + 1 queued: the budget is spent"
+    assert not r.accepting(0), "2 done + 1 queued: the budget is spent"
     r.at(1.0)
     assert h.ring.frames == [STOP_FRAME], "the STOP frame goes right behind the last batch"
-    assert r.life().state is State.RETIRING and not r.wf.accepting(0)
+    assert r.life().state is State.RETIRING and not r.accepting(0)
     r.at(2.0)
     assert h.ring.frames == [STOP_FRAME], "one STOP frame"
     h.board.begin(3, 0)
@@ -464,7 +469,7 @@ def test_a_worker_past_max_batches_accepts_nothing_and_is_recycled_behind_its_wo
     assert deaths == [Death(0, None, "exited with status 0")]
     assert r.life().crashes == 0, "recycled, not crashed"
     assert r.pool.spawned == [0, 0], "replaced within the same tick, without a back-off"
-    assert r.life().state is State.STARTING and r.wf.accepting(0), "a fresh incarnation, a fresh budget"
+    assert r.life().state is State.STARTING and r.accepting(0), "a fresh incarnation, a fresh budget"
 
 
 def test_a_recycling_worker_that_finds_its_ring_full_tries_again_later(clock: Clock) -> None:
@@ -475,7 +480,7 @@ def test_a_recycling_worker_that_finds_its_ring_full_tries_again_later(clock: Cl
     h.board.end(1)
     h.ring.room = False
     r.at(1.0)
-    assert r.life().state is State.READY and not r.wf.accepting(0)
+    assert r.life().state is State.READY and not r.accepting(0)
     h.ring.room = True
     r.at(1.1)
     assert r.life().state is State.RETIRING and h.ring.frames == [STOP_FRAME]
@@ -484,9 +489,9 @@ def test_a_recycling_worker_that_finds_its_ring_full_tries_again_later(clock: Cl
 def test_a_worker_being_killed_accepts_nothing(clock: Clock) -> None:
     r = rig(clock, heartbeat_timeout_s=5.0)
     r.ready()
-    assert r.wf.accepting(0)
+    assert r.accepting(0)
     r.at(6.0)
-    assert r.life().kill is not None and not r.wf.accepting(0)
+    assert r.life().kill is not None and not r.accepting(0)
 
 
 def test_after_stop_all_the_dead_are_not_restarted(clock: Clock) -> None:

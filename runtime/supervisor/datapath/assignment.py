@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.flowcontrol import FlowControl
@@ -81,9 +80,12 @@ class SlotTable:
 
 
 class Assignment:
-    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions, slots: SlotTable,
-                 intake: Intake, scheduler: Scheduler, flow: FlowControl, clock: Callable[[], float]) -> None:
-        self.s = settings
+    def __init__(self, batch_max_records: int, share: bool, consumer: Consumer, partitions: Partitions,
+                 slots: SlotTable, intake: Intake, scheduler: Scheduler, flow: FlowControl,
+                 clock: Callable[[], float]) -> None:
+        """``batch_max_records``: workers.batch_max_records; ``share``: a share group's."""
+        self.batch_max_records = batch_max_records
+        self.share = share
         self.consumer = consumer
         self.partitions = partitions
         self.slots = slots
@@ -124,8 +126,8 @@ class Assignment:
 
     def _take(self, tp: TP, now: float) -> Partition:
         slot = self.slots.acquire()
-        p = new_partition(tp, slot, self.slots.fence(slot), self.s.workers.batch_max_records, now,
-                          share=self.s.kafka.group_type == "share")
+        p = new_partition(tp, slot, self.slots.fence(slot), self.batch_max_records, now,
+                          share=self.share)
         self.partitions[tp] = p
         return p
 

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from runtime.config import Settings
+from runtime.config import WorkerSettings
 from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.batches import Batch, Bucket
@@ -102,9 +102,11 @@ class BatchIds:
 
 
 class Intake:
-    def __init__(self, settings: Settings, consumer: Consumer, partitions: Partitions, buckets: int,
-                 ring_capacity: int, max_frame: int, next_id: BatchIds, clock: Callable[[], float]) -> None:
-        self.w = settings.workers
+    def __init__(self, w: WorkerSettings, share: bool, consumer: Consumer, partitions: Partitions,
+                 buckets: int, ring_capacity: int, max_frame: int, next_id: BatchIds,
+                 clock: Callable[[], float]) -> None:
+        """``share``: a share group's (kafka.group_type): frames carry delivery counts."""
+        self.w = w
         self.consumer = consumer
         self.partitions = partitions
         self.buckets = buckets  # key ordering: lanes per partition (fixed for the run)
@@ -113,7 +115,7 @@ class Intake:
         self.next_id = next_id
         self.clock = clock
         self.ordering = self.w.ordering
-        self.share = settings.kafka.group_type == "share"  # frames carry delivery counts
+        self.share = share
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic
 
 from runtime.backoff import backoff_s
-from runtime.config import Settings
+from runtime.config import OutputSettings
 from runtime.ops.metrics import RuntimeMetrics
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
@@ -39,11 +39,12 @@ Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, header
 
 
 class Results(Generic[H]):
-    def __init__(self, settings: Settings, partitions: Partitions, handles: Sequence[H],
+    def __init__(self, out: OutputSettings, max_crashes: int, partitions: Partitions, handles: Sequence[H],
                  scheduler: Scheduler, workforce: Workforce[H], assignment: Assignment, intake: Intake,
                  desk: DeadLetterDesk | None, next_id: BatchIds, metrics: RuntimeMetrics | None,
                  clock: Callable[[], float]) -> None:
-        self.s = settings
+        self.out = out
+        self.max_crashes = max_crashes  # dead_letter.max_crashes (crash isolation, isolation.py)
         self.partitions = partitions
         self.handles = handles
         self.scheduler = scheduler
@@ -55,7 +56,7 @@ class Results(Generic[H]):
         self.metrics = metrics
         self.clock = clock
         self.totals = Totals()
-        self.transactional = settings.output.guarantee == "exactly-once"
+        self.transactional = out.guarantee == "exactly-once"
         self.per_worker_records = [0] * len(workforce.lives)  # per slot (the pool may add slots)
         self.per_worker_busy_ms = [0.0] * len(workforce.lives)  # time batches took in each slot
 
@@ -140,7 +141,7 @@ class Results(Generic[H]):
         if r.delay_ms >= 0:
             delay = backoff_wait(r.delay_ms / 1000, p.stats.deferrals)
         else:
-            out = self.s.output
+            out = self.out
             delay = backoff_s(out.retry_backoff_s, p.stats.deferrals, out.retry_backoff_max_s)
         p.stats.deferrals += 1
         until = self.clock() + delay
@@ -167,7 +168,7 @@ class Results(Generic[H]):
                 continue
             b.crashes += 1
             self.totals.transactions_aborted += self.transactional  # the broker aborts what it left open
-            iso = isolate(b, self.s.dead_letter.max_crashes, self.next_id)
+            iso = isolate(b, self.max_crashes, self.next_id)
             if iso.split is not None:
                 p.tracker.split(b.batch_id, iso.split)
                 log.warning("bisecting a batch that keeps crashing workers", extra={

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -107,11 +107,13 @@ class Lane:
 
 
 class Scheduler:
-    def __init__(self, handles: Sequence[HandleLike], accepting: Callable[[int], bool],
-                 ordered: bool, slots: int = 0) -> None:
+    def __init__(self, handles: Sequence[HandleLike], ordered: bool, slots: int = 0) -> None:
         """``handles`` may grow, up to ``slots`` workers (the pool adds slots as a resize needs them)."""
         self.handles = handles
-        self.accepting = accepting
+        # The workforce's answer for the call in progress (dispatch, can_take_more, has_hungry):
+        # how many batches each worker's ring may hold (workforce.allowance(), the loop hands
+        # it on); a worker whose count is at it takes no frame.
+        self._allowance: Sequence[int] = ()
         self.ordered = ordered  # False: unordered, batches go anywhere
         n = max(slots, len(handles))
         self._lanes: dict[LaneKey, Lane] = {}
@@ -175,11 +177,13 @@ class Scheduler:
         self._pending_batches[b.tp] = self._pending_batches.get(b.tp, 0) + sign
 
     # ------------------------------------------------------------------ dispatch
-    def dispatch(self) -> None:
-        """Write pending batches into rings while workers have room; never block
-        (invariant 3: a batch that finds no room waits in its lane)."""
+    def dispatch(self, allowance: Sequence[int]) -> None:
+        """Write pending batches into rings while workers have room, each ring within the
+        workforce's ``allowance``; never block (invariant 3: a batch that finds no room waits
+        in its lane)."""
         if not self._ready:
             return
+        self._allowance = allowance
         # Which workers have room, asked once per round and again only for a worker just
         # written to: asking every worker for every lane cost the supervisor O(lanes ×
         # workers) per tick (480 key lanes × 15 workers: seconds of CPU in a simulated run).
@@ -264,7 +268,7 @@ class Scheduler:
         n = len(self.handles)
         leaving = lane.leaving
         if leaving is not None and (not self._lanes_on[leaving]
-                                    or not any(self.accepting(h) for h in range(n) if h != leaving)):
+                                    or not any(self._accepting(h) for h in range(n) if h != leaving)):
             leaving = lane.leaving = None  # nothing left there to make room for, or nowhere else to go
         worst = self._acceptable_left(lane, leaving) if self.ordered else _INF
         for w in room:
@@ -329,7 +333,7 @@ class Scheduler:
         least = nxt = _INF
         at = None
         for h in range(len(self.handles)):
-            if not self.accepting(h):
+            if not self._accepting(h):
                 continue
             v = self._left_on[h]
             if v < least:
@@ -375,8 +379,11 @@ class Scheduler:
                 return self._room(w)
         return False
 
+    def _accepting(self, w: int) -> bool:
+        return len(self._out[w]) < self._allowance[w]
+
     def _room(self, w: int) -> bool:
-        if not self.accepting(w):
+        if len(self._out[w]) >= self._allowance[w]:
             return False
         if len(self._out[w]) <= _EXTRA_QUEUED:
             return True  # one running, one queued: the worker never waits for us
@@ -396,7 +403,7 @@ class Scheduler:
     def _hungry(self) -> set[int]:
         """Workers with room and next to nothing to do."""
         return {w for w in range(len(self.handles)) if len(self._out[w]) <= _EXTRA_QUEUED
-                and self._queued_s(w) < _AHEAD_S / 2 and self.accepting(w)}
+                and self._queued_s(w) < _AHEAD_S / 2 and self._accepting(w)}
 
     def _sent(self, w: int, b: Batch) -> None:
         self._probe.discard(w)
@@ -457,7 +464,7 @@ class Scheduler:
         """A STOP frame behind the batches in worker w's ring (the workforce's stops_due: a
         recycle or a retirement): the worker finishes them, then exits. False when the ring has
         no room for it now: asked again next tick, and nothing else is written there meanwhile
-        (the workforce no longer accepts the worker)."""
+        (the workforce allows the worker no more batches)."""
         h = self.handles[w]
         if not h.ring.try_write(STOP_FRAME):
             return False
@@ -530,6 +537,10 @@ class Scheduler:
         """Batches in worker w's ring (running or queued)."""
         return len(self._out[w])
 
+    def counts(self) -> list[int]:
+        """Batches in each worker's ring (what the workforce's recycling weighs, from the loop)."""
+        return [len(out) for out in self._out]
+
     def pending(self, tp: TP) -> int:
         """Batches of the partition cut and waiting for a ring."""
         return self._pending_batches.get(tp, 0)
@@ -545,14 +556,18 @@ class Scheduler:
         """Batches are waiting for a worker: a result is what lets them go."""
         return bool(self._ready)
 
-    def has_hungry(self) -> bool:
-        """Some worker has next to nothing to do."""
+    def has_hungry(self, allowance: Sequence[int]) -> bool:
+        """Some worker has next to nothing to do (``allowance``: as for dispatch)."""
+        self._allowance = allowance
         return bool(self._hungry())
 
-    def can_take_more(self) -> bool:
+    def can_take_more(self, allowance: Sequence[int]) -> bool:
         """Some worker has room and nothing pending is waiting for it: cutting a small batch
-        now costs nothing (adaptive batching)."""
-        return not self._ready and any(self._room(w) for w in range(len(self.handles)))
+        now costs nothing (adaptive batching). ``allowance``: as for dispatch."""
+        if self._ready:
+            return False
+        self._allowance = allowance
+        return any(self._room(w) for w in range(len(self.handles)))
 
     def worker_of(self, tp: TP) -> int | None:
         """The worker a partition's batches are on now (partition ordering), if any is out."""

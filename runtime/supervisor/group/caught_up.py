@@ -83,8 +83,7 @@ class CaughtUp:
 
     def __init__(self, sup: SupervisorSettings, consumer: Consumer, partitions: Partitions,
                  intake: Intake, assignment: Assignment, workforce: Workforce[Any],
-                 rebalances: Callable[[], int], clock: Callable[[], float], transactional: bool = False
-                 ) -> None:
+                 clock: Callable[[], float], transactional: bool = False) -> None:
         self.enabled = sup.stop_when_caught_up
         self.transactional = transactional  # exactly-once: the workers' transactions commit
         # A share of the stop's bound (SIGTERM ends the process within shutdown_timeout_s).
@@ -94,7 +93,6 @@ class CaughtUp:
         self.consumer = consumer
         self.partitions = partitions
         self.intake = intake
-        self.rebalances = rebalances
         self.assignment = assignment
         self.workforce = workforce
         self.clock = clock
@@ -110,7 +108,9 @@ class CaughtUp:
         self._read_to: dict[TP, int] = {}  # per partition, the furthest offset read past (exactly-once)
 
     # ------------------------------------------------------------------ every tick
-    def should_stop(self) -> bool:
+    def should_stop(self, rebalances: int) -> bool:
+        """``rebalances``: the rebalance callbacks so far (rebalance.py's count, from the loop):
+        one is progress."""
         if not self.enabled:
             return False
         now = self.clock()
@@ -120,7 +120,7 @@ class CaughtUp:
         self._take_targets()
         if self.assignment.assigned_once:
             self.group = self.consumer.group_standing(False)  # the ends taken early; progress
-        if self._stalled(now):
+        if self._stalled(now, rebalances):
             self.stalled_s = now - self._progress_at
             # What is left is said once, by the verdict, as the run's last line.
             log.warning("--until-caught-up: stopping, nothing moved for supervisor.caught_up_timeout_s",
@@ -188,7 +188,7 @@ class CaughtUp:
             if at is not None and at > self._read_to.get(p.tp, -1):
                 self._read_to[p.tp] = at
 
-    def _stalled(self, now: float) -> bool:
+    def _stalled(self, now: float, rebalances: int) -> bool:
         """Nothing moved for timeout_s: no record fetched past where any fetch had reached, none
         handled, no rebalance, no worker in a batch of a partition that is not in a streak of
         deferrals, and no operator pause (a deliberate wait) on a held partition.
@@ -202,7 +202,7 @@ class CaughtUp:
             if p.intake.next_offset is not None and p.intake.next_offset > self._furthest.get(tp, -1):
                 self._furthest[tp] = p.intake.next_offset
                 self._new_ground += 1
-        mark = (self._new_ground, self.rebalances(), len(self.partitions),
+        mark = (self._new_ground, rebalances, len(self.partitions),
                 sum(p.stats.records_done + p.stats.dead_letters for p in self.partitions.values()),
                 sum(self.group.committed.values()) if self.group is not None else 0)
         if self._mark is None:

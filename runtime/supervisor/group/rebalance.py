@@ -40,8 +40,7 @@ class Rebalance(Generic[H]):
     def __init__(self, revoke_timeout_s: float, assignment: Assignment, flow: FlowControl,
                  operator: OperatorHolds, results: Results[H], commits: Committer, caught_up: CaughtUp,
                  scheduler: Scheduler, workforce: Workforce[H], handles: Sequence[H],
-                 desk: DeadLetterDesk | None, clock: Callable[[], float],
-                 on_revocation: Callable[[float], None] | None = None) -> None:
+                 desk: DeadLetterDesk | None, clock: Callable[[], float]) -> None:
         self.revoke_timeout_s = revoke_timeout_s
         self.assignment = assignment
         self.flow = flow
@@ -54,8 +53,8 @@ class Rebalance(Generic[H]):
         self.handles = handles
         self.desk = desk
         self.clock = clock
-        self.on_revocation = on_revocation or (lambda _seconds: None)
         self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
+        self._timings: list[float] = []  # seconds each release took, not yet taken (take_timings)
         self.rebalances = 0  # callbacks: assignments, revocations, losses
 
     def on_assign(self, tps: list[TP]) -> None:
@@ -109,7 +108,7 @@ class Rebalance(Generic[H]):
             for p in parts:
                 self.desk.forget(p.tp)  # its letters are the next owner's to write
         took_ms = round((self.clock() - started) * 1000, 1)
-        self.on_revocation(took_ms / 1000)
+        self._timings.append(took_ms / 1000)
         self.revocations = [*self.revocations[-99:], {
             "ms": took_ms, "fenced_ms": fenced_ms, "end_ns": time.monotonic_ns(), "committed": commit,
             "partitions": [p.label for p in parts]}]
@@ -117,6 +116,12 @@ class Rebalance(Generic[H]):
             "partitions": ",".join(p.label for p in parts), "took_ms": took_ms})
         self.take_in_over_capacity()
         return parts
+
+    def take_timings(self) -> list[float]:
+        """Seconds each release since the last call took (the loop hands them to the metrics'
+        histogram; this room knows no metrics)."""
+        timings, self._timings = self._timings, []
+        return timings
 
     def take_in_over_capacity(self) -> None:
         """Slots freed by a release go to partitions held over capacity (assignment.py), which

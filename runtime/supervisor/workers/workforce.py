@@ -49,14 +49,14 @@ from __future__ import annotations
 import enum
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic
 
 import psutil
 
 from runtime.backoff import backoff_s
-from runtime.config import Settings
+from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams import PluginCode, Pool, S
@@ -65,6 +65,7 @@ from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE
 
 log = logging.getLogger("ringmaster.workforce")
 
+NO_LIMIT = 1 << 62  # allowance(): a worker with no max_batches may hold any number of batches
 _KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this
 _WATCH_S = 2.0  # psutil checks: memory, open files, processes the plugin started
 # A worker holding this share of its RLIMIT_NOFILE is recycled between batches: a plugin that
@@ -127,13 +128,12 @@ class Death:
 class Workforce(Generic[S]):
     """Generic in the pool's handle type ``S``: the handles given to it go back to the pool."""
 
-    def __init__(self, settings: Settings, pool: Pool[S], clock: Callable[[], float],
-                 batches_out: Callable[[int], int] = lambda _i: 0) -> None:
-        """``batches_out(i)``: batches in worker i's ring (the scheduler's count)."""
-        self.w = settings.workers
-        self.delivery_bound_s = 2 * settings.output.delivery_timeout_s + 30
+    def __init__(self, w: WorkerSettings, delivery_timeout_s: float, pool: Pool[S],
+                 clock: Callable[[], float]) -> None:
+        """``delivery_timeout_s``: output.delivery_timeout_s (a delivery wait far past it is killed)."""
+        self.w = w
+        self.delivery_bound_s = 2 * delivery_timeout_s + 30
         self.pool = pool
-        self.batches_out = batches_out
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
         self.lives = [Life() for _ in range(pool.max_slots)]
@@ -144,24 +144,30 @@ class Workforce(Generic[S]):
         self.stopping = False
 
     # ------------------------------------------------------------------ queries
-    def accepting(self, i: int) -> bool:
-        """May frames be written to worker i's ring now? Also before it is ready (frames wait
-        in its ring while it starts), but for a worker a reload or resize started; never to
-        one that is retiring."""
+    def takes_frames(self, i: int) -> bool:
+        """May frames be written to worker i's ring now (its batch budget aside)? Also before
+        it is ready (frames wait in its ring while it starts), but for a worker a reload or
+        resize started; never to one that is retiring, being killed or owed a STOP frame."""
         life = self.lives[i]
         if life.state not in (State.STARTING, State.READY) or life.kill is not None or life.retiring \
                 or life.stop_due:
             return False
-        if life.state is State.STARTING and life.frames_once_ready:
-            return False
-        return not self._budget_spent(self.pool.handles[i])
+        return not (life.state is State.STARTING and life.frames_once_ready)
 
-    def _budget_spent(self, h: S) -> bool:
-        """Has this incarnation been given its max_batches (done, or queued in its ring)?
-        Then it gets no more frames, and the STOP frame that recycles it comes right after
-        its last batch instead of behind a ring's worth of more work."""
-        given = h.board.batches + self.batches_out(h.index)
-        return bool(self.w.max_batches) and given >= self.w.max_batches
+    def allowance(self) -> list[int]:
+        """Per worker slot, how many batches its ring may hold now: the value the loop hands to
+        the scheduler's placing (which keeps each ring under it), so that neither room calls
+        the other. 0 for a worker that takes no frames; with ``max_batches``, what is left of
+        its incarnation's budget (batches done count against it, the scheduler counts those
+        queued), so the STOP frame that recycles it comes right after its last batch instead
+        of behind a ring's worth of more work."""
+        budget = self.w.max_batches
+        return [(max(budget - h.board.batches, 0) if budget else NO_LIMIT) if self.takes_frames(h.index)
+                else 0 for h in self.pool.handles]
+
+    def _budget_spent(self, h: S, in_ring: int) -> bool:
+        """Has this incarnation been given its max_batches (done, or ``in_ring``: queued there)?"""
+        return bool(self.w.max_batches) and h.board.batches + in_ring >= self.w.max_batches
 
     def working(self) -> bool:
         """Is a live worker in a batch now (in the plugin, delivering, or waiting to retry)?"""
@@ -280,10 +286,11 @@ class Workforce(Generic[S]):
         (acknowledgements sent before death count)."""
         return self.pool.dead()
 
-    def manage(self, dead: list[S]) -> list[Death]:
+    def manage(self, dead: list[S], in_rings: Sequence[int]) -> list[Death]:
         """Notice readiness, reap the dead (returned: their batches are the caller's to
-        redeliver), restart when a back-off is over, enforce deadlines, recycle (stops_due)."""
-        deaths = [self._reap(h) for h in dead]
+        redeliver), restart when a back-off is over, enforce deadlines, recycle (stops_due).
+        ``in_rings``: batches in each worker's ring (the scheduler's counts, from the loop)."""
+        deaths = [self._reap(h, in_rings[h.index]) for h in dead]
         now = self.clock()
         for h in self.pool.handles:
             life = self.lives[h.index]
@@ -300,9 +307,9 @@ class Workforce(Generic[S]):
             self._last_watch = now
             self.pool.watch_descendants()
             self.pool.reap_orphans()
-            self._recycle_if_needed(watch=True)
+            self._recycle_if_needed(in_rings, watch=True)
         elif self.w.max_batches:
-            self._recycle_if_needed(watch=False)
+            self._recycle_if_needed(in_rings, watch=False)
         return deaths
 
     def _became_ready(self, h: S, life: Life) -> None:
@@ -357,7 +364,7 @@ class Workforce(Generic[S]):
         if h.process is not None:
             h.process.join(5)
 
-    def _recycle_if_needed(self, watch: bool) -> None:
+    def _recycle_if_needed(self, in_rings: Sequence[int], watch: bool) -> None:
         """Replace workers past their memory, open-files or batch budget, between batches: a
         STOP frame goes behind the work already in the ring and nothing more is written after
         it. ``watch``: look at the processes too (psutil), every _WATCH_S."""
@@ -367,9 +374,8 @@ class Workforce(Generic[S]):
                     or life.stop_due:
                 continue
             reason = None
-            if self._budget_spent(h):
-                queued = self.batches_out(h.index)
-                reason = f"{h.board.batches} batches done, {queued} more in its ring"
+            if self._budget_spent(h, in_rings[h.index]):
+                reason = f"{h.board.batches} batches done, {in_rings[h.index]} more in its ring"
             elif watch:
                 try:
                     reason = self._over_limits(psutil.Process(h.pid))
@@ -383,7 +389,7 @@ class Workforce(Generic[S]):
     def stops_due(self) -> list[int]:
         """Workers that must read a STOP frame behind the work in their rings and exit (recycled
         or retired). The scheduler writes it, the one writer of rings; until it has, nothing
-        more is written to that ring (accepting() is False), and it is asked again each tick."""
+        more is written to that ring (its allowance() is 0), and it is asked again each tick."""
         return [h.index for h in self.pool.handles
                 if self.lives[h.index].stop_due and h.alive and self.lives[h.index].kill is None]
 
@@ -407,7 +413,7 @@ class Workforce(Generic[S]):
         return None
 
     # ------------------------------------------------------------------ deaths
-    def _reap(self, h: S) -> Death:
+    def _reap(self, h: S, in_ring: int) -> Death:
         life = self.lives[h.index]
         life.stop_due = None  # a STOP frame for a dead worker's ring is owed to nobody
         was_ready = h.board.ready
@@ -473,7 +479,7 @@ class Workforce(Generic[S]):
             return Death(h.index, None, words, version)
         log.log(level, f"worker {words}", extra={"worker": h.index, "incarnation": incarnation, "pid": pid,
                                                  "exitcode": code, "during": during or "between batches",
-                                                 "batches_in_flight": self.batches_out(h.index)})
+                                                 "batches_in_flight": in_ring})
         life.crashes += 1
         self._restart_later(life, life.crashes)
         return Death(h.index, blamed, words, version, during)
