@@ -1,12 +1,16 @@
 """What the docs and docstrings claim about the code, where a test can check it: every file
 they cite exists, the one line count docs/design.md states holds, and the scheduler is the
-one writer of rings (partitions.py, scheduler.py, docs/design.md say so)."""
+one writer of rings (partitions.py, scheduler.py, docs/design.md say so), and no room holds a
+function of another (docs/design.md)."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
+
+from fakes import make
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -62,3 +66,24 @@ def test_the_scheduler_is_the_one_writer_of_rings() -> None:
         if calls:
             writers[str(path.relative_to(ROOT))] = calls
     assert set(writers) == {"runtime/supervisor/datapath/scheduler.py"}, f"ring writes elsewhere: {writers}"
+
+
+def test_no_room_is_handed_a_function_of_another_or_of_the_loop() -> None:
+    """A room holding another's bound method (or a lambda of the wiring that reaches one) calls
+    it at run time where no import contract sees it, up the layers too (the workforce once
+    asked the scheduler's count, and the scheduler the workforce's): what one room needs of
+    another, the loop asks and hands on as a value."""
+    sup, _consumer, _clock, _pool = make()
+    rooms = {id(room): name for name, room in vars(sup).items()
+             if type(room).__module__.startswith("runtime.supervisor.")}
+    assert {"workforce", "scheduler", "results", "rebalance", "caught_up", "reporter"} <= set(rooms.values())
+    held = []
+    for name, room in vars(sup).items():
+        if id(room) not in rooms:
+            continue
+        for attr, value in vars(room).items():
+            if inspect.ismethod(value) and id(value.__self__) in rooms and value.__self__ is not room:
+                held.append(f"{name}.{attr} = {rooms[id(value.__self__)]}.{value.__name__}")
+            elif inspect.isfunction(value) and value.__module__ == "runtime.supervisor.loop":
+                held.append(f"{name}.{attr} = {value.__qualname__}")
+    assert held == [], held
