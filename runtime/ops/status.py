@@ -157,16 +157,17 @@ class Stopped:
 
 @functools.lru_cache(maxsize=4)
 def _started_at(pid: int) -> float:
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return 0.0
+    return float(psutil.Process(pid).create_time())
 
 
 def process_started_at() -> float:
     """This process's start time (wall clock, as the kernel has it): with the pid it tells
-    a reader of an old status file whether that daemon is still the one running."""
-    return _started_at(os.getpid())
+    a reader of an old status file whether that daemon is still the one running. 0 when it
+    cannot be read; a failure is not cached, so the next snapshot asks again."""
+    try:
+        return _started_at(os.getpid())
+    except (psutil.Error, OSError):  # OSError: out of file descriptors (EMFILE), issue 17.4
+        return 0.0
 
 
 @dataclass(frozen=True)
