@@ -52,27 +52,44 @@ _SHARE_COUNTS = (("acquired", "Share group: records acquired (handed to this mem
 _REVOCATION_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+class Histograms:
+    """What the supervisor's loop feeds as things happen. Made before the supervisor, which
+    feeds them, and read by the RuntimeMetrics made after it, which reads the supervisor."""
+
+    def __init__(self, group: str) -> None:
+        self.batches = Histogram(
+            "ringmaster_batch_duration_seconds", "Time a batch took in its worker (plugin and delivery)",
+            ["group"], buckets=_BATCH_BUCKETS, registry=None)
+        self.revocations = Histogram(
+            "ringmaster_revocation_seconds", "Time a revocation took: fence, wait for the batch in "
+            "progress, commit", ["group"], buckets=_REVOCATION_BUCKETS, registry=None)
+        # .labels() now: the series exist, with zero counts, from the first scrape.
+        self._batch_seconds = self.batches.labels(group)
+        self._revocation_seconds = self.revocations.labels(group)
+
+    def observe_batch(self, seconds: float) -> None:
+        self._batch_seconds.observe(seconds)
+
+    def observe_revocation(self, seconds: float) -> None:
+        self._revocation_seconds.observe(seconds)
+
+
 class RuntimeMetrics:
     """The daemon's registry: histograms fed by the loop, and the snapshot collector.
-    ``group``: the consumer group, a label of every ringmaster_* series."""
+    ``group``: the consumer group, a label of every ringmaster_* series; ``histograms``: the
+    ones the loop feeds (new ones if none)."""
 
     def __init__(self, snapshot: Callable[[], StatusSnapshot | None], partition_metrics: bool = True,
-                 loop_age: Callable[[], float | None] | None = None, *, group: str) -> None:
+                 loop_age: Callable[[], float | None] | None = None, *, group: str,
+                 histograms: Histograms | None = None) -> None:
         self._snapshot = snapshot
+        self.histograms = histograms or Histograms(group)
+        batches, revocations = self.histograms.batches, self.histograms.revocations
         # Everything, in one registry: a full scrape (tests, tools).
         self.registry = CollectorRegistry(auto_describe=False)
         # What exposition() renders once per snapshot, and at every scrape.
         self._per_snapshot = CollectorRegistry(auto_describe=False)
         self._live = CollectorRegistry(auto_describe=False)
-        batches = Histogram(
-            "ringmaster_batch_duration_seconds", "Time a batch took in its worker (plugin and delivery)",
-            ["group"], buckets=_BATCH_BUCKETS, registry=None)
-        revocations = Histogram(
-            "ringmaster_revocation_seconds", "Time a revocation took: fence, wait for the batch in "
-            "progress, commit", ["group"], buckets=_REVOCATION_BUCKETS, registry=None)
-        # .labels() now: the series exist, with zero counts, from the first scrape.
-        self.batch_seconds = batches.labels(group)
-        self.revocation_seconds = revocations.labels(group)
         live = LiveCollector(loop_age or (lambda: None), group)
         families = SnapshotCollector(snapshot, partition_metrics, group)
         # The supervisor's own process_* series (CPU seconds, memory, open fds, start time), as
@@ -94,12 +111,6 @@ class RuntimeMetrics:
         if self._rendered is None or self._rendered[0] is not snap:
             self._rendered = (snap, generate_latest(self._per_snapshot))
         return generate_latest(self._live) + self._rendered[1]
-
-    def observe_batch(self, seconds: float) -> None:
-        self.batch_seconds.observe(seconds)
-
-    def observe_revocation(self, seconds: float) -> None:
-        self.revocation_seconds.observe(seconds)
 
 
 class _Family:

@@ -28,7 +28,7 @@ from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_socket import ControlServer, control_socket_path
-from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.metrics import Histograms, RuntimeMetrics
 from runtime.ops.status import StatusFile, StatusSnapshot
 from runtime.ops.systemd import Notifier
 from runtime.supervisor.control.signals import SignalQueue
@@ -213,18 +213,16 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
             if pauses is not None:
                 release.callback(pauses.close)
-            holder: list[Supervisor] = []
-            metrics = RuntimeMetrics(lambda: holder[0].latest_status if holder else None,
-                                     settings.admin.partition_metrics,
-                                     lambda: holder[0].loop_age() if holder else None,
-                                     group=settings.kafka.group_id)
+            # Fed by the loop; served with the rest of /metrics, which reads the supervisor.
+            histograms = Histograms(settings.kafka.group_id) if admin_listen else None
             supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status, dead_letters=desk,
-                                    pauses=pauses, metrics=metrics, status_file=status_file, control=control,
-                                    reread=reread, signals=signals)
-            holder.append(supervisor)
+                                    pauses=pauses, histograms=histograms, status_file=status_file,
+                                    control=control, reread=reread, signals=signals)
             release.callback(supervisor.commands.close, "the daemon is stopping")  # idempotent
             if admin_listen:
                 sv = supervisor
+                metrics = RuntimeMetrics(lambda: sv.latest_status, settings.admin.partition_metrics,
+                                         sv.loop_age, group=settings.kafka.group_id, histograms=histograms)
                 admin = AdminServer(admin_listen, settings.admin.allow_remote, metrics,
                                     lambda: sv.latest_status, sv.health, sv.ready,
                                     max_connections=settings.admin.max_connections,

@@ -41,7 +41,7 @@ from runtime.errors import RingmasterError
 from runtime.ops.admin_server import Health
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_socket import ControlServer
-from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.metrics import Histograms
 from runtime.ops.status import StatusFile, StatusSnapshot, Stopped, final_snapshot
 from runtime.ops.systemd import Notifier
 from runtime.supervisor.control.commands import Commands
@@ -84,7 +84,7 @@ class Supervisor(Generic[H]):
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None, pauses: OperatorPauses | None = None,
-                 metrics: RuntimeMetrics | None = None, notifier: Notifier | None = None,
+                 histograms: Histograms | None = None, notifier: Notifier | None = None,
                  status_file: StatusFile | None = None, control: ControlServer | None = None,
                  reread: Callable[[], Settings] | None = None, signals: SignalQueue | None = None) -> None:
         self.s, w, self.sleep = settings, settings.workers, sleep
@@ -106,7 +106,7 @@ class Supervisor(Generic[H]):
                                      self.intake, self.scheduler, self.flow, clock)
         self.results = Results(settings.output, settings.dead_letter.max_crashes, self.partitions,
                                pool.handles, self.scheduler, self.workforce, self.assignment, self.intake,
-                               dead_letters, ids, metrics, clock)
+                               dead_letters, ids, histograms, clock)
         self.rollout = Rollout(settings, self.workforce, self.scheduler, self.flow, reread, clock)
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
@@ -122,7 +122,7 @@ class Supervisor(Generic[H]):
         self.reporter = Reporter(settings.kafka.group_id, w.ordering, consumer, self.partitions, pool.handles,
                                  self.intake, self.scheduler, self.results, self.workforce, self.commits,
                                  self.rebalance, self.operator, self.rollout, dead_letters, clock)
-        self.dead_letters, self.metrics = dead_letters, metrics
+        self.dead_letters, self.histograms = dead_letters, histograms
         self.signals = SignalHandlers(signals or SignalQueue())
         self.stopping = False
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
@@ -255,8 +255,8 @@ class Supervisor(Generic[H]):
             return
         self._last_status = now
         for seconds in self.rebalance.take_timings():  # histograms show as of each snapshot
-            if self.metrics is not None:
-                self.metrics.observe_revocation(seconds)
+            if self.histograms is not None:
+                self.histograms.observe_revocation(seconds)
         stopped = Stopped(self.exit_error.exit_code, str(self.exit_error)) if self.exit_error else None
         snapshot = self.reporter.snapshot(now - self._last_tick, self.ready(), stopped, held)
         if final is not None:

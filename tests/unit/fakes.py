@@ -18,7 +18,7 @@ from runtime.errors import DeliveryFailed, SharedMemoryError
 from runtime.kafka.consumer import CommitResult, Fetched
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.messages import bind_packer
-from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.metrics import Histograms
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
@@ -262,14 +262,14 @@ def settings(dead_letter: dict[str, Any] | None = None, **workers: Any) -> Setti
 
 
 def make(workers: int = 1, desk: DeadLetterDesk | None = None, dead_letter: dict[str, Any] | None = None,
-         metrics: RuntimeMetrics | None = None, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+         histograms: Histograms | None = None, **w: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
     """A supervisor with fakes; ``desk``: its own dead-letter desk (make_desk), ``dead_letter``:
-    that section of the settings, ``metrics``: what it feeds."""
+    that section of the settings, ``histograms``: what it feeds."""
     clock = Clock()
     pool = FakePool(workers)
     consumer = FakeConsumer()
     sup = Supervisor(settings(dead_letter, processes=workers, **w), consumer, pool, pool.epochs, clock=clock,
-                     dead_letters=desk, metrics=metrics)
+                     dead_letters=desk, histograms=histograms)
     sup.workforce.start_all()  # every worker starting: rings accept frames
     return sup, consumer, clock, pool
 

@@ -67,8 +67,8 @@ def value(samples: dict[str, list[Any]], name: str, **labels: str) -> float:
 
 def test_metrics_are_the_snapshots_values() -> None:
     m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5, group="g")
-    m.observe_batch(0.2)
-    m.observe_revocation(0.05)
+    m.histograms.observe_batch(0.2)
+    m.histograms.observe_revocation(0.05)
     s = scrape(m)
     assert value(s, "ringmaster_records_processed_total") == 1000
     assert value(s, "ringmaster_dead_letters_total") == 3
@@ -184,8 +184,8 @@ def _names_in(expr_text: str) -> set[str]:
 
 def test_the_dashboard_and_alerts_use_only_metrics_that_exist() -> None:
     m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5, group="g")
-    m.observe_batch(0.1)
-    m.observe_revocation(0.1)
+    m.histograms.observe_batch(0.1)
+    m.histograms.observe_revocation(0.1)
     exported = set(scrape(m))
     dashboard = json.loads((ROOT / "config" / "grafana-dashboard.json").read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
@@ -298,7 +298,7 @@ def test_the_alerts_do_not_depend_on_the_scrape_jobs_name() -> None:
 
 def test_the_labels_the_dashboard_and_alerts_use_are_on_the_scraped_series() -> None:
     m = RuntimeMetrics(lambda: snapshot(), loop_age=lambda: 0.5, group="g")
-    m.observe_batch(0.1)
+    m.histograms.observe_batch(0.1)
     labels = {k for samples in scrape(m).values() for s in samples for k in s.labels}
     labels |= {"instance", "job"}  # what Prometheus adds to every scraped series
     used: set[str] = set()

@@ -126,7 +126,7 @@ def test_each_release_time_reaches_the_revocation_histogram_once_with_the_next_s
     """The rebalance room knows no metrics: it keeps each release's time until the loop takes
     it, when it builds a status snapshot (the histograms are rendered per snapshot)."""
     metrics = RuntimeMetrics(lambda: None, group="g")
-    sup, consumer, clock, _pool = make(metrics=metrics)
+    sup, consumer, clock, _pool = make(histograms=metrics.histograms)
     start(sup, consumer, [TP0, TP1])
 
     def sample(name: str) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any, Generic
 
 from runtime.backoff import backoff_s
 from runtime.config import OutputSettings
-from runtime.ops.metrics import RuntimeMetrics
+from runtime.ops.metrics import Histograms
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
 from runtime.supervisor.datapath.assignment import Assignment
@@ -41,7 +41,7 @@ Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, header
 class Results(Generic[H]):
     def __init__(self, out: OutputSettings, max_crashes: int, partitions: Partitions, handles: Sequence[H],
                  scheduler: Scheduler, workforce: Workforce[H], assignment: Assignment, intake: Intake,
-                 desk: DeadLetterDesk | None, next_id: BatchIds, metrics: RuntimeMetrics | None,
+                 desk: DeadLetterDesk | None, next_id: BatchIds, histograms: Histograms | None,
                  clock: Callable[[], float]) -> None:
         self.out = out
         self.max_crashes = max_crashes  # dead_letter.max_crashes (crash isolation, isolation.py)
@@ -53,7 +53,7 @@ class Results(Generic[H]):
         self.intake = intake
         self.desk = desk
         self.next_id = next_id
-        self.metrics = metrics
+        self.histograms = histograms
         self.clock = clock
         self.totals = Totals()
         self.transactional = out.guarantee == "exactly-once"
@@ -118,8 +118,8 @@ class Results(Generic[H]):
         t.discarded += r.discarded
         self.per_worker_records[h.index] += r.processed
         self.per_worker_busy_ms[h.index] += r.busy_ms
-        if self.metrics is not None:
-            self.metrics.observe_batch(r.busy_ms / 1000)
+        if self.histograms is not None:
+            self.histograms.observe_batch(r.busy_ms / 1000)
         if p is None:
             return
         p.tracker.complete(r.batch_id)
