@@ -110,7 +110,7 @@ class Supervisor(Generic[H]):
         self.rollout = Rollout(settings, self.workforce, self.scheduler, self.flow, reread, clock)
         self.commands = Commands(control, self.rollout)
         sup = settings.supervisor
-        self.commits = committer_for(settings.kafka.group_type == "share", consumer, self.partitions,
+        self.commits = committer_for(share, consumer, self.partitions,
                                      sup.commit_interval_ms / 1000, clock, sup.revoke_timeout_s,
                                      settings.output.guarantee == "exactly-once")
         self.operator = OperatorHolds(pauses, self.partitions, self.assignment, self.flow)
@@ -289,12 +289,9 @@ class Supervisor(Generic[H]):
             reasons.append(f"stopping: {self.exit_error}")
         return Health(not reasons, reasons)
 
-    def ready_now(self) -> bool:
-        return self.workforce.started_once and self.assignment.assigned_once
-
     def ready(self) -> bool:
         """Readiness: workers started and the group joined, and not stopping."""
-        return self.ready_now() and not self.stopping
+        return self.workforce.started_once and self.assignment.assigned_once and not self.stopping
 
     def loop_age(self) -> float:
         """Seconds since the loop last went round. Runs in: any thread."""
