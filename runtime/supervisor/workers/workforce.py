@@ -114,6 +114,16 @@ class Life:
     exits: dict[ExitCause, int] = field(default_factory=dict)  # exits that led to a restart
 
 
+_READY, _STARTING = State.READY, State.STARTING
+
+
+def _takes_frames(life: Life) -> bool:
+    """Workforce.takes_frames, for one life."""
+    state = life.state
+    return (state is _READY or (state is _STARTING and not life.frames_once_ready)) \
+        and life.kill is None and not life.retiring and not life.stop_due
+
+
 @dataclass(frozen=True)
 class Death:
     """What the supervisor needs to redeliver a dead worker's batches."""
@@ -148,11 +158,7 @@ class Workforce(Generic[S]):
         """May frames be written to worker i's ring now (its batch budget aside)? Also before
         it is ready (frames wait in its ring while it starts), but for a worker a reload or
         resize started; never to one that is retiring, being killed or owed a STOP frame."""
-        life = self.lives[i]
-        if life.state not in (State.STARTING, State.READY) or life.kill is not None or life.retiring \
-                or life.stop_due:
-            return False
-        return not (life.state is State.STARTING and life.frames_once_ready)
+        return _takes_frames(self.lives[i])
 
     def allowance(self) -> list[int]:
         """Per worker slot, how many batches its ring may hold now: the value the loop hands to
@@ -160,10 +166,12 @@ class Workforce(Generic[S]):
         the other. 0 for a worker that takes no frames; with ``max_batches``, what is left of
         its incarnation's budget (batches done count against it, the scheduler counts those
         queued), so the STOP frame that recycles it comes right after its last batch instead
-        of behind a ring's worth of more work."""
-        budget = self.w.max_batches
-        return [(max(budget - h.board.batches, 0) if budget else NO_LIMIT) if self.takes_frames(h.index)
-                else 0 for h in self.pool.handles]
+        of behind a ring's worth of more work. Asked a few times a tick: kept to one pass."""
+        budget, lives = self.w.max_batches, self.lives  # a life per slot; the pool's handles may be fewer
+        if not budget:
+            return [NO_LIMIT if _takes_frames(lives[h.index]) else 0 for h in self.pool.handles]
+        return [max(budget - h.board.batches, 0) if _takes_frames(lives[h.index]) else 0
+                for h in self.pool.handles]
 
     def _budget_spent(self, h: S, in_ring: int) -> bool:
         """Has this incarnation been given its max_batches (done, or ``in_ring``: queued there)?"""
