@@ -555,3 +555,21 @@ def test_under_exactly_once_a_partition_handed_over_is_not_lost() -> None:
     assert tick(sup, clock)
     consumer.settled = consumer.group
     assert stop(sup) is None
+
+
+def test_a_lost_partition_is_not_at_its_end_because_the_group_view_says_a_short_end() -> None:
+    """CI's default run on Tansu: both partitions lost in a broker stall, 500 of 3,000 records
+    committed; Tansu's ListOffsets answered an end of 1 (the last batch's base offset + 1), and
+    the member called itself caught up. What it saw itself is the floor of a partition's end."""
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({TP0: 500, TP1: 500}, ends={TP0: 1, TP1: 1})
+    assign(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        fetched(sup, consumer, tp, 0, 1000, high=3000)
+        done(sup, tp, 0, 500)
+    sup.rebalance.on_lost([TP0, TP1])
+    for _ in range(5):
+        assert not tick(sup, clock, 1.0), "500 of 3,000 is not the end, whatever ListOffsets said"
+    consumer.group = standing({TP0: 3000, TP1: 3000}, ends={TP0: 1, TP1: 1})
+    assert tick(sup, clock), "another member (or this one, assigned them back) finished them"
+    assert stop(sup) is None
