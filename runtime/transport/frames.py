@@ -15,6 +15,11 @@ supervisor's C packer (runtime/transport/_speedups.c, which writes these exact b
 
 A share group's frame (kafka.group_type = "share") has one header field more, after
 ``partition``: each record's delivery count (a list, one per record).
+
+A **letters** frame (kind ``LETTERS``, the batch layout) holds dead letters rather than
+records, each at the offset of the record it is the letter of: the worker writes them to the
+dead-letter topic without calling the plugin (exactly-once, docs/exactly-once.md: the letter
+of a record that kills its workers commits with its offset in the worker's transaction).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from runtime.errors import FrameError
 
 BATCH = 1
 STOP = 2
+LETTERS = 3
 FRAME_FIELDS = 13
 SHARE_FRAME_FIELDS = FRAME_FIELDS + 1  # ... with the records' delivery counts (share groups)
 
@@ -122,6 +128,7 @@ class BatchFrame:
     partition: int
     columns: Columns
     delivery_counts: list[int] | None = None  # share groups: each record's, this delivery included
+    letters: bool = False  # the columns are dead letters to write, not records to run (LETTERS)
 
 
 @dataclass(slots=True)
@@ -159,6 +166,12 @@ def encode_batch(batch_id: int, slot: int, epoch: int, topic: str, partition: in
     return encode_columns(batch_head(batch_id, slot, epoch, topic, partition), columns)
 
 
+def encode_letters(batch_id: int, slot: int, epoch: int, topic: str, partition: int,
+                   columns: Columns) -> bytes:
+    """A LETTERS frame: ``columns`` are dead letters, each at its record's offset."""
+    return encode_columns((LETTERS, batch_id, slot, epoch, topic, partition), columns)
+
+
 STOP_FRAME = msgpack.packb([STOP], use_bin_type=True)
 
 
@@ -172,7 +185,9 @@ def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
             raise ValueError("not a frame")
         if obj[0] == STOP and len(obj) == 1:
             return None
-        if obj[0] != BATCH or len(obj) not in (FRAME_FIELDS, SHARE_FRAME_FIELDS):
+        kind = obj[0]
+        if not ((kind == BATCH and len(obj) in (FRAME_FIELDS, SHARE_FRAME_FIELDS))
+                or (kind == LETTERS and len(obj) == FRAME_FIELDS)):
             raise ValueError("not a batch frame")
         counts = obj.pop(6) if len(obj) == SHARE_FRAME_FIELDS else None
         _, batch_id, slot, epoch, topic, partition, first, offsets, keys, values, headers, ts_types, \
@@ -197,7 +212,8 @@ def decode_frame(data: bytes | memoryview) -> BatchFrame | None:
             headers = [None if h is None else list(map(tuple, h)) if type(h) is list else _not_headers(h)
                        for h in headers]
         return BatchFrame(batch_id, slot, epoch, topic, partition,
-                          Columns(first, offsets, keys, values, headers, ts_types, timestamps), counts)
+                          Columns(first, offsets, keys, values, headers, ts_types, timestamps), counts,
+                          letters=kind == LETTERS)
     except (ValueError, TypeError, IndexError, msgpack.UnpackException) as exc:
         raise FrameError(f"malformed frame: {exc}") from None
 
@@ -215,7 +231,7 @@ def peek_header(data: bytes | memoryview) -> tuple[int, int, int]:
     try:
         n = unpacker.read_array_header()
         kind = unpacker.unpack()
-        if kind != BATCH or n not in (FRAME_FIELDS, SHARE_FRAME_FIELDS):
+        if kind not in (BATCH, LETTERS) or n not in (FRAME_FIELDS, SHARE_FRAME_FIELDS):
             return (0, -1, -1)
         head = (unpacker.unpack(), unpacker.unpack(), unpacker.unpack())
     except (ValueError, TypeError, msgpack.UnpackException) as exc:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from runtime.config import subscribed_by
-from runtime.errors import BatchDeferred, DeliveryFailed, OutputRejected, WorkerExhausted
+from runtime.errors import BatchDeferred, DeliveryFailed, FrameError, OutputRejected, WorkerExhausted
 from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
 from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.execution.routing import OutputRoute, with_version
@@ -21,7 +21,7 @@ from runtime.plugin import Output, Plugin, Record
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
-from runtime.worker.decoding import records_of
+from runtime.worker.decoding import letters_of, records_of
 from runtime.worker.spec import WorkerSpec, producer_props
 
 log = logging.getLogger("ringmaster.worker")
@@ -68,7 +68,9 @@ class BatchRunner:
         leaves out those an earlier transaction committed)."""
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
-            result = self._run(frame, head, records_of(frame) if records is None else records)
+            if records is None:
+                records = letters_of(frame) if frame.letters else records_of(frame)
+            result = self._run(frame, head, records)
             self.board.set_phase(PHASE_IDLE)  # reporting: a death from here on still blames the batch
             return result
         except (WorkerExhausted, MemoryError) as exc:
@@ -82,6 +84,8 @@ class BatchRunner:
     def _run(self, frame: BatchFrame, head: tuple[int, int, int], records: list[Record]) -> Result:
         started = time.monotonic()
         self.route.take_discarded()
+        if frame.letters:
+            return self._letters(head, records, started)
         tp = (frame.topic, frame.partition)
         acked = self._carried(tp, records)
         try:
@@ -235,6 +239,33 @@ class BatchRunner:
             log.log(level, "record dead-lettered", extra={
                 "tp": tp_label((r.topic, r.partition)), "offset": r.offset,
                 "error": f"{f.error_type}: {f.message}"})
+
+    def _letters(self, head: tuple[int, int, int], records: list[Record], started: float) -> Result:
+        """A LETTERS frame (runtime/transport/frames.py): each record is the dead letter the
+        supervisor made of a record that kept crashing workers, at that record's offset. They
+        are written as they are, and no plugin sees them: under exactly-once the transaction
+        around this run commits them with the offset past their records."""
+        topic = self.spec.dead_letter_topic
+        if topic is None:
+            raise FrameError("a dead-letter frame reached a worker with no dead-letter topic")
+        letters = [DeadLetter(r.key, r.value, list(r.headers or ()), "whole") for r in records]
+        self.board.set_phase(PHASE_DELIVER)
+        try:
+            try:
+                self._write_letters(topic, letters)
+            except OutputRejected:  # refused for what it is: where the record is, instead
+                self._write_letters(topic, [reference_dead_letter(x, r.topic, r.partition, r.offset)
+                                            for x, r in zip(letters, records, strict=True)])
+        except (OutputRejected, DeliveryFailed) as exc:
+            self._renew_producer_if_broken()
+            log.warning("dead letters not delivered; batch deferred", extra={
+                "tp": tp_label((records[0].topic, records[0].partition)), "reason": str(exc)})
+            return Result(DEFERRED, *head, detail=f"dead letters not delivered: {exc}", cause="delivery")
+        for r in records:
+            log.error("record dead-lettered", extra={"tp": tp_label((r.topic, r.partition)),
+                                                     "offset": r.offset, "error": "WorkerCrashed"})
+        return Result(DONE, *head, processed=len(records), dead_letters=len(records),
+                      busy_ms=(time.monotonic() - started) * 1000)
 
     def _write_letters(self, topic: str, letters: list[DeadLetter]) -> None:
         for letter in letters:

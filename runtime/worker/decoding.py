@@ -64,3 +64,10 @@ def records_of(frame: BatchFrame) -> list[Record]:
         for r, n in zip(records, frame.delivery_counts, strict=True):
             r.delivery_count = n
     return records
+
+
+def letters_of(frame: BatchFrame) -> list[Record]:
+    """The dead letters of a LETTERS frame (runtime/transport/frames.py) as Records, each at
+    its record's offset: built by the plain Python builder, not the hot path's C one, so that
+    the code between a record that killed its workers and its letter is the least there is."""
+    return _records_py(frame.topic, frame.partition, frame.columns)

@@ -5,6 +5,10 @@ batch runs inside one Kafka transaction around the worker's ordinary BatchRunner
     letters, retries, bisection: all in the transaction) ─▶ DONE: send offsets + commit
                                                           └▶ anything else: abort
 
+A LETTERS batch (the dead letter of a record that kept crashing workers, made by the
+supervisor: runtime/supervisor/datapath/isolation.py) runs the same way, its letter in place
+of the plugin's outputs: the letter and the offset past its record commit together, once.
+
 INVARIANT: a batch's outputs are visible to a read_committed reader if and only if its offset
 is committed, and once. Retries and bisection inside one run are inside one transaction
 (BatchRunner skips what the broker acknowledged in it: it is in the same transaction); a
@@ -31,7 +35,7 @@ from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Resu
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 from runtime.worker.batch_runner import BatchRunner
-from runtime.worker.decoding import records_of
+from runtime.worker.decoding import letters_of, records_of
 from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.worker")
@@ -89,7 +93,7 @@ class TransactionalRunner:
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)
         tp = (frame.topic, frame.partition)
-        records = records_of(frame)
+        records = letters_of(frame) if frame.letters else records_of(frame)
         try:
             txn = self._transactions()
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)

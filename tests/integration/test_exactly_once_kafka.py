@@ -254,6 +254,51 @@ def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and
     assert final is not None and final["transactions_aborted"] >= 1
 
 
+def test_a_record_that_kills_its_workers_is_dead_lettered_once_with_its_offset_and_never_run_again(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The last record of a partition SIGKILLs every worker that runs it: isolated after
+    max_crashes, its dead letter and the offset past it commit in one worker transaction
+    (runtime/supervisor/datapath/isolation.py, letters_batch). So the group's offset is past
+    it as soon as the letter is readable, with no later record to carry it, and a daemon that
+    takes the partition over neither runs it again (no worker dies) nor writes a second
+    letter. Written by the supervisor outside a transaction, the offset stayed on the record
+    and the next daemon lost max_crashes workers to it and wrote its letter again."""
+    n, more = 101, 10
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n - 1)] + [f"signal=9:r{n - 1}"], 1)
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1)
+    cfg["dead_letter"]["max_crashes"] = 2
+    first = Ringmaster(cfg, tmp_path, "rm1")
+    try:
+        first.wait_status(lambda s: s["dead_letters"] >= 1, 120, "the record dead-lettered")
+        (letter,) = read_committed(broker.bootstrap, names["dlq"], 1, timeout_s=30)
+        headers = dict(letter.headers() or [])
+        assert headers["ringmaster.source.offset"] == str(n - 1).encode()
+        assert headers["ringmaster.error.type"] == b"WorkerCrashed"
+        # Right after: the letter is readable only once its transaction committed, the offset with it.
+        assert committed(broker.bootstrap, names["group"], names["in"], 1) == {0: n}
+        assert first.terminate() == 0, first.log_tail()
+    finally:
+        first.close()
+    assert len(re.findall(r"killed by SIGKILL", first.log_path.read_text())) >= 2
+    produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n, n + more)], 1)
+    counts = {0: n + more}
+    second = Ringmaster(cfg, tmp_path, "rm2")
+    try:
+        wait_committed(broker.bootstrap, names["group"], names["in"], counts, 120)
+        assert second.terminate() == 0, second.log_tail()
+    finally:
+        second.close()
+    log = second.log_path.read_text()
+    assert "killed by SIGKILL" not in log and "dead-lettered" not in log, "the record ran again"
+    final = second.status()
+    assert final is not None and final["dead_letters"] == 0
+    assert len(read_committed(broker.bootstrap, names["dlq"], 2, timeout_s=10)) == 1, "a second letter"
+    outs = read_committed(broker.bootstrap, names["out"], n + more - 1)
+    ids = Counter(json.loads(m.value())["id"] for m in outs)
+    assert ids == Counter(f"r{i}" for i in range(n + more) if i != n - 1)
+
+
 @pytest.mark.parametrize("stall", ["cut", "produce"])
 def test_each_output_once_through_a_broker_stall(proxied: tuple[Broker, Proxy], names: dict[str, str],
                                                  tmp_path: Path, stall: str) -> None:

@@ -15,7 +15,16 @@ from runtime.config import Settings, guarantee_problem
 from runtime.errors import ConfigError, FrameError, TransactionAborted
 from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
-from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
+from runtime.transport.frames import (
+    COMMITTED,
+    DEFERRED,
+    DONE,
+    BatchFrame,
+    Columns,
+    decode_frame,
+    encode_letters,
+    peek_header,
+)
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.worker.batch_runner import BatchRunner
 from runtime.worker.spec import WorkerSpec
@@ -214,6 +223,45 @@ def test_outputs_written_before_a_deferral_are_written_again_in_the_next_transac
     assert runner.run(_frame(10, 2)).kind == DONE
     assert producers[0].produced == [b"v10", b"v10", b"v11"]
     assert txn.log[-1] == ("commit", {("in", 3): 12}, b"meta")
+
+
+def _letters(offset: int) -> BatchFrame:
+    headers = [[("ringmaster.error.type", b"WorkerCrashed")]]
+    cols = Columns(offset, None, [b"k"], [b"letter"], headers, 0, [-1])
+    raw = encode_letters(4, 0, 1, "in", 3, cols)
+    assert peek_header(raw) == (4, 0, 1), "fenced like any batch"
+    frame = decode_frame(raw)
+    assert frame is not None and frame.letters
+    return frame
+
+
+def _no_plugin(batch: Any) -> Any:
+    pytest.fail("the plugin ran a dead letter")
+
+
+def test_a_letters_batch_commits_its_letter_with_the_offset_past_its_record_and_no_plugin() -> None:
+    """The letter of a record that kept crashing workers (results.py): one transaction holds
+    it and the offset after the record, so the partition's next owner never reads it again."""
+    runner, txn, producers = _runner(_no_plugin, committed=42)
+    result = runner.run(_letters(42))
+    assert (result.kind, result.cause, result.dead_letters, result.processed) == (DONE, COMMITTED, 1, 1)
+    assert producers[0].produced == [b"letter"]
+    assert txn.log == ["begin", ("commit", {("in", 3): 43}, b"meta")]
+
+
+def test_a_letters_batch_an_earlier_transaction_committed_writes_nothing_again() -> None:
+    """A worker killed after the letter's commit, before its report: the batch comes back."""
+    runner, txn, producers = _runner(_no_plugin, committed=43)
+    result = runner.run(_letters(42))
+    assert result.kind == DONE and producers[0].produced == [] and txn.log == []
+
+
+def test_a_letters_batch_whose_commit_is_refused_is_deferred_and_written_again_in_a_new_transaction() -> None:
+    runner, txn, producers = _runner(_no_plugin, refuse=1)
+    assert runner.run(_letters(42)).kind == DEFERRED
+    assert runner.run(_letters(42)).kind == DONE
+    assert producers[0].produced == [b"letter"] and producers[1].produced == [b"letter"]
+    assert txn.log == ["begin", "refused", "begin", ("commit", {("in", 3): 43}, b"meta")]
 
 
 _WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'

@@ -155,3 +155,109 @@ def test_repeated_crashes_bisect_down_to_the_poison_record_and_commit_waits_for_
     assert p.tracker.unfinished == 0
     # 16 records: 4 bisections; max_crashes crashes before the first, one per level after it.
     assert crashes == max_crashes + 4
+
+
+def _exactly_once(max_crashes: int, **w: Any) -> tuple[Any, Any, Any, Any, Any]:
+    clock_box: list[Any] = []
+    desk, producer = make_desk(lambda: clock_box[0]())
+    sup, consumer, clock, pool = make(desk=desk, dead_letter={"topic": "dlq", "max_crashes": max_crashes},
+                                      **w)
+    clock_box.append(clock)
+    sup.results.transactional = True  # output.guarantee = "exactly-once"
+    start(sup, consumer, [TP])
+    return sup, consumer, clock, pool, producer
+
+
+@pytest.mark.parametrize("poison_index", [0, 7, 15])
+def test_under_exactly_once_the_poison_records_letter_is_a_batch_for_a_workers_transaction(
+        poison_index: int) -> None:
+    """Exactly-once: the supervisor writes no letter of its own (outside a transaction, read
+    again by the partition's next owner); the letter goes back into the lane as a LETTERS
+    batch in the record's place, completed by the worker's commit. A worker that dies running
+    that batch does not make a second letter, nor bisect anything."""
+    offsets = [100 + 2 * i for i in range(16)]
+    poison = offsets[poison_index]
+    sup, consumer, _clock, pool, producer = _exactly_once(2, batch_max_records=16, batch_max_wait_ms=0)
+    p = sup.partitions[TP]
+    feed(sup, consumer, TP, msgs(TP, *offsets))
+    crashes = ran = 0
+    letters: list[Any] = []
+    while pool.handles[0].ring.frames:
+        for raw in pool.handles[0].ring.take():
+            f = decode_frame(raw)
+            assert f is not None
+            if f.letters and not letters:
+                letters.append(f)  # the first worker to run it dies writing it
+                sup.results.collect()
+                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                break
+            if f.letters or poison in f.columns.offset_list():
+                if not f.letters:
+                    crashes += 1
+                    sup.results.collect()
+                    sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                    break
+                letters.append(f)
+            ran += len(f.columns) * (not f.letters)
+            report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns),
+                                   dead_letters=len(f.columns) * f.letters))
+        sup.results.collect()
+        sup.results.deliver_dead_letters()
+        sup.scheduler.dispatch(sup.workforce.allowance())
+    assert producer.sent == [], "the supervisor wrote a dead letter outside any transaction"
+    first, second = letters
+    for f in letters:
+        assert (f.topic, f.partition, list(f.columns.offset_list())) == (TP[0], TP[1], [poison])
+        (headers,) = f.columns.headers
+        h = dict(headers)
+        assert f.columns.values == [b"v"]  # msgs() gives every record the value b"v"
+        assert h["ringmaster.source.offset"] == str(poison).encode()
+        assert h["ringmaster.error.type"] == b"WorkerCrashed" and h["ringmaster.attempts"] == b"2"
+    assert first.batch_id == second.batch_id, "the same batch again, not a new letter"
+    assert ran == 15 and crashes == 2 + 4, "every other record ran once; no crash bisected the letter"
+    assert p.tracker.committable == offsets[-1] + 1 and p.tracker.unfinished == 0
+    assert sup.results.totals.dead_letters == 1
+
+
+def test_under_exactly_once_the_letter_batch_runs_after_the_batches_before_its_record() -> None:
+    """Its transaction commits the offset after the record: right only once every batch
+    before it in the partition has committed. A dead worker's earlier batches, not yet
+    reported, go back in front of the letter, in order."""
+    sup, consumer, _clock, pool, producer = _exactly_once(1, batch_max_records=1, batch_max_wait_ms=0)
+    feed(sup, consumer, TP, msgs(TP, 10, 11, 12))
+    frames = [decode_frame(raw) for raw in pool.handles[0].ring.take()]
+    assert [f.columns.first for f in frames if f is not None] == [10, 11], "12 waits in the lane"
+    crashed = frames[1]
+    assert crashed is not None
+    sup.results.redeliver(Death(0, crashed.batch_id, "killed by SIGKILL"))  # 10 ran, not reported
+    again = []
+    sup.scheduler.dispatch(sup.workforce.allowance())
+    while pool.handles[0].ring.frames:
+        for raw in pool.handles[0].ring.take():
+            f = decode_frame(raw)
+            assert f is not None
+            again.append((f.columns.first, f.letters))
+            report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=1))
+        sup.results.collect()
+        sup.scheduler.dispatch(sup.workforce.allowance())
+    assert again == [(10, False), (11, True), (12, False)]
+    assert sup.partitions[TP].tracker.committable == 13
+    assert producer.sent == []
+
+
+def test_a_letter_batch_is_made_only_for_one_record_of_a_partition_ordered_lane() -> None:
+    from runtime.execution.deadletter_format import DeadLetter
+    from runtime.supervisor.datapath.isolation import letters_batch
+
+    letter = DeadLetter(b"k", b"v", [("ringmaster.error.type", b"WorkerCrashed")], "whole")
+    with pytest.raises(ValueError):
+        letters_batch(batch(7, [42], crashes=2, bucket=3), letter)  # a key lane: batches finish out of order
+    with pytest.raises(ValueError):
+        letters_batch(batch(7, [42, 43], crashes=2, bucket=None), letter)
+    made = letters_batch(batch(7, [42], crashes=2, bucket=None), letter)
+    f = decode_frame(made.frame)
+    assert f is not None and f.letters and made.letters
+    assert (made.batch_id, made.first, made.last, made.count, made.crashes) == (7, 42, 42, 1, 2)
+    assert (f.batch_id, f.slot, f.epoch, list(f.columns.offset_list())) == (7, 5, 9, [42])
+    assert (f.columns.keys, f.columns.values, f.columns.headers) == \
+        ([b"k"], [b"v"], [[("ringmaster.error.type", b"WorkerCrashed")]])

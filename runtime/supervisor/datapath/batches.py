@@ -33,3 +33,6 @@ class Batch:
     # Key ordering: the buckets a frame holds when one frame carries several (a small cut,
     # intake.py); it is in each of their lanes (scheduler.py). None: just ``bucket``.
     buckets: tuple[int, ...] | None = None
+    # A LETTERS frame (isolation.py, letters_batch): the dead letter of a record that kept
+    # crashing workers, which a worker writes in its transaction; no plugin runs it.
+    letters: bool = False

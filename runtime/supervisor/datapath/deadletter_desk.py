@@ -59,15 +59,27 @@ class DeadLetterDesk:
                error_type: str, message: str, attempts: int = 1, plugin_version: str | None = None) -> None:
         """Queue the dead letter of one record; row is (offset, key, value, headers);
         ``plugin_version``: of the worker the record crashed (None: no plugin ran it)."""
+        offset = row[0]
+        letter = self.letter(tp, row, error_type, message, attempts, plugin_version)
+        self.submit_letter(tp, batch_id, offset, letter)
+        log.error("record dead-lettered", extra={"tp": tp_label(tp), "offset": offset,
+                                                 "error": f"{error_type}: {message}",
+                                                 "form": letter.form})
+
+    def submit_letter(self, tp: TP, batch_id: int, offset: int, letter: DeadLetter) -> None:
+        """Queue a letter made already (``letter``), of the record at ``offset``."""
+        self._waiting.append(_Letter(tp, batch_id, offset, letter))
+
+    def letter(self, tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str,
+               message: str, attempts: int = 1, plugin_version: str | None = None) -> DeadLetter:
+        """The dead letter of one record as the supervisor words it, in the first form that
+        fits the topic's limit; written here (submit) or, under exactly-once, by a worker's
+        transaction (results.py)."""
         offset, key, value, original = row
         headers = dead_letter_headers(original, error_type=error_type, message=message, traceback="",
                                       topic=tp[0], partition=tp[1], offset=offset, attempts=attempts,
                                       worker="supervisor", plugin_version=plugin_version)
-        letter = fit_dead_letter(key, value, headers, self._max_bytes)
-        self._waiting.append(_Letter(tp, batch_id, offset, letter))
-        log.error("record dead-lettered", extra={"tp": tp_label(tp), "offset": offset,
-                                                 "error": f"{error_type}: {message}",
-                                                 "form": letter.form})
+        return fit_dead_letter(key, value, headers, self._max_bytes)
 
     def pending(self, tp: TP | None = None) -> int:
         return sum(1 for x in self._waiting if tp is None or x.tp == tp)

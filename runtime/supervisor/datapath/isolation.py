@@ -7,6 +7,11 @@ dead-lettered with the cause of death (invariant 8). A record is never dropped: 
 replace the batch in the partition's offset tracker, and the single record counts as
 handled only once its dead letter is acknowledged.
 
+Under exactly-once the dead letter is not the supervisor's to write (``letters_batch``): it
+goes back into the partition's lane as a one-letter batch in the record's place, and the
+worker that runs it writes the letter and commits the offset past the record in one
+transaction, fenced like any batch's (docs/exactly-once.md).
+
 Runs in: supervisor. Pure: the caller applies the decision.
 """
 
@@ -16,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.execution.deadletter_format import DeadLetter
 from runtime.supervisor.datapath.batches import Batch
-from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns
+from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, encode_letters
 
 
 @dataclass
@@ -46,3 +52,22 @@ def _part(batch: Batch, cols: Columns, counts: list[int] | None, batch_id: int, 
     frame = encode_columns(head, cols)
     return Batch(batch_id, batch.tp, batch.slot, batch.epoch, cols.first, cols.last, len(cols), frame,
                  batch.bucket, crashes=max_crashes - 1, buckets=batch.buckets)
+
+
+def letters_batch(batch: Batch, letter: DeadLetter) -> Batch:
+    """The one-record ``batch``'s dead letter as a batch of its own, in its place: same id
+    (the tracker completes it when the worker reports the transaction committed), lane, fence
+    and offset.
+
+    INVARIANT: its transaction commits the offset after the record, which is right only if
+    every record before it is committed by then: the letter batch stands where the record's
+    batch stood in the partition's lane, and a lane's batches run one after the other, in
+    order, on one worker at a time (scheduler.py, invariant 2), each committing before it
+    reports. So only a partition-ordered lane may get one (exactly-once allows no other
+    ordering: runtime/config.py, guarantee_problem)."""
+    if batch.count != 1 or batch.bucket is not None or batch.buckets is not None:
+        raise ValueError("a letter batch stands for one record of a partition-ordered lane")
+    cols = Columns(batch.first, None, [letter.key], [letter.value], [list(letter.headers)], 0, [-1])
+    frame = encode_letters(batch.batch_id, batch.slot, batch.epoch, batch.tp[0], batch.tp[1], cols)
+    return Batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, batch.first, 1, frame,
+                 None, crashes=batch.crashes, letters=True)

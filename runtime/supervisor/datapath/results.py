@@ -5,7 +5,8 @@ where a record that cannot be processed goes. Runs in: supervisor.
                     DEFERRED (an outage, a plugin's Backoff): the partition is rewound
                     BLOCKED (no dead-letter topic): the partition stops at the record
     worker deaths ─▶ its batches go back to their lanes; the one it was running counts a
-                     crash (isolation.py: retried, bisected, dead-lettered)
+                     crash (isolation.py: retried, bisected, dead-lettered; under
+                     exactly-once the letter is a batch of its own, for a worker's transaction)
     dead-letter desk ─▶ an acknowledged dead letter completes its one-record batch
 
 Owns each partition's ``stats`` part, the run's totals and the per-worker counts.
@@ -20,18 +21,20 @@ from typing import Any, Generic
 
 from runtime.backoff import backoff_s
 from runtime.config import OutputSettings
+from runtime.execution.deadletter_format import DeadLetter
 from runtime.ops.metrics import Histograms
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
 from runtime.supervisor.datapath.assignment import Assignment
+from runtime.supervisor.datapath.batches import Batch
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.datapath.intake import BatchIds, Intake, SetAside
-from runtime.supervisor.datapath.isolation import isolate
+from runtime.supervisor.datapath.isolation import isolate, letters_batch
 from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.seams import H
 from runtime.supervisor.workers.workforce import Death, Workforce
-from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_result
+from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_frame, decode_result
 
 log = logging.getLogger("ringmaster.results")
 
@@ -168,18 +171,49 @@ class Results(Generic[H]):
                 continue
             b.crashes += 1
             self.totals.transactions_aborted += self.transactional  # the broker aborts what it left open
+            if b.letters:  # no plugin ran it: run again, not bisected, no second letter made
+                if b.crashes < 2 * self.max_crashes or self.desk is None:
+                    requeue.append(b)
+                else:
+                    self._letter_outside_a_transaction(p, b)
+                continue
             iso = isolate(b, self.max_crashes, self.next_id)
             if iso.split is not None:
                 p.tracker.split(b.batch_id, iso.split)
                 log.warning("bisecting a batch that keeps crashing workers", extra={
                     "tp": p.label, "first": b.first, "last": b.last})
             if iso.dead_letter is not None:
-                self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed",
-                                 f"worker {death.why} while processing this record ({b.crashes} times"
-                                 + (f"; the last time {death.during})" if death.during else ")"),
+                why = (f"worker {death.why} while processing this record ({b.crashes} times"
+                       + (f"; the last time {death.during})" if death.during else ")"))
+                if self.transactional and self.desk is not None:
+                    # Exactly-once: the letter and the offset past the record commit together
+                    # in a worker's transaction (isolation.letters_batch); written here, the
+                    # letter would be outside any transaction and the record read again by
+                    # the partition's next owner, which would write it a second time.
+                    letter = self.desk.letter(b.tp, iso.dead_letter, "WorkerCrashed", why,
+                                              b.crashes, death.version)
+                    requeue.append(letters_batch(b, letter))
+                    log.error("record isolated; its dead letter commits with its offset in a worker's "
+                              "transaction", extra={"tp": p.label, "offset": b.first,
+                                                    "error": f"WorkerCrashed: {why}"})
+                    continue
+                self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed", why,
                                  attempts=b.crashes, plugin_version=death.version)
             requeue.extend(iso.requeue)
         self.scheduler.requeue(requeue)
+
+    def _letter_outside_a_transaction(self, p: Partition, b: Batch) -> None:
+        """A letter batch that killed max_crashes workers of its own (writing the letter
+        kills them: it holds the record's bytes) goes to the supervisor's desk, outside any
+        transaction, as at-least-once writes it: a record is never stuck for good."""
+        frame = decode_frame(b.frame)
+        assert frame is not None
+        offset, key, value, headers = frame.columns.row(0)
+        log.warning("writing the dead letter kills its workers: the supervisor writes it, outside any "
+                    "transaction (at-least-once for this letter)", extra={"tp": p.label, "offset": offset})
+        assert self.desk is not None
+        letter = DeadLetter(key, value, list(headers or ()), "whole")
+        self.desk.submit_letter(b.tp, b.batch_id, offset, letter)
 
     # ------------------------------------------------------------------ dead letters
     def dead_letter_set_aside(self, records: list[SetAside]) -> None:
