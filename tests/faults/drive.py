@@ -7,7 +7,8 @@ Drivers:
 * ``output_outage`` / ``output_outage_reset`` / ``dead_letter_outage``: a broker of its own
   behind a proxy that swallows (or resets on) Produce requests for a while, then lets them
   through; the daemon runs meanwhile and is stopped with SIGTERM at the end.
-* ``supervisor_sigkill``, ``status_dir_removed``, ``idle_cpu``: deployment scenarios.
+* ``supervisor_sigkill``, ``status_dir_removed``, ``idle_cpu``: deployment scenarios;
+  ``supervisor_sigkill_after_isolation``: the supervisor killed as it isolates a record.
 * ``signals`` / ``signal_stop``: the row's signals sent to the supervisor and to its whole
   process group while records flow (it runs in a session of its own).
 * ``admin_idle`` / ``admin_slow`` / ``admin_odd``: the admin endpoint crowded, slow-read or sent
@@ -460,6 +461,29 @@ def supervisor_sigkill(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     return read_back(obs, b)
 
 
+def supervisor_sigkill_after_isolation(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The row's records with one that kills its workers; the supervisor SIGKILLed as soon as
+    its log says the record was isolated (its dead letter on its way), then started again with
+    ``--until-caught-up``. The kill lands before or after the letter's transaction committed:
+    either way the letter is there once (``killed_after_letter``: which it was)."""
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    a = Ringmaster(cfg, tmp, "a")
+    try:
+        # The supervisor logs the isolation with the letter's error type, before the letter is written.
+        wait_for(lambda: "WorkerCrashed" in a.log_path.read_text(errors="replace"), fault.timeout_s,
+                 "the record isolated", interval_s=0.02)
+        a.kill()
+        obs.extra["killed_after_letter"] = bool(read_all(bootstrap, obs.names["dlq"]))
+    finally:
+        a.close()
+    b = Ringmaster(cfg, tmp, "b", args=["--until-caught-up"])
+    try:
+        obs.exit = b.wait(fault.timeout_s)
+    finally:
+        b.close()
+    return read_back(obs, b)
+
+
 def status_dir_removed(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     f = Fault(fault.id, fault.group, fault.when, fault.then, n=40, protocol=fault.protocol)
     obs, cfg = prepare(f, bootstrap, tmp)
@@ -804,6 +828,7 @@ def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
+    "supervisor_sigkill_after_isolation": supervisor_sigkill_after_isolation,
     "status_dir_removed": status_dir_removed, "idle_cpu": idle_cpu, "signals": signals,
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,

@@ -846,6 +846,16 @@ FAULTS += [
     _exactly_once("until-caught-up-broker-stays-away", "exit 9 after `caught_up_timeout_s`, one line naming "
                   "each partition left with the group's offset; the outputs are exactly those of the records "
                   "below it", check="committed_is_output_once"),
+    Fault("supervisor-killed-after-isolation-exactly-once", _EO_GROUP,
+          "the last record of a partition SIGKILLs its workers, and the supervisor is SIGKILLed as soon as "
+          "it isolates it, under `output.guarantee = \"exactly-once\"`; then started again",
+          "the letter and the offset past the record commit in one worker transaction: killed before "
+          "it, nothing of it is visible and the next start isolates the record again; killed after "
+          "it, the next start reads past the record and runs nothing again. Either way its dead "
+          "letter once and the group's offsets at the end",
+          driver="supervisor_sigkill_after_isolation", guarantee="exactly-once", n=30,
+          values={29: "signal=9:r29"}, dead={"r29": "WorkerCrashed"},
+          workers={"batch_max_records": 8}),
     Fault("broker-stall-exactly-once", _EO_GROUP,
           "the broker stalls past the session timeout in the middle of transactions, under "
           "`output.guarantee = \"exactly-once\"`, then comes back",
