@@ -6,7 +6,8 @@ offset, and the state each partition holds on the way.
     scheduler.py        which worker runs each batch; the only writer of rings
     flowcontrol.py      holds, backpressure, every pause/resume sent to the client
     results.py          what workers report, redelivery of a dead worker's batches, dead letters
-    isolation.py        what becomes of a batch that crashed its worker (pure)
+    isolation.py        what becomes of a batch that crashed its worker (pure); under
+                        exactly-once its record's letter as a batch for a worker's transaction
     deadletter_desk.py  dead letters the supervisor writes itself (asynchronous, acked)
     partitions.py       what is held per partition, in parts with one writer each
     batches.py          the Batch: one frame cut from one lane of a partition
