@@ -12,7 +12,7 @@ the last word per scope; a tombstone resumes its scope.
 Each supervisor reads the whole topic with an assign-only consumer (no group: it joins
 nothing and commits nothing) before it subscribes — so a member that starts, restarts or
 joins never processes a batch of a paused partition — and then follows it every tick, so a
-pause takes effect on every host within about a fetch wait (well under 2 s) plus the
+pause takes effect on every host within about a fetch wait (500 ms) plus the
 batches in progress, which finish and commit. librdkafka forgets pauses across rebalances;
 this state does not: every (incremental) assignment is held at once if a pause covers it.
 
