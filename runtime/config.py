@@ -31,6 +31,7 @@ from runtime import durations
 from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginError
 from runtime.host import cpu_budget
 from runtime.java_client import java_properties
+from runtime.subscription import subscribed_by
 
 ENV_PREFIX = "RINGMASTER__"
 # Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
@@ -544,16 +545,6 @@ def guarantee_problem(settings: Settings) -> str | None:
                 f'{settings.workers.ordering!r}): in that order batches of a partition finish out of '
                 "order, and outputs committed ahead of the partition's offset would be written again "
                 "after a crash")
-    return None
-
-
-def subscribed_by(topics: list[str], name: str) -> str | None:
-    """The entry of a subscription (``kafka.topics``: names, and patterns starting with ``^``
-    as librdkafka reads them: a regular expression searched in the topic's name) that takes
-    in topic ``name``, or None."""
-    for t in topics:
-        if (re.search(t, name) is not None) if t.startswith("^") else t == name:
-            return t
     return None
 
 

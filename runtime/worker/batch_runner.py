@@ -10,7 +10,6 @@ import logging
 import time
 from typing import Any
 
-from runtime.config import subscribed_by
 from runtime.errors import BatchDeferred, DeliveryFailed, FrameError, OutputRejected, WorkerExhausted
 from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
 from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
@@ -18,6 +17,7 @@ from runtime.execution.routing import OutputRoute, with_version
 from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.kafka.producer import OutputProducer
 from runtime.plugin import Output, Plugin, Record
+from runtime.subscription import subscribed_by
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
@@ -205,7 +205,7 @@ class BatchRunner:
         own outputs, so the plugin must make it end: one warning per worker and topic. (The
         configured output and dead-letter topics are refused instead, runtime/config.py.)"""
         self._routed.add(topic)
-        entry = subscribed_by(list(self.spec.input_topics), topic)
+        entry = subscribed_by(self.spec.input_topics, topic)
         if entry is not None:
             log.warning("the plugin routes outputs into a topic this group reads: the daemon will consume "
                         "them again (a loop, unless the plugin stops re-routing)",

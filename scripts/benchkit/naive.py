@@ -188,7 +188,8 @@ def render(results: dict[str, Any]) -> list[str]:
           "excluded). By role: CPU µs per record of each kind of thread (medians), start-up included: the "
           "consumer side is the plain loop, Pool's parent or the supervisor; its librdkafka threads fetch "
           "(and, but for ringmaster, produce); the workers' librdkafka threads are ringmaster's producers. "
-          "Others: the CPU the rest of the machine used during the runs, a share of all cores.\n"]
+          "Others: the CPU the rest of the machine used during the runs, a share of all cores. Every "
+          "checkout is byte-compiled before the runs (scripts/bench.py, precompile).\n"]
     revisions = results.get("revisions", {})
     if len(revisions) > 1:
         md.append("Checkouts, interleaved: " + ", ".join(f"{k} = {v}" for k, v in revisions.items()) + ".\n")
