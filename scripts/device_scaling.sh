@@ -20,7 +20,11 @@
 #
 #   4. with TWO_CORES_S=N (seconds, taken from the 8 minutes): the 2-core check of issue 24
 #      (scripts/bench --naive: a plain loop, Pool(2) and ringmaster(2), each producing its
-#      outputs), the whole of it held to cores 0 and 1 with taskset: a quiet 2-core machine.
+#      outputs, NAIVE_RUNS runs a case, default 3), the whole of it held to cores 0 and 1 with
+#      taskset: a quiet 2-core machine;
+#   5. with MEMBERS_S=N (seconds, also taken from the 8 minutes): the light-work ceiling,
+#      1 supervisor x 15 workers against `run --members 15` (scripts/bench --members).
+# SWEEP=0 leaves out steps 2 and 3 (the sweep and the simulation).
 #
 #   scripts/device_scaling.sh           # 16 cores: 15 workers, 3 runs a case
 #   scripts/device_scaling.sh --tiny    # the same steps, sized for a 2-core check (~3 minutes)
@@ -70,24 +74,36 @@ fi
 # Leave the simulation about a fifth of what is left; the sweep stops (SIGTERM: the broker and
 # the run in progress are stopped on the way out) when its share is spent.
 TWO_CORES_S="${TWO_CORES_S:-0}"
-MEASURE_S=$(( ($(left $BUDGET) - TWO_CORES_S) * 4 / 5 ))
-echo "== scaling sweep (at most ${MEASURE_S} s): ${SCALE[*]}"
-timeout --kill-after=15 "$MEASURE_S" .venv/bin/python scripts/bench.py --scale --peers pool \
-  "${SCALE[@]}" --out "$OUT" || echo "== the sweep ended with exit $? (124: cut at its deadline)"
+MEMBERS_S="${MEMBERS_S:-0}"
+LATER_S=$(( TWO_CORES_S + MEMBERS_S ))
+MEASURE_S=$(( ($(left $BUDGET) - LATER_S) * 4 / 5 ))
+if [ "${SWEEP:-1}" = 1 ]; then
+  echo "== scaling sweep (at most ${MEASURE_S} s): ${SCALE[*]}"
+  timeout --kill-after=15 "$MEASURE_S" .venv/bin/python scripts/bench.py --scale --peers pool \
+    "${SCALE[@]}" --out "$OUT" || echo "== the sweep ended with exit $? (124: cut at its deadline)"
+fi
 
 # 3. simulated --------------------------------------------------------------------------------
-SIM_S=$(( $(left $BUDGET) - TWO_CORES_S ))
-if [ "$SIM_S" -gt 20 ]; then
+SIM_S=$(( $(left $BUDGET) - LATER_S ))
+if [ "${SWEEP:-1}" = 1 ] && [ "$SIM_S" -gt 20 ]; then
   echo "== simulation (at most ${SIM_S} s): ${SIM[*]}"
   timeout --kill-after=5 "$SIM_S" .venv/bin/python scripts/bench.py --simulate "${SIM[@]}" --out "$OUT" \
     || echo "== the simulation ended with exit $? (124: cut at its deadline)"
 fi
 # 4. two cores ----------------------------------------------------------------------------------
 if [ "$TWO_CORES_S" -gt 0 ]; then
-  NAIVE_S=$(left $BUDGET)
+  NAIVE_S=$(( $(left $BUDGET) - MEMBERS_S ))
   echo "== 2-core check on cores 0,1 (at most ${NAIVE_S} s)"
   timeout --kill-after=10 "$NAIVE_S" taskset -c 0,1 .venv/bin/python scripts/bench.py --naive \
-    --scale-seconds 4 --runs 3 --out "$OUT" || echo "== the 2-core check ended with exit $?"
+    --scale-seconds 4 --runs "${NAIVE_RUNS:-3}" --out "$OUT" || echo "== the 2-core check ended with exit $?"
+fi
+# 5. several members ----------------------------------------------------------------------------
+if [ "$MEMBERS_S" -gt 0 ]; then
+  M_S=$(left $BUDGET)
+  echo "== light work, 1 x 15 workers against 15 members (at most ${M_S} s)"
+  timeout --kill-after=10 "$M_S" .venv/bin/python scripts/bench.py --members --members-n 15 \
+    --members-work-us "${MEMBERS_WORK_US:-5}" --records 600000 --partitions 32 --runs 3 --out "$OUT" \
+    || echo "== the members check ended with exit $?"
 fi
 echo "== done in $(( $(date +%s) - START )) s; $OUT:"
 ls -la "$OUT"
