@@ -48,20 +48,28 @@ class _Board:
 
 
 class _Frame:
-    topic, partition = "in", 0
+    topic, partition, letters = "in", 0, False
+
+
+def _prop(value: str) -> str | bool:
+    """A property's value as the client takes it: its booleans as bool."""
+    return {"true": True, "false": False}.get(value, value)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=100)
     ap.add_argument("--records", type=int, default=500, help="records a batch")
+    ap.add_argument("--props", default="", metavar="K=V,...",
+                    help="producer properties beside bootstrap.servers (e.g. linger.ms=5)")
     args = ap.parse_args()
     n = args.records
     settings: dict[str, Any] = {"workload": "cpu", "iterations": 0, "outputs": "true"}
     with DevBroker() as broker:
         out = f"bench-out-{uuid.uuid4().hex[:6]}"
         ensure_topics(broker.bootstrap, [out], partitions=8)
-        props = {"bootstrap.servers": broker.bootstrap}
+        props = {"bootstrap.servers": broker.bootstrap,
+                 **{k: _prop(v) for k, v in (kv.split("=", 1) for kv in args.props.split(",") if kv)}}
         spec = WorkerSpec(0, 0, "", "", "benchkit.work", settings, out, None, props, 3, 0.1, 1.0,
                           os.getppid())
         plugin = load_plugin("benchkit.work", "")

@@ -463,6 +463,35 @@ def test_a_refused_commit_on_a_partition_another_member_finished_is_caught_up() 
     assert stop(sup) is None
 
 
+def test_a_refused_final_commit_that_had_nothing_new_to_commit_is_caught_up() -> None:
+    """The 16-core run of `run --members 15`: members finishing together rebalance the group,
+    and a member's final commit was refused (ILLEGAL_GENERATION) for partitions whose end it
+    had already committed with an acknowledged commit. Nothing was left to commit: exit 0.
+    A refused commit that carried offsets past the acknowledged one stays exit 9."""
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0, TP1])
+    for tp in (TP0, TP1):
+        fetched(sup, consumer, tp, 0, 10)
+        done(sup, tp, 0, 10)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)  # acknowledged: 10 and 10
+    assert consumer.acknowledged == {TP0: 10, TP1: 10}
+    assert tick(sup, clock)
+    consumer.refuse_sync = {TP0: "ILLEGAL_GENERATION"}
+    assert stop(sup) is None
+
+    sup, consumer, clock, _ = make()
+    assign(sup, consumer, [TP0])
+    fetched(sup, consumer, TP0, 0, 10)
+    done(sup, TP0, 0, 5)
+    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)  # acknowledged: 5
+    done(sup, TP0, 5, 10)
+    assert tick(sup, clock)
+    consumer.refuse_sync = {TP0: "ILLEGAL_GENERATION"}
+    err = stop(sup)
+    assert isinstance(err, NotCaughtUp) and "t[0] its commit was refused (ILLEGAL_GENERATION): " \
+        "committed up to offset 5 of 10 (5 records left)" in str(err), str(err)
+
+
 # ---------------------------------------------------------------------- exactly-once
 EXACTLY_ONCE = {"topic": "out", "guarantee": "exactly-once"}
 
