@@ -24,7 +24,11 @@
 #      taskset: a quiet 2-core machine;
 #   5. with MEMBERS_S=N (seconds, also taken from the 8 minutes): the light-work ceiling,
 #      1 supervisor x 15 workers against `run --members 15` (scripts/bench --members).
-# SWEEP=0 leaves out steps 2 and 3 (the sweep and the simulation).
+# SWEEP=0 leaves out steps 2 and 3 (the sweep and the simulation); SCALE_WORK_US,
+# SCALE_PARTITIONS, SCALE_SECONDS and SCALE_ORDERINGS replace the sweep's cases.
+# AGAINST=DIR: the sweep also runs the ringmaster of another source tree (an older commit's
+# `git archive`, carried in an ignored folder such as run/), built here from the same wheels:
+# old against new in one invocation.
 #
 #   scripts/device_scaling.sh           # 16 cores: 15 workers, 3 runs a case
 #   scripts/device_scaling.sh --tiny    # the same steps, sized for a 2-core check (~3 minutes)
@@ -57,6 +61,13 @@ fi
 .venv/bin/python setup.py -q build_ext --inplace >/dev/null
 .venv/bin/python -c 'from runtime.transport import speedups as s; print("speedups:", s.native_status); assert s.native' \
   || echo "warning: the C speedups did not load (figures are the Python fallback's)"
+if [ -n "${AGAINST:-}" ]; then
+  (cd "$AGAINST" && "$PY" -m venv .venv \
+    && .venv/bin/pip install -q --no-index --no-deps --disable-pip-version-check "$OLDPWD/$WHEELS"/*.whl \
+    && .venv/bin/python setup.py -q build_ext --inplace >/dev/null \
+    && .venv/bin/python -c 'from runtime.transport import speedups as s; assert s.native') \
+    || { echo "error: $AGAINST did not build with its C speedups" >&2; exit 2; }
+fi
 echo "== set-up took $(( $(date +%s) - START )) s"
 
 if [ "$TINY" = 1 ]; then
@@ -64,7 +75,10 @@ if [ "$TINY" = 1 ]; then
   SIM=(--simulate-cases "2 workers, 3 partitions" --simulate-scale 0.1)
   BUDGET=420
 else
-  SCALE=(--scale-workers 15 --scale-partitions 32,16 --scale-work-us 100,10 --scale-seconds 5 --runs "${RUNS:-3}")
+  SCALE=(--scale-workers 15 --scale-partitions "${SCALE_PARTITIONS:-32,16}" --scale-work-us "${SCALE_WORK_US:-100,10}"
+         --scale-seconds "${SCALE_SECONDS:-5}" --scale-orderings "${SCALE_ORDERINGS:-partition,key,unordered}"
+         --runs "${RUNS:-3}")
+  [ -n "${AGAINST:-}" ] && SCALE+=(--scale-against "$AGAINST")
   SIM=(--simulate-cases "100 µs, 32 partitions, sup,100 µs, 16 partitions,10 µs, 32 partitions, sup"
        --simulate-scale 0.5)
   BUDGET="${BUDGET:-465}"  # of the 480 s allowed by default, counted from START
