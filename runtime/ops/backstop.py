@@ -36,25 +36,44 @@ _exit_later = getattr(native, "exit_later", None)
 _cancel_exit = getattr(native, "cancel_exit", None)
 
 
-@contextlib.contextmanager
-def last_resort(seconds: float, code: int, logger: logging.Logger, message: str,
-                fields: Mapping[str, Any], unlink: Sequence[Path] = ()) -> Iterator[None]:
-    """Unless the block ends within ``seconds``: log ``message`` with ``fields`` at ERROR on
+_armed = False  # whether disarm() has something to cancel (faulthandler's timer is process-wide)
+
+
+def arm(seconds: float, code: int, logger: logging.Logger, message: str,
+        fields: Mapping[str, Any], unlink: Sequence[Path] = ()) -> None:
+    """Unless disarm() comes within ``seconds``: log ``message`` with ``fields`` at ERROR on
     ``logger``, unlink ``unlink`` and end the process with ``code``, whatever holds the GIL.
-    Only the last armed is in force (the C watchdog keeps one)."""
+    Only the last armed is in force."""
+    global _armed
+    _armed = True
     if _exit_later is None or _cancel_exit is None:
         faulthandler.dump_traceback_later(seconds, exit=True, file=sys.stderr)
-        try:
-            yield
-        finally:
-            faulthandler.cancel_dump_traceback_later()
         return
     line = rendered(logger, message, {**fields, "exit_code": code})
     _exit_later(seconds, code, line.encode("utf-8", "replace"), [bytes(p) for p in unlink])
+
+
+def disarm() -> None:
+    """What arm() set up does not happen (nothing, if nothing is armed)."""
+    global _armed
+    if not _armed:
+        return
+    _armed = False
+    if _exit_later is None or _cancel_exit is None:
+        faulthandler.cancel_dump_traceback_later()
+    else:
+        _cancel_exit()
+
+
+@contextlib.contextmanager
+def last_resort(seconds: float, code: int, logger: logging.Logger, message: str,
+                fields: Mapping[str, Any], unlink: Sequence[Path] = ()) -> Iterator[None]:
+    """arm() for the time of the block."""
+    arm(seconds, code, logger, message, fields, unlink)
     try:
         yield
     finally:
-        _cancel_exit()
+        disarm()
 
 
 def rendered(logger: logging.Logger, message: str, fields: Mapping[str, Any]) -> str:

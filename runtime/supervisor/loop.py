@@ -134,6 +134,7 @@ class Supervisor(Generic[H]):
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
         self.stop_reason = "stopped"  # why, for the final status: a signal, caught up
         self.final_status: StatusSnapshot | None = None
+        self.stop_deadline: float | None = None  # by when a stop begun must be done (clock time)
         self.latest_status: StatusSnapshot | None = None
         self._last_tick = clock()
         self._last_status = self._last_watchdog = 0.0
@@ -309,7 +310,7 @@ class Supervisor(Generic[H]):
         the group, stop the workers. Like a revocation, the time this takes is bounded by
         one batch (or revoke_timeout_s), not by how much work waits in the rings: batches
         still in rings are not committed, so the partitions' next owner reads them again."""
-        deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
+        deadline = self.stop_deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
         self.notifier.notify("STOPPING=1")
         self.consumer.stop()
         self.commands.close("the daemon is stopping")

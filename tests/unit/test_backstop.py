@@ -133,3 +133,43 @@ def test_supervisor_shutdown_ends_when_the_consumer_close_holds_the_gil(tmp_path
     assert not segment.exists()
     final = json.loads(status.read_text())["stopped"]
     assert final["code"] == 0 and final["reason"] == "SIGTERM received", "written before the close"
+
+
+@needs_c
+def test_the_release_after_the_supervisor_stopped_is_bounded_too(tmp_path: Path) -> None:
+    """run_daemon's releases (the control topic's reader, the dead-letter producer, the admin
+    endpoint, the workers) run after the supervisor's stop: one that holds the GIL for good
+    still ends the process, with the stop's status, the segments unlinked."""
+    r = run_child("""
+        import time
+        from types import SimpleNamespace
+        from runtime.ops.status import Stopped
+        from runtime.supervisor import daemon
+        from runtime.transport.shm import SegmentSet
+        from fakes import settings
+
+        daemon._RELEASE_FLOOR_S = 0.2
+        segments = SegmentSet(sys.argv[1])
+        segments.create("epochs", 64)
+        stopped = SimpleNamespace(final_status=SimpleNamespace(stopped=Stopped(0, "SIGTERM received")),
+                                  stop_deadline=time.monotonic())
+        daemon._bound_the_release(settings(), stopped, segments)
+        hold_gil()  # a release that never returns
+    """, str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "releasing what the daemon held did not finish in time" in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir()), "the segments are unlinked (invariant 7)"
+
+
+def test_disarm_without_arm_leaves_faulthandler_alone() -> None:
+    """run_daemon disarms on every exit path, also those that armed nothing: pytest's own
+    faulthandler timer (and any other) must survive that."""
+    r = run_child("""
+        import faulthandler
+        import runtime.ops.backstop as backstop
+        backstop._exit_later = backstop._cancel_exit = None
+        faulthandler.dump_traceback_later(0.3, exit=True)
+        backstop.disarm()
+        hold_gil()
+    """)
+    assert r.returncode == 1 and "Timeout" in r.stderr, r.stderr
