@@ -8,13 +8,14 @@ close thread in ``Consumer_rebalance_cb`` → ``rd_kafka_assign0`` → ``rd_kafk
 main thread unable to take the GIL back). Then nothing in the process runs again: not the
 deadline of GroupConsumer.close's helper thread, not a signal handler, not a log line.
 
-``last_resort`` arms a thread of C alone (runtime/transport/_speedups.c: exit_later) that,
-unless the block ends first, writes the log line of what was given up (formatted now, by the
-daemon's own handlers), unlinks the run's shared-memory segments and ends the process with the
-exit status the stop had come to. The workers end with their supervisor by themselves
-(runtime/worker/lineage.py). Without the C speedups it is faulthandler's watchdog, which also
-runs without the GIL but can only dump every thread's stack and exit 1; the segments are then
-reclaimed by the next start (runtime/transport/shm.py: reclaim_stale).
+``arm`` (``last_resort``: for the time of a block) starts a thread of C alone
+(runtime/transport/_speedups.c: exit_later) that, unless ``disarm`` comes first, writes the
+log line of what was given up (formatted now, by the daemon's own handlers), unlinks the run's
+shared-memory segments and ends the process with the exit status the stop had come to. The
+workers end with their supervisor by themselves (runtime/worker/lineage.py). Without the C
+speedups it is faulthandler's watchdog, which also runs without the GIL but can only dump
+every thread's stack and exit 1; the segments are then reclaimed by the next start
+(runtime/transport/shm.py: reclaim_stale).
 
 Runs in: supervisor.
 """
