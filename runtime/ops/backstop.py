@@ -26,6 +26,7 @@ import contextlib
 import faulthandler
 import logging
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def arm(seconds: float, code: int, logger: logging.Logger, message: str,
     if _exit_later is None or _cancel_exit is None:
         faulthandler.dump_traceback_later(seconds, exit=True, file=sys.stderr)
         return
-    line = rendered(logger, message, {**fields, "exit_code": code})
+    line = rendered(logger, message, {**fields, "exit_code": code}, at=time.time() + seconds)
     _exit_later(seconds, code, line.encode("utf-8", "replace"), [bytes(p) for p in unlink])
 
 
@@ -77,11 +78,12 @@ def last_resort(seconds: float, code: int, logger: logging.Logger, message: str,
         disarm()
 
 
-def rendered(logger: logging.Logger, message: str, fields: Mapping[str, Any]) -> str:
-    """The text ``logger.error(message, extra=fields)`` would write to the stream handlers it
-    reaches, formatted now: when it is written, nothing may run Python."""
+def rendered(logger: logging.Logger, message: str, fields: Mapping[str, Any], at: float) -> str:
+    """The text ``logger.error(message, extra=fields)`` would write at wall-clock time ``at``
+    to the stream handlers it reaches, formatted now: when it is written, nothing may run Python."""
     record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, (), None,
                                extra=dict(fields))
+    record.created, record.msecs = at, (at - int(at)) * 1000
     text = []
     current: logging.Logger | None = logger
     while current is not None:

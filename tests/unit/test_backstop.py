@@ -7,7 +7,9 @@ case, not a timing assertion."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -173,3 +175,21 @@ def test_disarm_without_arm_leaves_faulthandler_alone() -> None:
         hold_gil()
     """)
     assert r.returncode == 1 and "Timeout" in r.stderr, r.stderr
+
+
+def test_the_line_bears_the_time_it_is_written_not_the_time_it_was_formatted() -> None:
+    """Formatted when armed, written when it fires: its timestamp is the firing time."""
+    from runtime.ops.backstop import rendered
+    from runtime.ops.logs import TextFormatter
+
+    logger = logging.getLogger("ringmaster.test_backstop")
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(TextFormatter("supervisor"))
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        # Midday on 1971-01-01 UTC: that date in the machine's time zone too.
+        line = rendered(logger, "gave up", {"timeout_s": 3}, at=86400 * 365 + 43200.25)
+    finally:
+        logger.removeHandler(handler)
+    assert line.startswith("1971-01-01") and "gave up" in line and "timeout_s=3" in line, line
