@@ -24,6 +24,7 @@ from runtime.kafka.producer import OutputProducer
 from runtime.kafka.properties import consumer_properties, producer_properties, share_consumer_properties
 from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
 from runtime.kafka.transactions import transactional_id
+from runtime.ops import backstop
 from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
@@ -148,6 +149,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     # INVARIANT (7): each resource is released on every exit path, the last taken first: the
     # group is left before the workers stop, and they stop before their rings are unlinked.
     with contextlib.ExitStack() as release:
+        release.callback(backstop.disarm)  # the first in: the last out (_bound_the_release)
         try:
             sources = PluginSources()
             release.callback(sources.close)
@@ -236,11 +238,33 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             slow = python_warning([PACK])  # said at every start, beside the start-up line
             if slow is not None:
                 log.warning(slow)
-            code = supervisor.run()
+            try:
+                code = supervisor.run()
+            finally:
+                _bound_the_release(settings, supervisor, segments)
             return RunResult(code, supervisor.final_status, consumer.abandoned)
         except RingmasterError as exc:
             final = supervisor.final_status if supervisor is not None else None
             return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
+
+
+def _bound_the_release(settings: Settings, supervisor: Supervisor, segments: SegmentSet) -> None:
+    """What is left of a stop once the supervisor has stopped (the callbacks of run_daemon's
+    ExitStack: the control topic's reader, the dead-letter producer, the admin endpoint, the
+    workers, the segments) ends within the rest of supervisor.shutdown_timeout_s, and never
+    less than _RELEASE_FLOOR_S, also if one of them waits for good holding the GIL."""
+    stopped = supervisor.final_status.stopped if supervisor.final_status is not None else None
+    code = stopped.code if stopped is not None else 1  # 1: run() raised what is not a RingmasterError
+    deadline = supervisor.stop_deadline or time.monotonic() + settings.supervisor.shutdown_timeout_s
+    left = max(deadline - time.monotonic(), 0.0) + _RELEASE_FLOOR_S
+    backstop.arm(left, code, log, "releasing what the daemon held did not finish in time; exiting without it "
+                 "(offsets were committed before; the workers end with the supervisor)",
+                 {"timeout_s": round(left, 1)}, segments.paths())
+
+
+# The least time the release gets, whatever the supervisor's stop took (it may have used up
+# shutdown_timeout_s giving up on leaving the group): a flush of dead letters takes up to 2 s.
+_RELEASE_FLOOR_S = 5.0
 
 
 def _release_pool(pool: WorkerPool) -> None:

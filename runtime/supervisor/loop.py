@@ -39,6 +39,7 @@ from typing import Generic
 from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.ops.admin_server import Health
+from runtime.ops.backstop import last_resort
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_socket import ControlServer
 from runtime.ops.metrics import Histograms
@@ -68,6 +69,11 @@ from runtime.transport.packing import PACK
 log = logging.getLogger("ringmaster.supervisor")
 
 _GC_THRESHOLD = 50_000  # young-generation GC threshold in the supervisor (see _quiet_gc())
+# The close's own deadline (a helper thread) comes first; this one only if Python cannot run.
+_LAST_RESORT_GRACE_S = 2.0
+_GAVE_UP = ("leaving the consumer group did not finish and the Kafka client holds the interpreter; exiting "
+            "without it (offsets were committed before; the workers end with the supervisor; the broker "
+            "drops this member after session.timeout.ms)")
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
 # ... but Intake.hungry_wait_s (1 ms after records came, doubling while fetches bring none)
 # while batches wait for their lanes' busy workers and another worker has next to nothing
@@ -128,6 +134,7 @@ class Supervisor(Generic[H]):
         self.exit_error: RingmasterError | None = None  # a clean stop that still exits non-zero
         self.stop_reason = "stopped"  # why, for the final status: a signal, caught up
         self.final_status: StatusSnapshot | None = None
+        self.stop_deadline: float | None = None  # by when a stop begun must be done (clock time)
         self.latest_status: StatusSnapshot | None = None
         self._last_tick = clock()
         self._last_status = self._last_watchdog = 0.0
@@ -303,7 +310,7 @@ class Supervisor(Generic[H]):
         the group, stop the workers. Like a revocation, the time this takes is bounded by
         one batch (or revoke_timeout_s), not by how much work waits in the rings: batches
         still in rings are not committed, so the partitions' next owner reads them again."""
-        deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
+        deadline = self.stop_deadline = self.clock() + self.s.supervisor.shutdown_timeout_s
         self.notifier.notify("STOPPING=1")
         self.consumer.stop()
         self.commands.close("the daemon is stopping")
@@ -317,8 +324,12 @@ class Supervisor(Generic[H]):
         self.report_if_due(force=True, held=held, final=final)
         self.final_status = self.latest_status
         # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
-        # end the process within shutdown_timeout_s whatever the group is doing.
-        self.consumer.close(max(1.0, deadline - self.clock()))
+        # end the process within shutdown_timeout_s whatever the group is doing, also when the
+        # client holds the GIL for good inside close() (runtime/ops/backstop.py).
+        close_s = max(1.0, deadline - self.clock())
+        with last_resort(close_s + _LAST_RESORT_GRACE_S, final.code, log, _GAVE_UP,
+                         {"timeout_s": round(close_s, 1), "stop": final.reason}, self.pool.segment_paths()):
+            self.consumer.close(close_s)
         self.workforce.stop_all(max(1.0, deadline - self.clock()))
         restarts = sum(life.restarts for life in self.workforce.lives)
         log.info("supervisor stopped", extra={"records": self.results.totals.records, "restarts": restarts})

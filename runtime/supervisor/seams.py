@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from runtime.kafka.consumer import CommitResult, Fetched
@@ -176,3 +177,4 @@ class LoopPool(Pool[S], Protocol[S]):
 
     def result_fds(self) -> list[int]: ...
     def sentinels(self) -> list[Any]: ...
+    def segment_paths(self) -> list[Path]: ...

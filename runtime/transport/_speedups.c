@@ -25,6 +25,13 @@
  *       reader that sees a published position sees every byte written before it, on any CPU
  *       (x86-64 orders plain stores and loads this way by itself; arm64 does not).
  *
+ *   supervisor: exit_later(seconds, code, message, paths), cancel_exit()
+ *       Not a hot path: the stop's last resort (runtime/ops/backstop.py). A thread of C
+ *       alone that, unless cancelled in time, writes message to stderr, unlinks paths and
+ *       ends the process with _exit(code). It never takes the GIL, so it fires even while
+ *       another thread holds it for good (confluent-kafka runs librdkafka's assign with the
+ *       GIL held inside a rebalance callback, and during close() that call can wait for ever).
+ *
  * The msgpack written here is byte-for-byte what msgpack-python's packb(use_bin_type=True)
  * writes for the same Python values (smallest integer form, bin for bytes, str for str).
  *
@@ -758,6 +765,140 @@ static PyObject *store_release(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ last resort */
+
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    unsigned long generation;
+    struct timespec deadline; /* CLOCK_MONOTONIC */
+    int code;
+    char *message;
+    Py_ssize_t message_len;
+    char **paths;
+    Py_ssize_t npaths;
+} exit_job;
+
+static pthread_mutex_t exit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t exit_cond;
+static int exit_cond_ready = 0;
+static unsigned long exit_generation = 0; /* each exit_later and cancel_exit moves it on */
+
+static void exit_job_free(exit_job *job) {
+    for (Py_ssize_t i = 0; i < job->npaths; i++) free(job->paths[i]);
+    free(job->paths);
+    free(job->message);
+    free(job);
+}
+
+static void *exit_watch(void *arg) {
+    exit_job *job = arg;
+    int fire = 0;
+    pthread_mutex_lock(&exit_lock);
+    while (exit_generation == job->generation) {
+        if (pthread_cond_timedwait(&exit_cond, &exit_lock, &job->deadline) == ETIMEDOUT) {
+            fire = exit_generation == job->generation;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&exit_lock);
+    if (fire) { /* async-signal-safe calls only from here: the rest of the process is stuck */
+        Py_ssize_t done = 0;
+        while (done < job->message_len) {
+            ssize_t n = write(2, job->message + done, (size_t)(job->message_len - done));
+            if (n <= 0 && errno != EINTR) break;
+            if (n > 0) done += n;
+        }
+        for (Py_ssize_t i = 0; i < job->npaths; i++) unlink(job->paths[i]);
+        _exit(job->code);
+    }
+    exit_job_free(job);
+    return NULL;
+}
+
+static char *copy_bytes(PyObject *b, Py_ssize_t *len) {
+    char *data;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(b, &data, &n) < 0) return NULL;
+    char *out = malloc((size_t)n + 1);
+    if (out == NULL) { PyErr_NoMemory(); return NULL; }
+    memcpy(out, data, (size_t)n);
+    out[n] = '\0';
+    if (len != NULL) *len = n;
+    return out;
+}
+
+static PyObject *exit_later(PyObject *self, PyObject *args) {
+    double seconds;
+    int code;
+    PyObject *message, *paths;
+    if (!PyArg_ParseTuple(args, "diSO!", &seconds, &code, &message, &PyList_Type, &paths)) return NULL;
+    if (!(seconds >= 0 && seconds < 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "exit_later: seconds must be >= 0");
+        return NULL;
+    }
+    exit_job *job = calloc(1, sizeof(exit_job));
+    if (job == NULL) return PyErr_NoMemory();
+    Py_ssize_t n = PyList_GET_SIZE(paths);
+    job->paths = calloc((size_t)(n > 0 ? n : 1), sizeof(char *));
+    if (job->paths == NULL) { exit_job_free(job); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(paths, i);
+        if (!PyBytes_Check(p)) {
+            PyErr_SetString(PyExc_TypeError, "exit_later: paths must be bytes");
+            exit_job_free(job);
+            return NULL;
+        }
+        if ((job->paths[i] = copy_bytes(p, NULL)) == NULL) { exit_job_free(job); return NULL; }
+        job->npaths = i + 1;
+    }
+    if ((job->message = copy_bytes(message, &job->message_len)) == NULL) { exit_job_free(job); return NULL; }
+    job->code = code;
+    clock_gettime(CLOCK_MONOTONIC, &job->deadline);
+    double whole = (double)(long long)seconds;
+    job->deadline.tv_sec += (time_t)whole;
+    job->deadline.tv_nsec += (long)((seconds - whole) * 1e9);
+    if (job->deadline.tv_nsec >= 1000000000L) {
+        job->deadline.tv_sec += 1;
+        job->deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&exit_lock);
+    if (!exit_cond_ready) {
+        pthread_condattr_t attr;
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&exit_cond, &attr);
+        pthread_condattr_destroy(&attr);
+        exit_cond_ready = 1;
+    }
+    job->generation = ++exit_generation; /* an earlier one armed is cancelled */
+    pthread_cond_broadcast(&exit_cond);
+    pthread_mutex_unlock(&exit_lock);
+    pthread_t thread;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&thread, &attr, exit_watch, job);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        exit_job_free(job);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *cancel_exit(PyObject *self, PyObject *noargs) {
+    pthread_mutex_lock(&exit_lock);
+    exit_generation++;
+    if (exit_cond_ready) pthread_cond_broadcast(&exit_cond);
+    pthread_mutex_unlock(&exit_lock);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -775,6 +916,10 @@ static PyMethodDef methods[] = {
      "load_acquire(buffer, index) -> int: the 8-byte word at index, read with acquire ordering."},
     {"store_release", store_release, METH_VARARGS,
      "store_release(buffer, index, value): the 8-byte word at index, written with release ordering."},
+    {"exit_later", exit_later, METH_VARARGS,
+     "exit_later(seconds, code, message, paths): unless cancel_exit() comes first, write message "
+     "to stderr, unlink paths and _exit(code) after seconds, from a thread that never takes the GIL."},
+    {"cancel_exit", cancel_exit, METH_NOARGS, "cancel_exit(): what exit_later armed does not happen."},
     {NULL, NULL, 0, NULL},
 };
 

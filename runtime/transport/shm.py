@@ -103,6 +103,11 @@ class SegmentSet:
     def __contains__(self, what: str) -> bool:
         return what in self._segments
 
+    def paths(self) -> list[Path]:
+        """Where each segment of the set is, for a last resort that unlinks them without
+        Python (runtime/ops/backstop.py)."""
+        return [seg.path for seg in self._segments.values()]
+
 
 def segment_bytes(size: int) -> int:
     """What a segment of ``size`` bytes takes in a tmpfs: whole pages."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Message
@@ -138,6 +139,9 @@ class FakePool:
         return []
 
     def sentinels(self) -> list[Any]:
+        return []
+
+    def segment_paths(self) -> list[Path]:
         return []
 
     def dead(self) -> list[FakeHandle]:

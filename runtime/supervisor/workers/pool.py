@@ -24,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import multiprocess
@@ -300,6 +301,10 @@ class WorkerPool:
                 h.process.join(5)
             if h.process is not None:
                 self.forget(h)
+
+    def segment_paths(self) -> list[Path]:
+        """Every segment of the run: the rings, and what run_daemon made in the same set."""
+        return self._segments.paths()
 
     def close(self) -> None:
         for h in self.handles:
