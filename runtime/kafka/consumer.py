@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
@@ -574,16 +574,18 @@ class GroupConsumer:
                 return listed
         return high
 
-    def group_standing(self, ask_committed: bool, settle_s: float = 0.0) -> GroupStanding | None:
+    def group_standing(self, ask_committed: bool, settle_s: float = 0.0,
+                       held: Collection[TP] = ()) -> GroupStanding | None:
         """Where the whole group stands (group_offsets.py), as of the answers so far; asks
         again, off the loop, for what is due (the committed offsets only if ``ask_committed``).
         Never blocks, unless ``settle_s``: then the committed offsets are asked anew, stable,
-        and waited for up to that long (also while stopping: the verdict of a stop)."""
+        and waited for up to that long (also while stopping: the verdict of a stop). ``held``:
+        this member's partitions, whose gaps to their end are not asked about (group_offsets.py)."""
         if self._group is not None and settle_s > 0:
-            return self._group.settle(settle_s)
+            return self._group.settle(settle_s, held)
         if self._group is None or self._stopping or self.wedged:
             return None if self._group is None else self._group.standing()
-        self._group.refresh(ask_committed)
+        self._group.refresh(ask_committed, held)
         return self._group.standing()
 
     def stop(self) -> None:

@@ -18,17 +18,26 @@ end taken there can be short of the true end, so another member's partition may 
 caught up early on Tansu. Under a topic pattern (``^...``) the topics are those the pattern
 matches among the ones this member was assigned and the ones the group committed to.
 
+An input written by a transactional producer ends with a commit marker that no record's
+offset commits, and under ``read_committed`` an aborted transaction's records are never
+handed over: a partition held by another member can end committed short of its end with
+nothing left to do. So a small gap between a partition's committed offset and its end,
+on a partition this member does not hold, is asked about (runtime/kafka/empty_gaps.py: a
+reader at the committed offset reaches the end without being handed a record), once per
+committed offset; an empty one counts as at its end (``GroupStanding.at``).
+
 Runs in: supervisor (``refresh``/``standing``: never block); the admin client's threads answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from confluent_kafka import (
@@ -41,9 +50,14 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from runtime.kafka.admin import admin_properties
+from runtime.kafka.empty_gaps import EmptyGaps, Gaps
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)
+
+# The widest gap asked about: a few transactions' markers and aborted records. A wider one is
+# a member's work in progress, not worth a reader's time.
+GAP_MAX = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +65,27 @@ class GroupStanding:
     """``ends``: every partition of the topics seen so far, with its end when first seen;
     ``committed``: the group's committed offsets, as of the last answer (a partition absent:
     nothing committed); ``complete``: every partition the metadata named has its end, and
-    the committed offsets have been answered at least once (until then nothing is judged)."""
+    the committed offsets have been answered at least once (until then nothing is judged);
+    ``empty``: partitions whose gap from this committed offset to the end holds nothing a
+    reader of the consumer's isolation level is handed (markers, aborted records)."""
 
     ends: Mapping[TP, int]
     committed: Mapping[TP, int]
     complete: bool
+    empty: Mapping[TP, int] = field(default_factory=dict)
+
+    def at(self, tp: TP) -> int | None:
+        """Where the group is done with ``tp``: its end if the gap to it is empty, else its
+        committed offset (None: nothing committed)."""
+        at = self.committed.get(tp)
+        end = self.ends.get(tp)
+        return end if at is not None and end is not None and self.empty.get(tp) == at else at
 
     def left(self, held: set[TP]) -> dict[TP, int | None]:
-        """The partitions not in ``held`` whose committed offset is short of their end:
-        partition -> committed offset (None: nothing committed)."""
+        """The partitions not in ``held`` short of their end (``at``): partition -> committed
+        offset (None: nothing committed)."""
         return {tp: self.committed.get(tp) for tp, end in self.ends.items()
-                if tp not in held and self.committed.get(tp, 0) < end}
+                if tp not in held and (self.at(tp) or 0) < end}
 
 
 class GroupAdmin(Protocol):
@@ -81,7 +105,10 @@ class GroupOffsets:
     def __init__(self, props: Mapping[str, Any], topics: Sequence[str], interval_s: float = 1.0,
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  admin: Callable[[], GroupAdmin] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 gaps: Callable[[Gaps], Future[dict[TP, bool]]] | None = None) -> None:
+        """``admin``, ``gaps``: the clients asked (tests give fakes); ``gaps``: whether each
+        gap holds nothing a reader is handed (EmptyGaps.ask)."""
         self.group = str(props.get("group.id", ""))
         self._names = {t for t in topics if not t.startswith("^")}
         self._patterns = [re.compile(t) for t in topics if t.startswith("^")]
@@ -100,10 +127,15 @@ class GroupOffsets:
         self._pending: dict[str, tuple[float, Mapping[Any, Future[Any]]]] = {}  # kind -> (asked at, futures)
         self._asked_at: dict[str, float] = {}
         self._known: set[TP] = set()  # partitions the topics' metadata named
+        self._gaps = gaps or EmptyGaps(props).ask
+        self._empty: dict[TP, int] = {}  # partition -> the committed offset its gap is empty from
+        self._probed: dict[TP, int] = {}  # partition -> the committed offset last asked about
+        self._probing: Gaps = {}
 
-    def refresh(self, committed: bool) -> None:
+    def refresh(self, committed: bool, held: Collection[TP] = ()) -> None:
         """Take in finished answers; ask again for what is due: the topics' partitions and the
-        ends of new ones always, the committed offsets when ``committed``. Returns at once."""
+        ends of new ones always, the committed offsets when ``committed``, and whether the
+        small gaps of partitions not ``held`` are empty. Returns at once."""
         self._take()
         try:
             if self._names:
@@ -117,16 +149,20 @@ class GroupOffsets:
             if committed and self.group:
                 self._ask("committed", lambda a: a.list_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout_s))
+                if (gaps := self._new_gaps(held)) and "gaps" not in self._pending:
+                    self._probing = gaps
+                    self._ask("gaps", lambda _: self._probe(gaps), at_once=True)
         except (KafkaException, ValueError, TypeError) as exc:
             log.debug("cannot ask where the group stands", extra={"error": str(exc)})
 
-    def settle(self, wait_s: float) -> GroupStanding:
+    def settle(self, wait_s: float, held: Collection[TP] = ()) -> GroupStanding:
         """Ask the group's committed offsets anew, *stable*, and wait up to ``wait_s`` for the
         answer (also once abandoned: the member's last word). Under exactly-once the workers'
         transactions write them: a transaction whose commit returned may not have its offsets
         written to the group yet (the markers follow the commit), and an ordinary read returns
         the offset from before it. A stable read is answered once none is pending; a partition
-        answered with an error (UNSTABLE_OFFSET_COMMIT) is asked again until ``wait_s``."""
+        answered with an error (UNSTABLE_OFFSET_COMMIT) is asked again until ``wait_s``. Gaps
+        not asked about at these offsets are then asked about, within what is left of it."""
         deadline = self._clock() + wait_s
         while self.group:
             try:
@@ -146,11 +182,16 @@ class GroupOffsets:
             if self._clock() >= deadline:
                 break
             self._sleep(0.1)
+        if (gaps := self._new_gaps(held)) and (left := deadline - self._clock()) > 0:
+            answer = self._probe(gaps)["gaps"]  # what refresh asked about is dropped (abandon)
+            with contextlib.suppress(TimeoutError):
+                answer.exception(left)
+            self._record(gaps, answer)
         return self.standing()
 
     def standing(self) -> GroupStanding:
         complete = bool(self._known) and not self._known - set(self._ends) and self._answers > 0
-        return GroupStanding(dict(self._ends), dict(self._committed), complete)
+        return GroupStanding(dict(self._ends), dict(self._committed), complete, dict(self._empty))
 
     def note(self, tps: Sequence[TP]) -> None:
         """Partitions assigned to this member: under a pattern, their topics are the group's too."""
@@ -160,11 +201,26 @@ class GroupOffsets:
         return topic in self._names or any(p.search(topic) for p in self._patterns)
 
     def abandon(self) -> None:
-        """Stop asking (the member is stopping); answers in flight are not needed any more."""
+        """Stop asking (the member is stopping); answers in flight are not needed any more (a
+        gap asked about is asked again by settle)."""
+        if "gaps" in self._pending:
+            self._record(self._probing, self._pending["gaps"][1]["gaps"])
         self._pending.clear()
-        self._asked_at = {k: float("inf") for k in ("topics", "ends", "committed")}
+        self._asked_at = {k: float("inf") for k in ("topics", "ends", "committed", "gaps")}
 
     # ------------------------------------------------------------------ requests
+    def _new_gaps(self, held: Collection[TP]) -> dict[TP, tuple[int, int]]:
+        """Gaps not asked about at this committed offset: partitions not held, committed short
+        of their end by at most GAP_MAX."""
+        return {tp: (at, end) for tp, end in self._ends.items()
+                if tp not in held and (at := self._committed.get(tp)) is not None
+                and 0 < end - at <= GAP_MAX and self._probed.get(tp) != at}
+
+    def _probe(self, gaps: Gaps) -> Mapping[str, Future[dict[TP, bool]]]:
+        """Ask about ``gaps``; each is asked about once per committed offset (until answered)."""
+        self._probed.update({tp: at for tp, (at, _) in gaps.items()})
+        return {"gaps": self._gaps(gaps)}
+
     def _ask(self, kind: str, send: Callable[[GroupAdmin], Mapping[Any, Future[Any]]],
              at_once: bool = False) -> None:
         now = self._clock()
@@ -184,6 +240,8 @@ class GroupOffsets:
                 getattr(self, f"_take_{kind}")(futures)
             elif now - asked_at > self.timeout_s:
                 del self._pending[kind]  # asked again on a later turn
+                if kind == "gaps":
+                    self._record(self._probing, Future())
                 log.debug("where the group stands: no answer in time", extra={"request": kind})
 
     def _take_topics(self, answers: Mapping[str, Future[Any]]) -> None:
@@ -213,8 +271,25 @@ class GroupOffsets:
                 return
             self._take_parts(parts)
 
+    def _take_gaps(self, answers: Mapping[str, Future[dict[TP, bool]]]) -> None:
+        self._record(self._probing, answers["gaps"])
+
+    def _record(self, asked: Gaps, answer: Future[dict[TP, bool]]) -> None:
+        """Take in the answer about ``asked``; a gap left unanswered is asked about again."""
+        try:
+            found = answer.result(0) if answer.done() else {}
+        except Exception as exc:  # no broker answer
+            log.debug("cannot tell whether the gaps hold records", extra={"error": str(exc)})
+            found = {}
+        for tp, (at, _) in asked.items():
+            if tp not in found:
+                self._probed.pop(tp, None)  # unknown: asked again
+            elif found[tp]:
+                self._empty[tp] = at
+
     def _take_parts(self, parts: Sequence[TopicPartition]) -> None:
         self._committed = {(p.topic, p.partition): p.offset for p in parts
                            if self._wanted(p.topic) and p.offset >= 0}
         self._names |= {tp[0] for tp in self._committed}
         self._answers += 1
+

@@ -33,7 +33,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,7 +282,8 @@ class ShareGroupConsumer:
     def high_watermark(self, tp: TP, /) -> int | None:
         return None
 
-    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0) -> None:
+    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0,
+                       held: Collection[TP] = ()) -> None:
         return None  # a share group has no committed offsets: a member is judged alone
 
     def stop(self) -> None:

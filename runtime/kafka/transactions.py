@@ -18,7 +18,6 @@ metadata (KIP-447). Runs in: a worker.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -76,14 +75,28 @@ class BatchTransactions:
                     if not exc.args[0].retriable() or time.monotonic() >= deadline:
                         raise
         except KafkaException as exc:
-            self.abort()
+            self.abort()  # acknowledged or not, the caller replaces the producer
             raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
 
-    def abort(self) -> None:
-        """Best effort: a transaction left open is aborted when the producer that replaces
-        this one starts (the same transactional id), or at the broker's transaction timeout."""
-        with contextlib.suppress(KafkaException):
-            self._p.abort_transaction(self.timeout_s)
+    def abort(self) -> bool:
+        """Abort the open transaction; True once librdkafka acknowledged it (the producer is
+        ready for the next one). False: replace the producer (a new one with the same
+        transactional id fences this one, and the broker aborts what it left open).
+
+        After a broker stall the abort may need an epoch bump (KIP-360) that outlasts
+        ``timeout_s``; librdkafka's contract is that an abort that timed out is called again
+        until it succeeds before the next transaction begins. So a timed-out abort is asked
+        again, once, and then the producer is given up rather than used half-aborted.
+        """
+        for _ in range(2):
+            try:
+                self._p.abort_transaction(self.timeout_s)
+                return True
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not (hasattr(err, "retriable") and err.retriable()):
+                    return False
+        return False
 
 
 class CommittedOffsets:

@@ -17,7 +17,7 @@ supervisor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -63,9 +63,11 @@ class Consumer(Protocol):
     def seek_to_start(self, tps: list[TP], /) -> list[TP]: ...
     def seek(self, tp: TP, offset: int, /) -> bool: ...
     def high_watermark(self, tp: TP, /) -> int | None: ...
-    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0) -> GroupStanding | None:
+    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0,
+                       held: Collection[TP] = ()) -> GroupStanding | None:
         """None: no view of the group (a share group, a test's fake): a member is judged alone.
-        ``settle_s``: ask the committed offsets anew, stable, and wait for them that long."""
+        ``settle_s``: ask the committed offsets anew, stable, and wait for them that long;
+        ``held``: this member's partitions (it judges them itself)."""
     def stop(self) -> None: ...
     def close(self, timeout_s: float, /) -> bool: ...
 

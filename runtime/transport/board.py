@@ -24,8 +24,9 @@ BOARD_BYTES = 128
 (_CURRENT_BATCH, _CURRENT_SLOT, _FREE, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
  _PHASE_NS) = range(9)
 # What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
-# deadline; waiting for the broker (DELIVER) or for a retry (WAIT) does not.
-PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT = 0, 1, 2, 3
+# deadline; waiting for the broker (DELIVER), for a retry (WAIT) or for its transaction's
+# commit (COMMIT, exactly-once) does not: each has its own bound (workforce.py).
+PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT = 0, 1, 2, 3, 4
 
 
 class Board:

@@ -30,7 +30,7 @@ from runtime.errors import TransactionAborted
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
 from runtime.tp import tp_label
-from runtime.transport.board import PHASE_DELIVER, Board
+from runtime.transport.board import PHASE_COMMIT, Board
 from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
@@ -110,13 +110,18 @@ class TransactionalRunner:
             return self._deferred(head, tp, exc)
         result = self.runner.run(frame, todo)
         if result.kind != DONE:
-            txn.abort()  # deferred, blocked, exhausted: nothing of it becomes visible
+            # Deferred, blocked, exhausted: nothing of it becomes visible. An abort not
+            # acknowledged leaves the producer unusable for the next transaction: replaced.
+            if not txn.abort():
+                log.warning("transaction abort not acknowledged; replacing the producer",
+                            extra={"tp": tp_label(tp)})
+                self._renew()
             return result
         group = self._group_metadata()
         try:
             if group is None:
                 raise TransactionAborted("no group metadata yet (the supervisor has not joined the group)")
-            self.board.set_phase(PHASE_DELIVER)
+            self.board.set_phase(PHASE_COMMIT)
             txn.commit({tp: todo[-1].offset + 1}, group)
         except TransactionAborted as exc:
             self._renew()

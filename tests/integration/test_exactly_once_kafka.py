@@ -576,8 +576,9 @@ def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
     for i in range(n):
         p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
     p.commit_transaction(30)
-    ends = end_offsets(broker.bootstrap, names["in"], partitions)
-    assert ends == {q: n // partitions + 1 for q in range(partitions)}, "each partition ends with a marker"
+    ends = {q: n // partitions + 1 for q in range(partitions)}
+    # Each partition ends with a marker, written after commit_transaction returns.
+    wait_for(lambda: end_offsets(broker.bootstrap, names["in"], partitions) == ends, 30, "the markers")
     cfg = exactly_once_config(broker, names, tmp_path)
     cfg["supervisor"]["caught_up_timeout_s"] = 120.0
     cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
@@ -588,4 +589,57 @@ def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
         rm.close()
     assert committed(broker.bootstrap, names["group"], names["in"], partitions) == \
         {q: end - 1 for q, end in ends.items()}, "the offset after each partition's last record"
+    assert_each_once(broker.bootstrap, names["out"], n)
+
+
+@pytest.mark.parametrize("tail", ["commit-marker", "aborted-transaction"])
+def test_two_members_over_a_transactional_input_both_exit_0_well_within_the_timeout(
+        broker: Any, names: dict[str, str], tmp_path: Path, tail: str) -> None:
+    """Issue 26: each member ends holding partitions whose committed offset (the offset after
+    its last record) is short of the end by a commit marker – or by an aborted transaction's
+    records and both markers. A member judging the other's partitions took the gap for work
+    left and waited out caught_up_timeout_s, then exited 9. The gap holds nothing a
+    read_committed reader is handed: both exit 0 at once."""
+    from confluent_kafka import Producer
+
+    n, partitions, aborted = 1200, 4, 3
+    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("upstream")})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(n):
+        p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
+    p.commit_transaction(30)
+    if tail == "aborted-transaction":
+        p.begin_transaction()
+        for i in range(aborted * partitions):
+            p.produce(names["in"], f"x{i}".encode(), partition=i % partitions)
+        p.flush(30)  # written, then aborted (abort_transaction drops what is still queued)
+        p.abort_transaction(30)
+    per = n // partitions
+    gap = 1 + (aborted + 1 if tail == "aborted-transaction" else 0)
+    # The markers are written after commit/abort_transaction return.
+    wait_for(lambda: end_offsets(broker.bootstrap, names["in"], partitions) == {
+        q: per + gap for q in range(partitions)}, 30, "the markers at each partition's end")
+    # Slow enough (10 ms a record, 3 s a partition) that the second member joins and takes its
+    # share before the first is done.
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 10}, batch_max_records=50)
+    cfg["supervisor"]["caught_up_timeout_s"] = 300.0  # the old code waited this out
+    cfg["kafka"]["consumer"]["isolation.level"] = "read_committed"
+    a = Ringmaster(cfg, tmp_path, "a", args=["--until-caught-up"])
+    b: Ringmaster | None = None
+    try:
+        a.wait_status(lambda s: s["transactions_committed"] > 0, 60, "a's first transaction")
+        b = Ringmaster(cfg, tmp_path, "b", args=["--until-caught-up"])
+        assert a.wait(120) == 0, a.log_tail()  # well within caught_up_timeout_s
+        assert b.wait(60) == 0, b.log_tail()
+        finals = [rm.status() or {} for rm in (a, b)]
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    assert all(f.get("transactions_committed", 0) > 0 for f in finals), \
+        "both members ran batches: each ended holding partitions of its own"
+    assert committed(broker.bootstrap, names["group"], names["in"], partitions) == \
+        {q: per for q in range(partitions)}, "the offset after each partition's last committed record"
     assert_each_once(broker.bootstrap, names["out"], n)

@@ -238,7 +238,8 @@ class FakeConsumer:
     def high_watermark(self, tp: Any) -> int | None:
         return self.high.get(tp)
 
-    def group_standing(self, ask_committed: bool, settle_s: float = 0.0) -> GroupStanding | None:
+    def group_standing(self, ask_committed: bool, settle_s: float = 0.0,
+                       held: Any = ()) -> GroupStanding | None:
         """A test sets ``group`` to give the member a view of the group (None: judged alone);
         ``settled``, if set, is the view a stable read waited for (``settle_s``) gives."""
         self.group_asks.append(ask_committed)

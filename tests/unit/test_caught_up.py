@@ -602,3 +602,21 @@ def test_a_lost_partition_is_not_at_its_end_because_the_group_view_says_a_short_
     consumer.group = standing({TP0: 3000, TP1: 3000}, ends={TP0: 1, TP1: 1})
     assert tick(sup, clock), "another member (or this one, assigned them back) finished them"
     assert stop(sup) is None
+
+
+def test_another_members_partition_short_only_by_offsets_no_reader_gets_is_at_its_end() -> None:
+    """Issue 26: a transactional input's last commit marker; the member holding t[0] committed
+    the offset after its last record, one short of the end. The group's answer says the gap
+    is empty (group_offsets.py): caught up, at once, not after caught_up_timeout_s."""
+    sup, consumer, clock, _ = make()
+    consumer.group = standing({TP0: 9, TP2: 10})
+    assign(sup, consumer, [TP1])
+    fetched(sup, consumer, TP1, 0, 10)
+    done(sup, TP1, 0, 10)
+    assert not tick(sup, clock), "t[0]'s gap not known to be empty: work left"
+    consumer.group = GroupStanding({TP0: 10, TP1: 10, TP2: 10}, {TP0: 9, TP2: 10}, True, {TP0: 8})
+    assert not tick(sup, clock), "an answer for another committed offset says nothing of this one"
+    consumer.group = GroupStanding({TP0: 10, TP1: 10, TP2: 10}, {TP0: 9, TP2: 10}, True, {TP0: 9})
+    assert tick(sup, clock)
+    consumer.settled = consumer.group
+    assert stop(sup) is None

@@ -9,10 +9,12 @@ import types
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from fakes import TP0, assign, make
 
 from runtime.config import Settings, guarantee_problem
 from runtime.errors import ConfigError, FrameError, TransactionAborted
+from runtime.kafka.transactions import BatchTransactions
 from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import (
@@ -107,6 +109,7 @@ class _Transactions:
     def __init__(self, refuse_commits: int = 0) -> None:
         self.log: list[Any] = []
         self.refuse = refuse_commits
+        self.abort_acknowledged = True
 
     def begin(self) -> None:
         self.log.append("begin")
@@ -118,8 +121,9 @@ class _Transactions:
             raise TransactionAborted("Broker: Specified group generation id is not valid")
         self.log.append(("commit", offsets, group))
 
-    def abort(self) -> None:
+    def abort(self) -> bool:
         self.log.append("abort")
+        return self.abort_acknowledged
 
 
 def _runner(process: Any, committed: int | None = None, refuse: int = 0,
@@ -262,6 +266,53 @@ def test_a_letters_batch_whose_commit_is_refused_is_deferred_and_written_again_i
     assert runner.run(_letters(42)).kind == DONE
     assert producers[0].produced == [b"letter"] and producers[1].produced == [b"letter"]
     assert txn.log == ["begin", "refused", "begin", ("commit", {("in", 3): 43}, b"meta")]
+
+
+def test_an_abort_not_acknowledged_replaces_the_producer_before_the_next_transaction() -> None:
+    """An abort that timed out twice (an epoch bump after a broker stall) leaves a producer
+    that librdkafka says must not begin the next transaction: a new one takes its place."""
+    from runtime.plugin import Backoff
+
+    def backoff(batch: Any) -> Any:
+        raise Backoff(1.0, "later")
+
+    runner, txn, producers = _runner(backoff)
+    assert runner.run(_frame(0, 2)).kind == DEFERRED
+    assert len(producers) == 1, "an acknowledged abort keeps the producer"
+    txn.abort_acknowledged = False
+    assert runner.run(_frame(0, 2)).kind == DEFERRED
+    assert len(producers) == 2 and runner.runner.producer is producers[1], "replaced"
+
+
+class _TxnClient:
+    """confluent_kafka.Producer's transactional calls; ``aborts``: what each abort does."""
+
+    def __init__(self, *aborts: KafkaError | None) -> None:
+        self.aborts = list(aborts)
+        self.calls = 0
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls += 1
+        err = self.aborts.pop(0)
+        if err is not None:
+            raise KafkaException(err)
+
+
+@pytest.mark.parametrize(("aborts", "acknowledged", "calls"), [
+    ((None,), True, 1),
+    ((KafkaError(KafkaError._TIMED_OUT, retriable=True), None), True, 2),
+    ((KafkaError(KafkaError._TIMED_OUT, retriable=True),) * 2, False, 2),
+    ((KafkaError(KafkaError._FENCED, fatal=True),), False, 1),
+])
+def test_a_timed_out_abort_is_asked_again_once_then_given_up(
+        aborts: tuple[KafkaError | None, ...], acknowledged: bool, calls: int) -> None:
+    client = _TxnClient(*aborts)
+    txns = BatchTransactions(client, 2.0)  # type: ignore[arg-type]
+    assert txns.abort() is acknowledged
+    assert client.calls == calls
 
 
 _WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'

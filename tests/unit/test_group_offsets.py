@@ -11,7 +11,7 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 
-from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kafka.group_offsets import GAP_MAX, GroupOffsets
 
 
 class Clock:
@@ -73,10 +73,27 @@ def turns(group: GroupOffsets, committed: bool, n: int = 3) -> None:
         group.refresh(committed)
 
 
-def make(topics: list[str] | None = None, **props: Any) -> tuple[GroupOffsets, FakeAdmin, Clock]:
+class FakeGaps:
+    """EmptyGaps.ask: ``empty`` names the partitions whose gap holds nothing a reader gets;
+    a partition in ``unknown`` is left out of the answer (no answer in time)."""
+
+    def __init__(self) -> None:
+        self.empty: set[tuple[str, int]] = set()
+        self.unknown: set[tuple[str, int]] = set()
+        self.asked: list[dict[tuple[str, int], tuple[int, int]]] = []
+        self.hold = False
+
+    def __call__(self, gaps: Any) -> Future[Any]:
+        self.asked.append(dict(gaps))
+        answer = {tp: tp in self.empty for tp in gaps if tp not in self.unknown}
+        return Future() if self.hold else done(answer)
+
+
+def make(topics: list[str] | None = None, gaps: FakeGaps | None = None,
+         **props: Any) -> tuple[GroupOffsets, FakeAdmin, Clock]:
     clock, admin = Clock(), FakeAdmin()
     group = GroupOffsets({"group.id": "g", **props}, topics or ["t"], interval_s=1.0, timeout_s=10.0,
-                         clock=clock, admin=lambda: admin)
+                         clock=clock, admin=lambda: admin, gaps=gaps or FakeGaps())
     return group, admin, clock
 
 
@@ -185,3 +202,64 @@ def test_a_settled_read_gives_up_at_its_bound_with_what_it_knew() -> None:
     admin.unstable = 1_000
     s = group.settle(1.0)
     assert dict(s.committed) == {("t", 0): 4, ("t", 1): 20}, "never the pending answer"
+
+
+# ---------------------------------------------------------------------- gaps no reader is handed
+def test_a_gap_of_markers_on_a_partition_not_held_is_at_its_end_asked_once_per_committed_offset() -> None:
+    """Issue 26: a transactional input ends with a commit marker no record's offset commits;
+    the member holding t[1] committed 19 of 20 and the other waited out its timeout."""
+    gaps = FakeGaps()
+    group, admin, clock = make(gaps=gaps)
+    admin.committed = [("t", 0, 10), ("t", 1, 19)]
+    gaps.empty = {("t", 1)}
+    turns(group, True, 4)
+    s = group.standing()
+    assert gaps.asked == [{("t", 1): (19, 20)}], "the one gap, once, not t[0] (at its end)"
+    assert s.at(("t", 1)) == 20 and s.left(set()) == {}
+    assert dict(s.committed) == {("t", 0): 10, ("t", 1): 19}, "the committed offsets as they are"
+    for _ in range(3):
+        clock.now += 1.5
+        turns(group, True)
+    assert len(gaps.asked) == 1, "not asked again while the committed offset stays"
+    admin.committed = [("t", 0, 10), ("t", 1, 18)]  # a new offset (a reset): the answer was for 19
+    gaps.empty = set()  # offset 18 a record
+    clock.now += 1.5
+    turns(group, True)
+    assert gaps.asked[-1] == {("t", 1): (18, 20)}, "asked again at the new offset"
+    assert group.standing().left(set()) == {("t", 1): 18}
+
+
+def test_a_gap_with_a_record_is_left_and_held_or_wide_gaps_are_not_asked_about() -> None:
+    gaps = FakeGaps()
+    group, admin, _ = make(gaps=gaps)
+    admin.ends = {("t", 0): 10 + GAP_MAX + 1, ("t", 1): 20}
+    admin.committed = [("t", 0, 10), ("t", 1, 17)]
+    turns(group, True, 4)
+    assert gaps.asked == [{("t", 1): (17, 20)}], "t[0]'s gap is a member's work, not markers"
+    assert group.standing().left(set()) == {("t", 0): 10, ("t", 1): 17}, "a record there: work left"
+    group2, admin2, _ = make(gaps=(gaps2 := FakeGaps()))
+    admin2.committed = [("t", 0, 9), ("t", 1, 19)]
+    for _ in range(4):
+        group2.refresh(True, held={("t", 0)})
+    assert gaps2.asked == [{("t", 1): (19, 20)}], "this member judges what it holds itself"
+
+
+def test_a_gap_left_unanswered_is_asked_again_and_settle_asks_what_was_not_asked() -> None:
+    gaps = FakeGaps()
+    group, admin, clock = make(gaps=gaps)
+    admin.committed = [("t", 0, 9), ("t", 1, 19)]
+    gaps.empty, gaps.unknown = {("t", 0), ("t", 1)}, {("t", 1)}
+    turns(group, True, 4)
+    assert group.standing().left(set()) == {("t", 1): 19}
+    assert gaps.asked[-1] == {("t", 1): (19, 20)}, "asked again: no answer for it the first time"
+    gaps.unknown = set()
+    turns(group, True)
+    assert group.standing().left(set()) == {}
+    gaps.hold = True  # an answer in flight when the member stops: settle asks again, and waits
+    admin.committed = [("t", 0, 8), ("t", 1, 19)]
+    clock.now += 1.5
+    turns(group, True, 2)
+    group.abandon()
+    gaps.hold = False
+    s = group.settle(1.0)
+    assert gaps.asked[-1] == {("t", 0): (8, 10)} and s.left(set()) == {}

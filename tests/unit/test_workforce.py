@@ -18,7 +18,7 @@ import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import PluginError, WorkerCrashLoop
 from runtime.supervisor.workers.workforce import Death, State, Workforce
-from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 from runtime.transport.frames import STOP_FRAME
 
 
@@ -191,6 +191,7 @@ def test_once_a_worker_was_ready_start_failures_are_retried_forever_with_capped_
     (PHASE_CALL, 17, "reading the batch or running the plugin"),
     (PHASE_DELIVER, 17, "delivering outputs or dead letters"),
     (PHASE_WAIT, 17, "waiting to retry"),
+    (PHASE_COMMIT, 17, "committing its transaction"),
     (PHASE_IDLE, 17, "reporting the batch"),
 ])
 def test_a_ready_worker_that_exits_has_crashed_and_a_death_in_any_phase_of_a_batch_blames_it(
@@ -378,6 +379,32 @@ def test_a_delivery_wait_far_past_its_own_bound_is_killed(clock: Clock) -> None:
     board.beat()
     r.at(bound + 0.5)
     assert r.pool.kills == [(0, signal.SIGTERM)]
+    r.pool.exit(0, -signal.SIGTERM)
+    assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
+
+
+def test_a_transaction_commit_past_twice_its_timeout_is_killed_sooner_than_a_delivery(clock: Clock) -> None:
+    """Exactly-once: librdkafka's send_offsets_to_transaction waits without a deadline while
+    the coordinator answers CONCURRENT_TRANSACTIONS (after a broker stall: until the broker's
+    transaction timeout). The worker sat until the delivery bound (2 x 30 + 30 s); the commit
+    takes at most two of its timeouts, so past that (and a margin) it is killed."""
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=60.0)
+    bound = r.wf.commit_bound_s
+    assert bound == 2 * 30.0 + 10 < r.wf.delivery_bound_s
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(7, 0)
+    board.set_phase(PHASE_COMMIT)
+    t = 0.0
+    while t < bound - 1:  # its heartbeat goes on (a thread beats while librdkafka blocks)
+        t += 10
+        board.beat()
+        r.at(min(t, bound - 0.5))
+    assert r.pool.kills == []
+    board.beat()
+    r.at(bound + 0.5)
+    assert r.pool.kills == [(0, signal.SIGTERM)]
+    assert "committing its transaction for over 70 s" in (r.life().kill or "")
     r.pool.exit(0, -signal.SIGTERM)
     assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
 

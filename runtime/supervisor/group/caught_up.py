@@ -28,7 +28,9 @@ member holds it (runtime/kafka/group_offsets.py), and a partition it let go of w
 acknowledged commit counts as done once the group's commit reaches its end. A member killed
 a moment ago keeps its partitions until its session times out (KIP-848 hands the others
 theirs at once): exiting 0 beside it would call a topic done that is not. Another member's
-commits moving is progress for ``caught_up_timeout_s``.
+commits moving is progress for ``caught_up_timeout_s``. A partition short of its end only by
+offsets no reader is handed (a transactional input's markers, aborted records) is at its end
+(``GroupStanding.at``: a reader at the committed offset reaches the end empty-handed).
 
 Under exactly-once (``output.guarantee``) the supervisor commits nothing: each batch's offset
 is committed by its worker's transaction. So a held partition is done when the *group's*
@@ -134,7 +136,7 @@ class CaughtUp:
             return False  # assigned and not read: not caught up (a release may free a slot for them)
         if not all(self._finished(p) for p in self.partitions.values()):
             return False
-        self.group = self.consumer.group_standing(True)
+        self.group = self.consumer.group_standing(True, held=set(self.partitions))
         if self._out():
             return False  # lost or refused partitions: a rejoin usually brings them back; wait
         if self.group is not None and (not self.group.complete or self._others_left()):
@@ -165,7 +167,7 @@ class CaughtUp:
         group, held = self.group, set(self.partitions)
         left = group.left(held)
         left.update({tp: group.committed.get(tp) for tp in self.released
-                     if tp not in held and group.committed.get(tp, 0) < (self._end(tp) or 0)})
+                     if tp not in held and (group.at(tp) or 0) < (self._end(tp) or 0)})
         return left
 
     def _end(self, tp: TP) -> int | None:
@@ -180,8 +182,8 @@ class CaughtUp:
         """A partition let go of is at its end in the group's commits (another member's)."""
         if self.group is None or not self.group.complete:
             return False
-        end = self._end(r.tp)
-        return end is not None and self.group.committed.get(r.tp, -1) >= end
+        end, at = self._end(r.tp), self.group.at(r.tp)
+        return end is not None and at is not None and at >= end
 
     def _take_targets(self) -> None:
         """The end of each partition as the first fetch response after its assignment gave it
@@ -304,7 +306,7 @@ class CaughtUp:
                 f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")
             return err
         if self.transactional:  # asked now: every batch that was running has ended (the release)
-            self.group = self.consumer.group_standing(True, self.settle_s) or self.group
+            self.group = self.consumer.group_standing(True, self.settle_s, {p.tp for p in held}) or self.group
         final = {p.tp for p in held}
         left, blocked = [], []
         for tp, r in sorted(self.released.items()):

@@ -61,7 +61,7 @@ from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
-from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 
 log = logging.getLogger("ringmaster.workforce")
 
@@ -77,6 +77,7 @@ _EXHAUSTED_EXIT_S = 30.0  # an exhausted worker runs teardown and flushes (10 s)
 # ends idle while its result is sent.
 _DURING = {PHASE_CALL: "reading the batch or running the plugin",
            PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
+           PHASE_COMMIT: "committing its transaction",
            PHASE_IDLE: "reporting the batch"}
 
 
@@ -143,6 +144,13 @@ class Workforce(Generic[S]):
         """``delivery_timeout_s``: output.delivery_timeout_s (a delivery wait far past it is killed)."""
         self.w = w
         self.delivery_bound_s = 2 * delivery_timeout_s + 30
+        # Exactly-once: sending the offsets and committing take at most delivery_timeout_s
+        # each. Past that the worker is blocked in librdkafka: send_offsets_to_transaction
+        # waits without a deadline while the transaction coordinator answers
+        # CONCURRENT_TRANSACTIONS (after a broker stall, until the broker's own transaction
+        # timeout: docs/exactly-once.md, Limits). Killing it sooner lets its successor's
+        # init_transactions fence it as soon as the broker lets it.
+        self.commit_bound_s = 2 * delivery_timeout_s + 10
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
@@ -345,6 +353,9 @@ class Workforce(Generic[S]):
         elif h.board.in_phase_for_s(PHASE_DELIVER) > self.delivery_bound_s:
             reason = f"waiting for the broker for over {self.delivery_bound_s:g} s"
             blames = False  # an outage the producer's own timeout did not end: not the records'
+        elif h.board.in_phase_for_s(PHASE_COMMIT) > self.commit_bound_s:
+            reason = f"committing its transaction for over {self.commit_bound_s:g} s"
+            blames = False  # the broker's, not the records'
         # A starting worker is judged by setup_timeout_s alone: its first beat comes only after
         # the interpreter has started and imported the runtime, which on a loaded host took
         # longer than a short heartbeat_timeout_s (2 s: every start was killed, and the daemon

@@ -1,0 +1,87 @@
+"""Whether the offsets between a partition's committed offset and its end hold anything a reader
+would be handed (``--until-caught-up``, runtime/kafka/group_offsets.py).
+
+An input written by a transactional producer has offsets no record's commit covers: each
+transaction's commit or abort marker, and, under ``read_committed``, the records of aborted
+transactions. A member's last transaction commits the offset after its last record, short of
+the end by the marker (and anything aborted after it). So a gap between the group's
+committed offset and the end is done when a reader starting there, under the consumer's
+isolation level, reaches the end without being handed a record: librdkafka moves a
+partition's position past the control records and aborted records it drops.
+
+One short-lived consumer per question, assigned (never subscribed: it joins no group and
+commits nothing) at each gap's start, run on a daemon thread and bounded by ``timeout_s``: a
+question left unanswered at the stop keeps no process from exiting.
+
+Runs in: supervisor (``ask`` returns a Future at once); the answer is found on its own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from runtime.kafka.admin import admin_properties
+from runtime.kafka.client_log import with_logger
+from runtime.tp import TP
+
+log = logging.getLogger(__name__)
+
+Gaps = Mapping[TP, tuple[int, int]]  # partition -> (committed offset, end)
+
+
+class EmptyGaps:
+    def __init__(self, props: Mapping[str, Any], timeout_s: float = 5.0) -> None:
+        self.timeout_s = timeout_s
+        # Connection and security only (admin_properties), as a reader of the group's isolation
+        # level; no offset is ever committed or stored by it.
+        self._props = with_logger(admin_properties(props) | {
+            "group.id": str(props.get("group.id", "ringmaster-gaps")),
+            "isolation.level": str(props.get("isolation.level", "read_committed")),
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "enable.partition.eof": False})
+
+    def ask(self, gaps: Gaps) -> Future[dict[TP, bool]]:
+        """Future answer: partition -> True (nothing a reader gets before the end), False (a
+        record). A partition not answered within the bound is left out (unknown)."""
+        answer: Future[dict[TP, bool]] = Future()
+
+        def find() -> None:
+            try:
+                answer.set_result(self.find(gaps))
+            except BaseException as exc:  # the caller reads it from the Future
+                answer.set_exception(exc)
+
+        threading.Thread(target=find, name="kafka-empty-gaps", daemon=True).start()
+        return answer
+
+    def find(self, gaps: Gaps) -> dict[TP, bool]:
+        """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close)."""
+        found: dict[TP, bool] = {}
+        if not gaps:
+            return found
+        c = Consumer(self._props)
+        try:
+            c.assign([TopicPartition(t, p, start) for (t, p), (start, _) in gaps.items()])
+            deadline = time.monotonic() + self.timeout_s
+            while len(found) < len(gaps) and time.monotonic() < deadline:
+                for m in c.consume(100, 0.1):
+                    tp, offset = (str(m.topic()), int(m.partition() or 0)), m.offset()
+                    if m.error() is None and tp in gaps and offset is not None and offset < gaps[tp][1]:
+                        found[tp] = False  # a record a reader gets: work left
+                open_ = [TopicPartition(t, p) for t, p in gaps if (t, p) not in found]
+                for part in c.position(open_) if open_ else []:
+                    tp = (part.topic, part.partition)
+                    if part.offset >= gaps[tp][1]:
+                        found[tp] = True
+        except KafkaException as exc:
+            log.debug("cannot tell whether the gaps hold records", extra={"error": str(exc)})
+        finally:
+            c.close()
+        return found
