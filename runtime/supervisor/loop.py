@@ -323,13 +323,7 @@ class Supervisor(Generic[H]):
         final = Stopped(error.exit_code, str(error)) if error else Stopped(0, self.stop_reason)
         self.report_if_due(force=True, held=held, final=final)
         self.final_status = self.latest_status
-        # Leaves the group; nothing is assigned to revoke any more. Bounded: SIGTERM must
-        # end the process within shutdown_timeout_s whatever the group is doing, also when the
-        # client holds the GIL for good inside close() (runtime/ops/backstop.py).
-        close_s = max(1.0, deadline - self.clock())
-        with last_resort(close_s + _LAST_RESORT_GRACE_S, final.code, log, _GAVE_UP,
-                         {"timeout_s": round(close_s, 1), "stop": final.reason}, self.pool.segment_paths()):
-            self.consumer.close(close_s)
+        _leave_group(self.consumer, self.pool, max(1.0, deadline - self.clock()), final)
         self.workforce.stop_all(max(1.0, deadline - self.clock()))
         restarts = sum(life.restarts for life in self.workforce.lives)
         log.info("supervisor stopped", extra={"records": self.results.totals.records, "restarts": restarts})
@@ -344,3 +338,12 @@ def _quiet_gc() -> None:
     Freezing what start-up built (modules, config, clients) keeps full collections short."""
     gc.freeze()
     gc.set_threshold(_GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _leave_group(consumer: Consumer, pool: LoopPool[H], close_s: float, final: Stopped) -> None:
+    """Leave the group; nothing is assigned to revoke any more. Bounded: SIGTERM must end the
+    process within shutdown_timeout_s whatever the group is doing, also when the client holds
+    the GIL for good inside close() (runtime/ops/backstop.py)."""
+    with last_resort(close_s + _LAST_RESORT_GRACE_S, final.code, log, _GAVE_UP,
+                     {"timeout_s": round(close_s, 1), "stop": final.reason}, pool.segment_paths()):
+        consumer.close(close_s)
