@@ -21,7 +21,7 @@ from typing import Any, Generic
 
 from runtime.backoff import backoff_s
 from runtime.config import OutputSettings
-from runtime.execution.deadletter_format import HEADER_PREFIX, DeadLetter, reference_dead_letter
+from runtime.execution.deadletter_format import DeadLetter
 from runtime.ops.metrics import Histograms
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
@@ -174,13 +174,6 @@ class Results(Generic[H]):
             if b.letters:  # no plugin ran it: run again, not bisected, no second letter made
                 if b.crashes < 2 * self.max_crashes or self.desk is None:
                     requeue.append(b)
-                elif b.crashes < 3 * self.max_crashes and (reference := _reference_of(b)) is not None:
-                    # The letter holds the record's bytes, which may be what kills its
-                    # writers: in its place, still in the lane and a worker's transaction,
-                    # one that only says where the record is.
-                    log.warning("writing the dead letter kills its workers: one that says where the record "
-                                "is goes in its place", extra={"tp": p.label, "offset": b.first})
-                    requeue.append(letters_batch(b, reference))
                 else:
                     self._letter_outside_a_transaction(p, b)
                 continue
@@ -210,9 +203,9 @@ class Results(Generic[H]):
         self.scheduler.requeue(requeue)
 
     def _letter_outside_a_transaction(self, p: Partition, b: Batch) -> None:
-        """A letter batch that kept killing workers of its own, its reference form too, goes
-        to the supervisor's desk, outside any transaction and not ordered against its lane
-        (docs/exactly-once.md, Limits): a record is never stuck for good."""
+        """A letter batch that killed max_crashes workers of its own (writing the letter
+        kills them: it holds the record's bytes) goes to the supervisor's desk, outside any
+        transaction, as at-least-once writes it: a record is never stuck for good."""
         frame = decode_frame(b.frame)
         assert frame is not None
         offset, key, value, headers = frame.columns.row(0)
@@ -263,15 +256,3 @@ class Results(Generic[H]):
                 p.tracker.complete(batch_id)
                 p.stats.dead_letters += 1
             self.totals.dead_letters += 1
-
-
-def _reference_of(b: Batch) -> DeadLetter | None:
-    """The letter of a LETTERS batch in the form that holds nothing of its record but where it
-    is (deadletter_format.reference_dead_letter); None if it is in that form already."""
-    frame = decode_frame(b.frame)
-    assert frame is not None
-    offset, key, value, headers = frame.columns.row(0)
-    letter = DeadLetter(key, value, list(headers or ()), "whole")
-    if any(k == HEADER_PREFIX + "value.omitted" for k, _ in letter.headers):
-        return None
-    return reference_dead_letter(letter, b.tp[0], b.tp[1], offset)
