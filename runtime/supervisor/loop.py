@@ -104,8 +104,11 @@ class Supervisor(Generic[H]):
         self.workforce = Workforce(w, settings.output.delivery_timeout_s, pool, clock)
         self.scheduler = Scheduler(pool.handles, ordered=w.ordering != "unordered", slots=pool.max_slots)
         # Key lanes per partition: fixed for the run (a key keeps its lane across resizes).
+        # Exactly-once: a record set aside at intake is dead-lettered in its lane's transactions.
+        in_lane = (dead_letters.max_bytes if settings.output.guarantee == "exactly-once"
+                   and dead_letters is not None and not share else None)
         self.intake = Intake(w, share, consumer, self.partitions, w.process_limit, ring.capacity,
-                             ring.max_frame, ids, clock)
+                             ring.max_frame, ids, clock, in_lane)
         self.flow = FlowControl(w, consumer, self.partitions, self.intake, self.scheduler,
                                 ring.capacity, clock)
         self.assignment = Assignment(w.batch_max_records, share, consumer, self.partitions, SlotTable(epochs),

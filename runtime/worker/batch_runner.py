@@ -12,7 +12,7 @@ from typing import Any
 
 from runtime.errors import BatchDeferred, DeliveryFailed, FrameError, OutputRejected, WorkerExhausted
 from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
-from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
+from runtime.execution.deadletter_format import HEADER_PREFIX, DeadLetter, reference_dead_letter
 from runtime.execution.routing import OutputRoute, with_version
 from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
 from runtime.kafka.producer import OutputProducer
@@ -262,8 +262,9 @@ class BatchRunner:
                 "tp": tp_label((records[0].topic, records[0].partition)), "reason": str(exc)})
             return Result(DEFERRED, *head, detail=f"dead letters not delivered: {exc}", cause="delivery")
         for r in records:
+            why = (dict(r.headers or ()).get(HEADER_PREFIX + "error.type") or b"?").decode(errors="replace")
             log.error("record dead-lettered", extra={"tp": tp_label((r.topic, r.partition)),
-                                                     "offset": r.offset, "error": "WorkerCrashed"})
+                                                     "offset": r.offset, "error": why})
         return Result(DONE, *head, processed=len(records), dead_letters=len(records),
                       busy_ms=(time.monotonic() - started) * 1000)
 

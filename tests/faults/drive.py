@@ -8,7 +8,9 @@ Drivers:
   behind a proxy that swallows (or resets on) Produce requests for a while, then lets them
   through; the daemon runs meanwhile and is stopped with SIGTERM at the end.
 * ``supervisor_sigkill``, ``status_dir_removed``, ``idle_cpu``: deployment scenarios;
-  ``supervisor_sigkill_after_isolation``: the supervisor killed as it isolates a record.
+  ``supervisor_sigkill_after_isolation``: the supervisor killed as it isolates a record;
+  ``supervisor_sigkill_after_set_aside``: killed once the group's offset passed a record set
+  aside at intake.
 * ``signals`` / ``signal_stop``: the row's signals sent to the supervisor and to its whole
   process group while records flow (it runs in a session of its own).
 * ``admin_idle`` / ``admin_slow`` / ``admin_odd``: the admin endpoint crowded, slow-read or sent
@@ -484,6 +486,31 @@ def supervisor_sigkill_after_isolation(fault: Fault, bootstrap: str, tmp: Path) 
     return read_back(obs, b)
 
 
+def supervisor_sigkill_after_set_aside(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """One partition; the row's record set aside at intake (the first of ``dead``, its index
+    its offset) and records after it. The supervisor is SIGKILLed as soon as the group's
+    offset is past the batch after that record, then started again with ``--until-caught-up``.
+    The row's ``linger.ms`` holds back what the supervisor's own producer writes (workers flush
+    at each commit): a letter written there, outside the lane's transactions, is still in the
+    producer when the kill lands (``letter_before_kill``: whether it was readable then)."""
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    bad = min(int(k[1:]) for k in fault.dead)
+    a = Ringmaster(cfg, tmp, "a")
+    try:
+        wait_for(lambda: committed(bootstrap, obs.names["group"], obs.names["in"], 1)[0] >= bad + 2,
+                 fault.timeout_s, "the group's offset past the batch after the record", interval_s=0.05)
+        a.kill()
+        obs.extra["letter_before_kill"] = bool(read_all(bootstrap, obs.names["dlq"]))
+    finally:
+        a.close()
+    b = Ringmaster(cfg, tmp, "b", args=["--until-caught-up"])
+    try:
+        obs.exit = b.wait(fault.timeout_s)
+    finally:
+        b.close()
+    return read_back(obs, b)
+
+
 def status_dir_removed(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     f = Fault(fault.id, fault.group, fault.when, fault.then, n=40, protocol=fault.protocol)
     obs, cfg = prepare(f, bootstrap, tmp)
@@ -829,6 +856,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
     "supervisor_sigkill_after_isolation": supervisor_sigkill_after_isolation,
+    "supervisor_sigkill_after_set_aside": supervisor_sigkill_after_set_aside,
     "status_dir_removed": status_dir_removed, "idle_cpu": idle_cpu, "signals": signals,
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,

@@ -856,6 +856,25 @@ FAULTS += [
           driver="supervisor_sigkill_after_isolation", guarantee="exactly-once", n=30,
           values={29: "signal=9:r29"}, dead={"r29": "WorkerCrashed"},
           workers={"batch_max_records": 8}),
+    _exactly_once("record-larger-than-ring", "its dead letter is not the supervisor's to write: it stands "
+                  "in the record's place in its lane, and a worker's transaction writes it (its value cut to "
+                  "fit a ring, `ringmaster.value.truncated` = the original size) with the offset past it: "
+                  "once, read_committed; the rest goes on"),
+    _exactly_once("too-large-for-ring-and-message-max", "the same, the letter truncated to fit both"),
+    _exactly_once("header-name-not-utf8", "its dead letter, with its key, value and readable headers, is "
+                  "written by a worker's transaction in the record's place, with the offset past it: once; "
+                  "the rest of its batch goes on"),
+    Fault("supervisor-killed-after-set-aside-exactly-once", _EO_GROUP,
+          "a record too large for every ring is followed by more, and the supervisor is SIGKILLed as soon "
+          "as the group's offset is past the batch after it, under `output.guarantee = \"exactly-once\"` "
+          "(`linger.ms` 3 s holds back what the supervisor's own producer writes); then started again",
+          "the letter is written by a worker's transaction in the record's place in the lane, committed "
+          "with the offset past the record, before any later batch runs: its dead letter once, each other "
+          "output once, the group's offsets at the end",
+          driver="supervisor_sigkill_after_set_aside", guarantee="exactly-once", n=12,
+          values={5: "big:r5#" + "z" * 70_000}, dead={"r5": "RecordTooLarge"},
+          workers={"ring_bytes": 65536, "batch_max_records": 1},
+          sections={"kafka": {"producer": {"linger.ms": 3000}}}),
     Fault("broker-stall-exactly-once", _EO_GROUP,
           "the broker stalls past the session timeout in the middle of transactions, under "
           "`output.guarantee = \"exactly-once\"`, then comes back",

@@ -37,6 +37,7 @@ from helpers import (
     wait_for,
 )
 from proxy import PRODUCE, Proxy
+from wire import RawRecord, WireProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.timeout(420),
               pytest.mark.skipif(TEST_BROKER != "kafka", reason="exactly-once is judged on Apache Kafka "
@@ -298,6 +299,52 @@ def test_a_record_that_kills_its_workers_is_dead_lettered_once_with_its_offset_a
     outs = read_committed(broker.bootstrap, names["out"], n + more - 1)
     ids = Counter(json.loads(m.value())["id"] for m in outs)
     assert ids == Counter(f"r{i}" for i in range(n + more) if i != n - 1)
+
+
+@pytest.mark.parametrize("kind", ["too-large", "unreadable"])
+def test_a_record_set_aside_at_intake_keeps_its_letter_through_a_supervisor_sigkill_after_the_next_commit(
+        broker: Any, names: dict[str, str], tmp_path: Path, kind: str) -> None:
+    """A record too large for every ring, or with a header name the client cannot read, is
+    set aside at intake; the records after it go on. The supervisor is SIGKILLed as soon as
+    the group's offset is past the batch after it, and a daemon started again runs the rest
+    with --until-caught-up. Its letter is written by a worker's transaction in the record's
+    place in the lane (runtime/supervisor/datapath/intake.py, ``_in_lane``), so it is there
+    once, read_committed, with every other record's output once and the group's offset at
+    the end. Written by the supervisor's own producer, outside any transaction, the letter
+    was not ordered against the lane: the next batch's transaction committed past the record
+    while the letter lingered in the producer (``linger.ms`` here holds it 3 s; workers flush
+    at each commit), and the SIGKILL lost it."""
+    n, bad = 10, 5
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    with WireProducer(broker.bootstrap) as w:
+        w.produce(names["in"], 0, [
+            RawRecord((f"r{i}#" + "z" * 70_000 if i == bad and kind == "too-large" else f"r{i}").encode(),
+                      f"k{i}".encode(),
+                      [(b"trace", b"t"), (b"\xff\xfebad", b"x")] if i == bad and kind == "unreadable"
+                      else [(b"trace", b"t")], 1_700_000_000_000 + i)
+            for i in range(n)])
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, ring_bytes=65536, batch_max_records=1)
+    cfg["kafka"]["producer"]["linger.ms"] = 3000
+    first = Ringmaster(cfg, tmp_path, "rm1")
+    try:
+        wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 1)[0] >= bad + 2, 120,
+                 "the group's offset past the batch after the record", interval_s=0.05)
+        first.kill()
+    finally:
+        first.close()
+    second = Ringmaster(cfg, tmp_path, "rm2", args=["--until-caught-up"])
+    try:
+        assert second.wait(180) == 0, second.log_tail()
+    finally:
+        second.close()
+    letters = read_committed(broker.bootstrap, names["dlq"], 1, timeout_s=30)
+    assert len(letters) == 1, f"{len(letters)} dead letters, once expected"
+    h = dict(letters[0].headers() or [])
+    assert h["ringmaster.source.offset"] == str(bad).encode() and h["trace"] == b"t"
+    assert h["ringmaster.error.type"] == (b"RecordTooLarge" if kind == "too-large" else b"UnreadableRecord")
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n - 1))
+    assert ids == Counter(f"r{i}" for i in range(n) if i != bad)
+    assert committed(broker.bootstrap, names["group"], names["in"], 1) == {0: n}
 
 
 @pytest.mark.parametrize("stall", ["cut", "produce"])

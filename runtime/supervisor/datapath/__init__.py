@@ -2,7 +2,8 @@
 offset, and the state each partition holds on the way.
 
     assignment.py       the partitions held: slots and epochs (fencing), rewinds, seeks
-    intake.py           fetch, cut each partition's run into batches (per lane)
+    intake.py           fetch, cut each partition's run into batches (per lane); records set
+                        aside (no ring fits, unreadable): under exactly-once a letter batch
     scheduler.py        which worker runs each batch; the only writer of rings
     flowcontrol.py      holds, backpressure, every pause/resume sent to the client
     results.py          what workers report, redelivery of a dead worker's batches, dead letters

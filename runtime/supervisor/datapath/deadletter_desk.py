@@ -70,16 +70,17 @@ class DeadLetterDesk:
         """Queue a letter made already (``letter``), of the record at ``offset``."""
         self._waiting.append(_Letter(tp, batch_id, offset, letter))
 
+    @property
+    def max_bytes(self) -> int:
+        """The largest letter the dead-letter topic takes (the producer's message.max.bytes)."""
+        return self._max_bytes
+
     def letter(self, tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str,
                message: str, attempts: int = 1, plugin_version: str | None = None) -> DeadLetter:
         """The dead letter of one record as the supervisor words it, in the first form that
         fits the topic's limit; written here (submit) or, under exactly-once, by a worker's
         transaction (results.py)."""
-        offset, key, value, original = row
-        headers = dead_letter_headers(original, error_type=error_type, message=message, traceback="",
-                                      topic=tp[0], partition=tp[1], offset=offset, attempts=attempts,
-                                      worker="supervisor", plugin_version=plugin_version)
-        return fit_dead_letter(key, value, headers, self._max_bytes)
+        return supervisor_letter(tp, row, error_type, message, self._max_bytes, attempts, plugin_version)
 
     def pending(self, tp: TP | None = None) -> int:
         return sum(1 for x in self._waiting if tp is None or x.tp == tp)
@@ -159,3 +160,14 @@ class DeadLetterDesk:
     def close(self, timeout_s: float) -> None:
         if self._producer is not None:
             self._producer.flush(timeout_s)
+
+
+def supervisor_letter(tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str, message: str,
+                      max_bytes: int, attempts: int = 1, plugin_version: str | None = None) -> DeadLetter:
+    """The dead letter of one record (``row``: offset, key, value, headers) as the supervisor
+    words it, in the first form that fits ``max_bytes``."""
+    offset, key, value, original = row
+    headers = dead_letter_headers(original, error_type=error_type, message=message, traceback="",
+                                  topic=tp[0], partition=tp[1], offset=offset, attempts=attempts,
+                                  worker="supervisor", plugin_version=plugin_version)
+    return fit_dead_letter(key, value, headers, max_bytes)

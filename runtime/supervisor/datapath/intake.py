@@ -33,11 +33,14 @@ from dataclasses import dataclass
 
 from runtime.config import WorkerSettings
 from runtime.errors import UnreadableRecord
+from runtime.execution.deadletter_format import reference_dead_letter
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.batches import Batch, Bucket
+from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
+from runtime.supervisor.datapath.isolation import letter_batch
 from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.seams import Consumer
-from runtime.tp import TP
+from runtime.tp import TP, tp_label
 from runtime.transport.packing import Run, fields_of, keys_of, offset_of, pack_run, salvage, split_by_key
 
 log = logging.getLogger("ringmaster.intake")
@@ -59,7 +62,8 @@ _HUNGRY_WAIT_S, _HUNGRY_MAX_S = 0.001, 0.02
 @dataclass(frozen=True, slots=True)
 class TooLarge:
     """A record that fits in no ring: dead-lettered by the supervisor (registered as its own
-    one-record batch, so nothing is committed past it until that is acknowledged)."""
+    one-record batch, so nothing is committed past it until that is acknowledged), or under
+    exactly-once a LETTERS batch in its lane (``Intake.letters_in_lane``)."""
 
     tp: TP
     batch_id: int
@@ -88,6 +92,10 @@ class Unreadable:
 
 SetAside = TooLarge | Unreadable  # records the supervisor dead-letters itself
 
+# A letter in a LETTERS frame is fitted to the frame limit less this: the frame's own fields
+# (topic, offsets) and msgpack's per-field bytes, which fit_dead_letter does not count.
+_LETTER_FRAME_MARGIN = 4096
+
 
 class BatchIds:
     """One counter for every batch of the run, so an id never means two batches."""
@@ -104,8 +112,11 @@ class BatchIds:
 class Intake:
     def __init__(self, w: WorkerSettings, share: bool, consumer: Consumer, partitions: Partitions,
                  buckets: int, ring_capacity: int, max_frame: int, next_id: BatchIds,
-                 clock: Callable[[], float]) -> None:
-        """``share``: a share group's (kafka.group_type): frames carry delivery counts."""
+                 clock: Callable[[], float], letters_in_lane: int | None = None) -> None:
+        """``share``: a share group's (kafka.group_type): frames carry delivery counts.
+        ``letters_in_lane``: under exactly-once with a dead-letter topic, the largest letter
+        it takes; set-aside records are then LETTERS batches in their lane (``_in_lane``),
+        not handed to the supervisor's desk (None: they are, ``take_too_large``)."""
         self.w = w
         self.consumer = consumer
         self.partitions = partitions
@@ -116,6 +127,7 @@ class Intake:
         self.clock = clock
         self.ordering = self.w.ordering
         self.share = share
+        self.letters_in_lane = letters_in_lane
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()
@@ -220,8 +232,30 @@ class Intake:
         self._register(p, msgs, parts, now)
         self._skip_invisible_tail(p, now)
         s.batch_records = self._size(p)
+        if self.letters_in_lane is not None:
+            parts = [x if isinstance(x, Batch) else self._in_lane(x, self.letters_in_lane) for x in parts]
         self.too_large += [x for x in parts if not isinstance(x, Batch)]
         return [x for x in parts if isinstance(x, Batch)]
+
+    def _in_lane(self, x: SetAside, max_bytes: int) -> Batch:
+        """Exactly-once: the set-aside record's letter as a LETTERS batch in the record's place
+        in its lane, which a worker writes and commits with the offset past the record in one
+        transaction (isolation.letter_batch). Written by the supervisor's desk, outside any
+        transaction, the letter was not ordered against the lane: the next batch's transaction
+        could commit past the record before the broker had the letter, and a supervisor
+        SIGKILLed then lost it (docs/exactly-once.md). The letter must fit a frame: one of a
+        record too large for every ring is truncated to fit (``ringmaster.value.truncated``
+        says how large the value was), or at worst only says where the record is."""
+        tp, offset, fence = x.tp, x.row[0], self.partitions[x.tp].fence
+        letter = supervisor_letter(tp, x.row, x.error_type, x.message,
+                                   min(max_bytes, self.max_frame - _LETTER_FRAME_MARGIN))
+        batch = letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset, letter)
+        if len(batch.frame) > self.max_frame:  # headers fit_dead_letter cannot cut
+            batch = letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset,
+                                 reference_dead_letter(letter, tp[0], tp[1], offset))
+        log.error("record set aside; its dead letter commits with its offset in a worker's transaction",
+                  extra={"tp": tp_label(tp), "offset": offset, "error": f"{x.error_type}: {x.message}"})
+        return batch
 
     def _size(self, p: Partition) -> int:
         """Records per batch for this partition from now on (module docstring). Small frames

@@ -23,6 +23,7 @@ from typing import Any
 
 from runtime.execution.deadletter_format import DeadLetter
 from runtime.supervisor.datapath.batches import Batch
+from runtime.tp import TP
 from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, encode_letters
 
 
@@ -67,7 +68,13 @@ def letters_batch(batch: Batch, letter: DeadLetter) -> Batch:
     ordering: runtime/config.py, guarantee_problem)."""
     if batch.count != 1 or batch.bucket is not None or batch.buckets is not None:
         raise ValueError("a letter batch stands for one record of a partition-ordered lane")
-    cols = Columns(batch.first, None, [letter.key], [letter.value], [list(letter.headers)], 0, [-1])
-    frame = encode_letters(batch.batch_id, batch.slot, batch.epoch, batch.tp[0], batch.tp[1], cols)
-    return Batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, batch.first, 1, frame,
-                 None, crashes=batch.crashes, letters=True)
+    return letter_batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, letter, batch.crashes)
+
+
+def letter_batch(batch_id: int, tp: TP, slot: int, epoch: int, offset: int, letter: DeadLetter,
+                 crashes: int = 0) -> Batch:
+    """A LETTERS batch of one ``letter``, of the record at ``offset`` (the same invariant as
+    ``letters_batch``: it must stand in the record's place in a partition-ordered lane)."""
+    cols = Columns(offset, None, [letter.key], [letter.value], [list(letter.headers)], 0, [-1])
+    frame = encode_letters(batch_id, slot, epoch, tp[0], tp[1], cols)
+    return Batch(batch_id, tp, slot, epoch, offset, offset, 1, frame, None, crashes=crashes, letters=True)
