@@ -413,6 +413,9 @@ class SimPool:
         h.board.reset()
         h.board.set_ready()
 
+    def segment_paths(self) -> list[str]:
+        return []  # no shared memory: the simulated rings are objects
+
     def result_fds(self) -> list[int]:
         return []
 
