@@ -469,21 +469,10 @@ def supervisor_sigkill_after_isolation(fault: Fault, bootstrap: str, tmp: Path) 
     ``--until-caught-up``. The kill lands before or after the letter's transaction committed:
     either way the letter is there once (``killed_after_letter``: which it was)."""
     obs, cfg = prepare(fault, bootstrap, tmp)
-    a = Ringmaster(cfg, tmp, "a")
-    try:
-        # The supervisor logs the isolation with the letter's error type, before the letter is written.
-        wait_for(lambda: "WorkerCrashed" in a.log_path.read_text(errors="replace"), fault.timeout_s,
-                 "the record isolated", interval_s=0.02)
-        a.kill()
-        obs.extra["killed_after_letter"] = bool(read_all(bootstrap, obs.names["dlq"]))
-    finally:
-        a.close()
-    b = Ringmaster(cfg, tmp, "b", args=["--until-caught-up"])
-    try:
-        obs.exit = b.wait(fault.timeout_s)
-    finally:
-        b.close()
-    return read_back(obs, b)
+    # The supervisor logs the isolation with the letter's error type, before the letter is written.
+    return _killed_then_caught_up(
+        fault, bootstrap, tmp, obs, cfg, "killed_after_letter", "the record isolated", 0.02,
+        lambda a: "WorkerCrashed" in a.log_path.read_text(errors="replace"))
 
 
 def supervisor_sigkill_after_set_aside(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
@@ -495,12 +484,22 @@ def supervisor_sigkill_after_set_aside(fault: Fault, bootstrap: str, tmp: Path) 
     producer when the kill lands (``letter_before_kill``: whether it was readable then)."""
     obs, cfg = prepare(fault, bootstrap, tmp)
     bad = min(int(k[1:]) for k in fault.dead)
+    return _killed_then_caught_up(
+        fault, bootstrap, tmp, obs, cfg, "letter_before_kill",
+        "the group's offset past the batch after the record", 0.05,
+        lambda _: committed(bootstrap, obs.names["group"], obs.names["in"], 1)[0] >= bad + 2)
+
+
+def _killed_then_caught_up(fault: Fault, bootstrap: str, tmp: Path, obs: Observation, cfg: dict[str, Any],
+                           letter_key: str, what: str, interval_s: float,
+                           ready: Callable[[Ringmaster], bool]) -> Observation:
+    """A daemon SIGKILLed once ``ready``, then started again with ``--until-caught-up``;
+    ``obs.extra[letter_key]``: whether the dead-letter topic had a letter at the kill."""
     a = Ringmaster(cfg, tmp, "a")
     try:
-        wait_for(lambda: committed(bootstrap, obs.names["group"], obs.names["in"], 1)[0] >= bad + 2,
-                 fault.timeout_s, "the group's offset past the batch after the record", interval_s=0.05)
+        wait_for(lambda: ready(a), fault.timeout_s, what, interval_s=interval_s)
         a.kill()
-        obs.extra["letter_before_kill"] = bool(read_all(bootstrap, obs.names["dlq"]))
+        obs.extra[letter_key] = bool(read_all(bootstrap, obs.names["dlq"]))
     finally:
         a.close()
     b = Ringmaster(cfg, tmp, "b", args=["--until-caught-up"])

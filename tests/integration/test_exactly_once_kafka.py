@@ -607,15 +607,11 @@ def test_a_batch_run_stopped_by_sigterm_exits_9_naming_the_groups_offsets_left(
         "each record below the group's offsets output once, none above"
 
 
-def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
-        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
-    """An input written by a transactional producer (an exactly-once pipeline upstream) ends
-    with a commit marker that no record's offset commits: the last transaction commits the
-    offset after the last record, and the run is caught up there, without waiting for its
-    timeout."""
+def _transactional_input(broker: Any, names: dict[str, str], n: int, partitions: int) -> Any:
+    """The topics, and ``n`` input records in one committed transaction of an upstream
+    transactional producer, spread over the partitions in turn; the producer, for more."""
     from confluent_kafka import Producer
 
-    n, partitions = 400, 2
     make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("upstream")})
     p.init_transactions(30)
@@ -623,6 +619,17 @@ def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
     for i in range(n):
         p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
     p.commit_transaction(30)
+    return p
+
+
+def test_a_batch_run_over_a_transactional_input_ends_at_its_last_record_exit_0(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """An input written by a transactional producer (an exactly-once pipeline upstream) ends
+    with a commit marker that no record's offset commits: the last transaction commits the
+    offset after the last record, and the run is caught up there, without waiting for its
+    timeout."""
+    n, partitions = 400, 2
+    _transactional_input(broker, names, n, partitions)
     ends = {q: n // partitions + 1 for q in range(partitions)}
     # Each partition ends with a marker, written after commit_transaction returns.
     wait_for(lambda: end_offsets(broker.bootstrap, names["in"], partitions) == ends, 30, "the markers")
@@ -647,16 +654,8 @@ def test_two_members_over_a_transactional_input_both_exit_0_well_within_the_time
     records and both markers. A member judging the other's partitions took the gap for work
     left and waited out caught_up_timeout_s, then exited 9. The gap holds nothing a
     read_committed reader is handed: both exit 0 at once."""
-    from confluent_kafka import Producer
-
     n, partitions, aborted = 1200, 4, 3
-    make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("upstream")})
-    p.init_transactions(30)
-    p.begin_transaction()
-    for i in range(n):
-        p.produce(names["in"], f"r{i}".encode(), partition=i % partitions)
-    p.commit_transaction(30)
+    p = _transactional_input(broker, names, n, partitions)
     if tail == "aborted-transaction":
         p.begin_transaction()
         for i in range(aborted * partitions):

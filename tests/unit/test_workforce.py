@@ -362,14 +362,8 @@ def test_the_batch_deadline_counts_plugin_time_only_not_delivery(clock: Clock) -
     assert "batch exceeded its deadline" in deaths[0].why
 
 
-def test_a_delivery_wait_far_past_its_own_bound_is_killed(clock: Clock) -> None:
-    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=30.0)
-    bound = r.wf.delivery_bound_s
-    assert bound == 2 * 30.0 + 30
-    r.ready()
-    board = r.pool.handles[0].board
-    board.begin(7, 0)
-    board.set_phase(PHASE_DELIVER)
+def _beating_until_killed(r: Any, board: Any, bound: float) -> None:
+    """The worker beats every 10 s in its phase: not killed before ``bound``, killed past it."""
     t = 0.0
     while t < bound - 1:
         t += 10
@@ -379,6 +373,17 @@ def test_a_delivery_wait_far_past_its_own_bound_is_killed(clock: Clock) -> None:
     board.beat()
     r.at(bound + 0.5)
     assert r.pool.kills == [(0, signal.SIGTERM)]
+
+
+def test_a_delivery_wait_far_past_its_own_bound_is_killed(clock: Clock) -> None:
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=30.0)
+    bound = r.wf.delivery_bound_s
+    assert bound == 2 * 30.0 + 30
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(7, 0)
+    board.set_phase(PHASE_DELIVER)
+    _beating_until_killed(r, board, bound)
     r.pool.exit(0, -signal.SIGTERM)
     assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
 
@@ -395,15 +400,7 @@ def test_a_transaction_commit_past_twice_its_timeout_is_killed_sooner_than_a_del
     board = r.pool.handles[0].board
     board.begin(7, 0)
     board.set_phase(PHASE_COMMIT)
-    t = 0.0
-    while t < bound - 1:  # its heartbeat goes on (a thread beats while librdkafka blocks)
-        t += 10
-        board.beat()
-        r.at(min(t, bound - 0.5))
-    assert r.pool.kills == []
-    board.beat()
-    r.at(bound + 0.5)
-    assert r.pool.kills == [(0, signal.SIGTERM)]
+    _beating_until_killed(r, board, bound)  # it beats on: a thread beats while librdkafka blocks
     assert "committing its transaction for over 70 s" in (r.life().kill or "")
     r.pool.exit(0, -signal.SIGTERM)
     assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
