@@ -7,6 +7,7 @@ returns aborted records (BROKER.md)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -106,6 +107,15 @@ def busy_workers(status: dict[str, Any]) -> list[int]:
     return [w["pid"] for w in status["workers"] if w["state"] == "ready" and w["in_flight"]]
 
 
+def busy_in(members: list[Ringmaster]) -> list[int]:
+    """busy_workers of the first of ``members`` that has any."""
+    for m in members:
+        busy = busy_workers(m.status() or {"workers": []})
+        if busy:
+            return busy
+    return []
+
+
 def wait_committed(bootstrap: str, group: str, topic: str, counts: dict[int, int], timeout_s: float) -> None:
     wait_for(lambda: committed(bootstrap, group, topic, len(counts)) == counts, timeout_s,
              f"the group's offsets at the end {counts}", interval_s=0.5)
@@ -116,7 +126,9 @@ def test_each_output_once_through_worker_kills_a_rebalance_and_a_supervisor_kill
     n, partitions = 6000, 4
     make_topics(broker.bootstrap, partitions, names["in"], names["out"], names["dlq"])
     counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], partitions)
-    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 0.5},
+    # 2 ms a record, 12 s of work for four workers: long enough that the kills land in batches
+    # (at 0.5 ms both members were done after two kills, and no batch was left to kill).
+    cfg = exactly_once_config(broker, names, tmp_path, settings={"sleep_ms": 2},
                               batch_max_records=200)
     cfg["dead_letter"]["max_crashes"] = 100  # the kills are ours, not the records'
     first = Ringmaster(cfg, tmp_path, "rm1")
@@ -135,15 +147,15 @@ def test_each_output_once_through_worker_kills_a_rebalance_and_a_supervisor_kill
                 second = Ringmaster(cfg, tmp_path, "rm2")
             if k > 8 and landed() >= 6:
                 break
-            rm = second if second is not None and k % 2 else first
-            s = rm.wait_status(lambda s: busy_workers(s), 60, "a worker with a batch")
-            busy = busy_workers(s)
+            # Either member's, each first in turn: one member's partitions may be done.
+            members = [m for m in ((second, first) if k % 2 else (first, second)) if m is not None]
+            busy = wait_for(functools.partial(busy_in, members), 60, "a worker with a batch")
             time.sleep(rng.uniform(0, 0.1))  # somewhere in its batch: running, delivering or committing
             with contextlib.suppress(ProcessLookupError):  # replaced since the status was written
                 os.kill(rng.choice(busy), signal.SIGKILL)
         # The first member SIGKILLed (its workers go with it) with batches done that its
         # transactions committed and batches half-way, and started again.
-        s = first.wait_status(lambda s: any(w["in_flight"] for w in s["workers"]), 60, "batches out")
+        first.wait_status(lambda s: any(w["in_flight"] for w in s["workers"]), 60, "batches out")
         first.kill()
         third = Ringmaster(cfg, tmp_path, "rm3")  # reclaims the killed one's segments
         wait_committed(broker.bootstrap, names["group"], names["in"], counts, 180)
