@@ -219,7 +219,8 @@ class WorkerSettings(_Section):
     batch_target_ms: float = Field(
         default=10.0, ge=0, le=60_000, description="plugin time one batch should take: batches are cut "
         "to about this much work (µs per record learnt from the workers), so that a record does not "
-        "wait long behind the others of its batch; 0: only batch_max_records and ring size bound it")
+        "wait long behind the others of its batch (up to 4x that while a partition has a backlog of 24 "
+        "such batches); 0: only batch_max_records and ring size bound it")
     pause_above: float = Field(default=0.8, gt=0.0, le=1.0)
     resume_below: float = Field(default=0.4, ge=0.0, lt=1.0)
     batch_timeout_s: float = Field(default=300.0, gt=0, description="plugin time per call")

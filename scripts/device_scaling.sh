@@ -20,7 +20,9 @@
 #
 #   4. with TWO_CORES_S=N (seconds, taken from the 8 minutes): the 2-core check of issue 24
 #      (scripts/bench --naive: a plain loop, Pool(2) and ringmaster(2), each producing its
-#      outputs, NAIVE_RUNS runs a case, default 3), the whole of it held to cores 0 and 1 with
+#      outputs, NAIVE_RUNS runs a case, default 3; NAIVE_WORK_US, NAIVE_PARTITIONS and
+#      NAIVE_SECONDS as in bench's --naive-work-us, --scale-partitions, --scale-seconds; with
+#      AGAINST, the other tree's ringmaster(2) too), the whole of it held to cores 0 and 1 with
 #      taskset: a quiet 2-core machine;
 #   5. with MEMBERS_S=N (seconds, also taken from the 8 minutes): the light-work ceiling,
 #      1 supervisor x 15 workers against `run --members 15` (scripts/bench --members).
@@ -108,8 +110,11 @@ fi
 if [ "$TWO_CORES_S" -gt 0 ]; then
   NAIVE_S=$(( $(left $BUDGET) - MEMBERS_S ))
   echo "== 2-core check on cores 0,1 (at most ${NAIVE_S} s)"
+  NAIVE=(--scale-seconds "${NAIVE_SECONDS:-4}" --runs "${NAIVE_RUNS:-3}" --naive-work-us "${NAIVE_WORK_US:-100}"
+         --scale-partitions "${NAIVE_PARTITIONS:-8,3}")
+  [ -n "${AGAINST:-}" ] && NAIVE+=(--scale-against "$AGAINST")
   timeout --kill-after=10 "$NAIVE_S" taskset -c 0,1 .venv/bin/python scripts/bench.py --naive \
-    --scale-seconds 4 --runs "${NAIVE_RUNS:-3}" --out "$OUT" || echo "== the 2-core check ended with exit $?"
+    "${NAIVE[@]}" --out "$OUT" || echo "== the 2-core check ended with exit $?"
 fi
 # 5. several members ----------------------------------------------------------------------------
 if [ "$MEMBERS_S" -gt 0 ]; then

@@ -10,7 +10,9 @@ How big a batch is: at most ``batch_max_records``; at most about a sixteenth of 
 large records (bytes per record learnt from packed frames); and at most about
 ``batch_target_ms`` of plugin work (µs per record learnt from the workers' results). The
 last bound is for latency: a record waits for the whole batch it is in, so 500 records of
-100 µs put 50 ms on every one of them (issue 16). A batch is cut when it is full, when its
+100 µs put 50 ms on every one of them (issue 16). A partition with a backlog gets batches of
+up to 4 × ``batch_target_ms`` (``_size``): its records wait in line whatever the cut, and
+each batch costs its worker a wait for the broker's acknowledgements. A batch is cut when it is full, when its
 first record has waited ``batch_max_wait_ms``, or at once when a worker has room and nothing
 waits for it, provided the client had nothing more queued (small batches only when they cost
 nothing: when the supervisor is behind, cutting whatever arrived for every idle worker made
@@ -52,6 +54,10 @@ _HOT_MIN_RECORDS = 200
 _BUCKET_SHARE = 0.25  # key ordering: a bucket's own frame holds at least this share of a batch
 _COST_WEIGHT = 0.3  # moving averages of bytes and µs per record: recent batches count most
 _LAG_S = 0.05  # how often lag() is asked for (the scheduler's lane weights)
+# A partition with a backlog of this many batches (fetched and not cut, or not fetched yet)
+# is cut in batches of up to _BACKLOG_STRETCH × batch_target_ms: see _size().
+_BACKLOG_BATCHES = 24
+_BACKLOG_STRETCH = 4
 # The loop's wait for a hungry worker's records (loop.py): 1 ms after a fetch that brought
 # records, doubled after each that brought none, up to the idle wait. A loop turning every
 # millisecond for a hungry worker no record reached took the supervisor from 3.4-3.7 to
@@ -208,25 +214,27 @@ class Intake:
             s = p.intake
             if not s.open_msgs or p.held:
                 continue
-            if (len(s.open_msgs) >= s.batch_records or now - s.open_since >= max_wait
+            full = self._size(p, backlog=True) if self._backlog(p) else s.batch_records
+            if (len(s.open_msgs) >= full or now - s.open_since >= max_wait
                     or (worker_has_room and self.drained)):
                 out += self._cut(p, now)
         return out
 
-    def _bucket_runs(self, p: Partition, msgs: Run) -> Sequence[tuple[tuple[int, ...] | None, Run]]:
+    def _bucket_runs(self, p: Partition, msgs: Run,
+                     step: int) -> Sequence[tuple[tuple[int, ...] | None, Run]]:
         if self.ordering != "key":
             return [(None, msgs)]
         # Records without a key stay together in a bucket of their own, in partition order.
         by_bucket = split_by_key(msgs, self.buckets, null_lane=self.buckets)
         self._watch_skew(p, msgs, by_bucket)
-        return _groups(msgs, sorted(by_bucket.items()), p.intake.batch_records * _BUCKET_SHARE)
+        return _groups(msgs, sorted(by_bucket.items()), step * _BUCKET_SHARE)
 
     def _cut(self, p: Partition, now: float) -> list[Batch]:
         s = p.intake
+        step = self._size(p, backlog=True) if self._backlog(p) else s.batch_records
         msgs, s.open_msgs = s.open_msgs, []
-        step = s.batch_records
         parts: list[Batch | SetAside] = []
-        for buckets, run in self._bucket_runs(p, msgs):
+        for buckets, run in self._bucket_runs(p, msgs, step):
             for i in range(0, len(run), step):
                 self._pack(p, buckets, run, i, min(i + step, len(run)), parts)
         self._register(p, msgs, parts, now)
@@ -257,16 +265,30 @@ class Intake:
                   extra={"tp": tp_label(tp), "offset": offset, "error": f"{x.error_type}: {x.message}"})
         return batch
 
-    def _size(self, p: Partition) -> int:
+    def _size(self, p: Partition, backlog: bool = False) -> int:
         """Records per batch for this partition from now on (module docstring). Small frames
         against the ring keep backpressure fine-grained: with half-ring frames, 10 KiB records
-        made 2 MiB frames and an 8 MiB ring refused the next one at 75 % full."""
+        made 2 MiB frames and an 8 MiB ring refused the next one at 75 % full.
+
+        ``backlog``: the partition has many batches of work waiting (``_backlog``), and its
+        records wait in line whatever the cut: then a batch holds up to _BACKLOG_STRETCH ×
+        batch_target_ms of work. Every batch ends with a wait for the broker to acknowledge
+        its outputs (~0.5-1 ms against a local broker, while the worker's core idles), so
+        10 ms batches lost about a tenth of each worker to it on 2 cores (issue 24)."""
         s = p.intake
         target_bytes = min(self.max_frame // 2, self.ring_capacity // _FRAMES_PER_RING)
         size = min(self.w.batch_max_records, int(target_bytes / max(s.bytes_per_record, 1.0)))
         if self.w.batch_target_ms and s.us_per_record > 0:
-            size = min(size, int(self.w.batch_target_ms * 1000 / s.us_per_record))
+            stretch = _BACKLOG_STRETCH if backlog else 1
+            size = min(size, int(stretch * self.w.batch_target_ms * 1000 / s.us_per_record))
         return max(1, size)
+
+    @staticmethod
+    def _backlog(p: Partition) -> bool:
+        """Whether the partition holds _BACKLOG_BATCHES batches of work or more: fetched and
+        not cut, plus what the log holds beyond what was fetched (as of the last lag())."""
+        s = p.intake
+        return len(s.open_msgs) + s.behind >= _BACKLOG_BATCHES * s.batch_records
 
     def _register(self, p: Partition, msgs: Run, parts: list[Batch | SetAside], now: float) -> None:
         """INVARIANT (1): every record cut is registered before its batch can complete."""
@@ -371,6 +393,7 @@ class Intake:
             high, fetched = self.consumer.high_watermark(tp), p.intake.next_offset
             if high is not None and fetched is not None and high > fetched:
                 behind[tp] = high - fetched
+            p.intake.behind = behind.get(tp, 0)
         return behind
 
     # ------------------------------------------------------------------ called by other rooms

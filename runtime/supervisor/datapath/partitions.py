@@ -69,6 +69,7 @@ class IntakeState:
     dropped_from: int | None = None  # rewinding: the lowest offset fetched and dropped since
     first_offset: int | None = None  # first offset fetched since assignment (lag before any commit)
     eof_at: int | None = None
+    behind: int = 0  # records in the log not fetched yet, as of the last Intake.lag()
     last_activity: float = 0.0
     consumed: int = 0
     lane_records: dict[int, int] = field(default_factory=dict)  # key ordering: records per bucket

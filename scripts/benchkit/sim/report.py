@@ -24,7 +24,9 @@ and what it does not: [scaling.md](scaling.md#simulation). Produced by `./script
 
 Costs: the supervisor {record} µs per record fetched (the case's *sup*), {frame} µs per frame
 written, {result} µs per result read, {tick} µs per turn of its loop; a worker {batch} µs per
-batch plus each record's own cost (the case's work × (1 ± 0.3), uniform). Efficiency: the
+batch, then {ack} µs waiting for its outputs' acknowledgement (ringmaster's workers only,
+`Pool`'s parent produces for its workers; 500 µs in the "acks" cases), plus each record's
+own cost (the case's work × (1 ± 0.3), uniform). Efficiency: the
 ideal time (all the work spread evenly over the workers) ÷ the time taken; for a hot
 partition also against what `partition` ordering allows at best (no partition faster than
 one worker). Busy: each worker's share of the run (min–max); supervisor: its share. Moves:
@@ -42,7 +44,7 @@ def _cell(o: Outcome, case: Case) -> str:
 def render(results: list[tuple[Case, list[Outcome]]], args: str) -> list[str]:
     c = Costs()
     md = [HEADER.format(args=args, record="*sup*", frame=c.frame_us, result=c.result_us, tick=c.tick_us,
-                        batch=Case("").batch_us)]
+                        batch=Case("").batch_us, ack=Case("").ack_us)]
     md += ["| case | partition | key | unordered | Pool(N) |", "|---|---|---|---|---|"]
     for case, outs in results:
         cells = " | ".join(_cell(o, case) for o in outs)

@@ -120,7 +120,9 @@ class World:
                  key_lanes: int = 0) -> None:
         self.topic = topic
         self.costs = costs
-        self.batch_s = batch_us / 1e6  # a worker's fixed cost per batch (decode, result, commit bookkeeping)
+        # A worker's fixed time per batch: decode, result, bookkeeping and (cases.Case.ack_us) the
+        # wait for its outputs' acknowledgement.
+        self.batch_s = batch_us / 1e6
         self.key_lanes = key_lanes  # key ordering: the supervisor's lanes per partition (for lane moves)
         self.now = 0.0
         self.sup_busy_s = 0.0
