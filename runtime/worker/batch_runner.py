@@ -21,7 +21,7 @@ from runtime.subscription import subscribed_by
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
-from runtime.worker.decoding import letters_of, records_of
+from runtime.worker.decoding import frame_records
 from runtime.worker.spec import WorkerSpec, producer_props
 
 log = logging.getLogger("ringmaster.worker")
@@ -69,7 +69,7 @@ class BatchRunner:
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
             if records is None:
-                records = letters_of(frame) if frame.letters else records_of(frame)
+                records = frame_records(frame)
             result = self._run(frame, head, records)
             self.board.set_phase(PHASE_IDLE)  # reporting: a death from here on still blames the batch
             return result

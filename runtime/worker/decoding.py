@@ -66,6 +66,13 @@ def records_of(frame: BatchFrame) -> list[Record]:
     return records
 
 
+def frame_records(frame: BatchFrame) -> list[Record]:
+    """What a worker runs: the records of a batch frame, or the dead letters of a LETTERS
+    frame (``letters_of``). ``records_of`` is looked up here at each call, so a test that
+    replaces it (tests/plugins/probe.py) reaches every runner, and never a LETTERS frame."""
+    return letters_of(frame) if frame.letters else records_of(frame)
+
+
 def letters_of(frame: BatchFrame) -> list[Record]:
     """The dead letters of a LETTERS frame (runtime/transport/frames.py) as Records, each at
     its record's offset: built by the plain Python builder, not the hot path's C one, so that

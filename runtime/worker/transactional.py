@@ -35,7 +35,7 @@ from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Resu
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 from runtime.worker.batch_runner import BatchRunner
-from runtime.worker.decoding import letters_of, records_of
+from runtime.worker.decoding import frame_records
 from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.worker")
@@ -93,7 +93,7 @@ class TransactionalRunner:
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)
         tp = (frame.topic, frame.partition)
-        records = letters_of(frame) if frame.letters else records_of(frame)
+        records = frame_records(frame)
         try:
             txn = self._transactions()
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)

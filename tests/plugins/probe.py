@@ -138,13 +138,12 @@ def _install_die_hooks() -> None:
     """Hooks on the worker's own code paths after process() (test-only: how else would a
     plugin get its worker killed while the runtime delivers, retries or reports)."""
     import runtime.execution.run as execution
-    import runtime.worker.batch_runner as batch_runner
+    import runtime.worker.decoding as decoding
     import runtime.worker.process as process
-    import runtime.worker.transactional as transactional
     from runtime.kafka.producer import OutputProducer
     from runtime.transport.frames import ResultKind, decode_result
 
-    records_of, produce, backoff = batch_runner.records_of, OutputProducer.produce, execution.backoff_s
+    records_of, produce, backoff = decoding.records_of, OutputProducer.produce, execution.backoff_s
     send = process.send_message
 
     def reading(frame: Any) -> list[Record]:
@@ -169,8 +168,7 @@ def _install_die_hooks() -> None:
             _die()
         send(fd, message)
 
-    batch_runner.records_of = reading  # each runner reads a frame's records through its own name
-    transactional.records_of = reading
+    decoding.records_of = reading  # every runner reads a frame's records through decoding.frame_records
     OutputProducer.produce = producing  # type: ignore[method-assign]
     execution.backoff_s = waiting
     process.send_message = reporting

@@ -250,11 +250,15 @@ def test_a_letter_batch_is_made_only_for_one_record_of_a_partition_ordered_lane(
     from runtime.supervisor.datapath.isolation import letters_batch
 
     letter = DeadLetter(b"k", b"v", [("ringmaster.error.type", b"WorkerCrashed")], "whole")
+
+    def letter_at(_limit: int) -> DeadLetter:
+        return letter
+
+    with pytest.raises(ValueError):  # a key lane: batches finish out of order
+        letters_batch(batch(7, [42], crashes=2, bucket=3), letter_at, 1 << 20, 1 << 20)
     with pytest.raises(ValueError):
-        letters_batch(batch(7, [42], crashes=2, bucket=3), letter)  # a key lane: batches finish out of order
-    with pytest.raises(ValueError):
-        letters_batch(batch(7, [42, 43], crashes=2, bucket=None), letter)
-    made = letters_batch(batch(7, [42], crashes=2, bucket=None), letter)
+        letters_batch(batch(7, [42, 43], crashes=2, bucket=None), letter_at, 1 << 20, 1 << 20)
+    made = letters_batch(batch(7, [42], crashes=2, bucket=None), letter_at, 1 << 20, 1 << 20)
     f = decode_frame(made.frame)
     assert f is not None and f.letters and made.letters
     assert (made.batch_id, made.first, made.last, made.count, made.crashes) == (7, 42, 42, 1, 2)
@@ -287,3 +291,26 @@ def test_under_exactly_once_a_letter_that_kills_max_crashes_workers_of_its_own_g
     producer.deliver_next(None)
     sup.results.deliver_dead_letters()
     assert p.tracker.committable == 11
+
+
+def test_the_letter_of_a_record_that_crashes_workers_fits_a_frame_of_the_ring() -> None:
+    """A record that fitted its ring, with a traceback and the reasons in its letter's
+    headers, can make a letter larger than any frame: such a LETTERS batch could never be
+    placed and its partition would wait for good. The letter is cut to fit the smaller of
+    message.max.bytes and the frame limit, as a record set aside at intake is."""
+    from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
+    from runtime.supervisor.datapath.isolation import letters_batch
+
+    max_frame = 64 * 1024
+    row = (42, b"k", b"x" * (max_frame - 100), [("h", b"y" * 2000)])
+
+    def letter_at(limit: int):  # type: ignore[no-untyped-def]
+        return supervisor_letter(TP, row, "WorkerCrashed", "worker killed by SIGKILL" * 50, limit)
+
+    made = letters_batch(batch(7, [42], crashes=3, bucket=None), letter_at, 1_000_000, max_frame)
+    assert len(made.frame) <= max_frame
+    f = decode_frame(made.frame)
+    assert f is not None and f.letters
+    headers = dict(f.columns.headers[0])
+    assert headers["ringmaster.value.truncated"] == str(max_frame - 100).encode()
+    assert headers["ringmaster.error.type"] == b"WorkerCrashed"

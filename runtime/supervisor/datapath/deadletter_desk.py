@@ -76,11 +76,13 @@ class DeadLetterDesk:
         return self._max_bytes
 
     def letter(self, tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str,
-               message: str, attempts: int = 1, plugin_version: str | None = None) -> DeadLetter:
+               message: str, attempts: int = 1, plugin_version: str | None = None,
+               max_bytes: int | None = None) -> DeadLetter:
         """The dead letter of one record as the supervisor words it, in the first form that
-        fits the topic's limit; written here (submit) or, under exactly-once, by a worker's
-        transaction (results.py)."""
-        return supervisor_letter(tp, row, error_type, message, self._max_bytes, attempts, plugin_version)
+        fits the topic's limit (or ``max_bytes``, when a frame must hold it: isolation.py);
+        written here (submit) or, under exactly-once, by a worker's transaction (results.py)."""
+        limit = self._max_bytes if max_bytes is None else max_bytes
+        return supervisor_letter(tp, row, error_type, message, limit, attempts, plugin_version)
 
     def pending(self, tp: TP | None = None) -> int:
         return sum(1 for x in self._waiting if tp is None or x.tp == tp)

@@ -28,6 +28,7 @@ records behind it (issue 24: ~10 µs work ran at 0.54 of ideal against Pool(15)'
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -35,11 +36,10 @@ from dataclasses import dataclass
 
 from runtime.config import WorkerSettings
 from runtime.errors import UnreadableRecord
-from runtime.execution.deadletter_format import reference_dead_letter
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.batches import Batch, Bucket
 from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
-from runtime.supervisor.datapath.isolation import letter_batch
+from runtime.supervisor.datapath.isolation import fitted_letter_batch
 from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP, tp_label
@@ -97,11 +97,6 @@ class Unreadable:
 
 
 SetAside = TooLarge | Unreadable  # records the supervisor dead-letters itself
-
-# A letter in a LETTERS frame is fitted to the frame limit less this: the frame's own fields
-# (topic, offsets) and msgpack's per-field bytes, which fit_dead_letter does not count.
-_LETTER_FRAME_MARGIN = 4096
-
 
 class BatchIds:
     """One counter for every batch of the run, so an id never means two batches."""
@@ -257,12 +252,9 @@ class Intake:
         record too large for every ring is truncated to fit (``ringmaster.value.truncated``
         says how large the value was), or at worst only says where the record is."""
         tp, offset, fence = x.tp, x.row[0], self.partitions[x.tp].fence
-        letter = supervisor_letter(tp, x.row, x.error_type, x.message,
-                                   min(max_bytes, self.max_frame - _LETTER_FRAME_MARGIN))
-        batch = letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset, letter)
-        if len(batch.frame) > self.max_frame:  # headers fit_dead_letter cannot cut
-            batch = letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset,
-                                 reference_dead_letter(letter, tp[0], tp[1], offset))
+        letter_at = functools.partial(supervisor_letter, tp, x.row, x.error_type, x.message)
+        batch = fitted_letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset, letter_at,
+                                    max_bytes, self.max_frame)
         log.error("record set aside; its dead letter commits with its offset in a worker's transaction",
                   extra={"tp": tp_label(tp), "offset": offset, "error": f"{x.error_type}: {x.message}"})
         return batch

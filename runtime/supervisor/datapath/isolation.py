@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.execution.deadletter_format import DeadLetter
+from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
 from runtime.supervisor.datapath.batches import Batch
 from runtime.tp import TP
 from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, encode_letters
@@ -55,10 +55,17 @@ def _part(batch: Batch, cols: Columns, counts: list[int] | None, batch_id: int, 
                  batch.bucket, crashes=max_crashes - 1, buckets=batch.buckets)
 
 
-def letters_batch(batch: Batch, letter: DeadLetter) -> Batch:
+# A letter in a LETTERS frame is fitted to the frame limit less this: the frame's own fields
+# (topic, offsets) and msgpack's per-field bytes, which fit_dead_letter does not count.
+LETTER_FRAME_MARGIN = 4096
+
+LetterAt = Callable[[int], DeadLetter]  # the letter made to fit a limit in bytes
+
+
+def letters_batch(batch: Batch, letter_at: LetterAt, max_bytes: int, max_frame: int) -> Batch:
     """The one-record ``batch``'s dead letter as a batch of its own, in its place: same id
     (the tracker completes it when the worker reports the transaction committed), lane, fence
-    and offset.
+    and offset; the letter fitted as ``fitted_letter_batch`` fits it.
 
     INVARIANT: its transaction commits the offset after the record, which is right only if
     every record before it is committed by then: the letter batch stands where the record's
@@ -68,7 +75,25 @@ def letters_batch(batch: Batch, letter: DeadLetter) -> Batch:
     ordering: runtime/config.py, guarantee_problem)."""
     if batch.count != 1 or batch.bucket is not None or batch.buckets is not None:
         raise ValueError("a letter batch stands for one record of a partition-ordered lane")
-    return letter_batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, letter, batch.crashes)
+    return fitted_letter_batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, letter_at,
+                               max_bytes, max_frame, batch.crashes)
+
+
+def fitted_letter_batch(batch_id: int, tp: TP, slot: int, epoch: int, offset: int, letter_at: LetterAt,
+                        max_bytes: int, max_frame: int, crashes: int = 0) -> Batch:
+    """A LETTERS batch whose letter fits both the dead-letter topic (``max_bytes``, its
+    producer's message.max.bytes) and a ring's frame (``max_frame``): a frame larger than
+    every ring could never be placed, and its partition would wait for it for good. The
+    letter of a record near either limit is cut (``ringmaster.value.truncated`` says how
+    large the value was); at worst it only says where the record is. The one place both
+    kinds of letter batch are fitted: a record that kept crashing workers (results.py) and a
+    record set aside at intake (intake.py)."""
+    letter = letter_at(min(max_bytes, max_frame - LETTER_FRAME_MARGIN))
+    batch = letter_batch(batch_id, tp, slot, epoch, offset, letter, crashes)
+    if len(batch.frame) > max_frame:  # headers fit_dead_letter cannot cut
+        batch = letter_batch(batch_id, tp, slot, epoch, offset,
+                             reference_dead_letter(letter, tp[0], tp[1], offset), crashes)
+    return batch
 
 
 def letter_batch(batch_id: int, tp: TP, slot: int, epoch: int, offset: int, letter: DeadLetter,

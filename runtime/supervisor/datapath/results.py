@@ -14,6 +14,7 @@ Owns each partition's ``stats`` part, the run's totals and the per-worker counts
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 from collections.abc import Callable, Sequence
@@ -190,9 +191,9 @@ class Results(Generic[H]):
                     # in a worker's transaction (isolation.letters_batch); written here, the
                     # letter would be outside any transaction and the record read again by
                     # the partition's next owner, which would write it a second time.
-                    letter = self.desk.letter(b.tp, iso.dead_letter, "WorkerCrashed", why,
-                                              b.crashes, death.version)
-                    requeue.append(letters_batch(b, letter))
+                    letter_at = functools.partial(self.desk.letter, b.tp, iso.dead_letter, "WorkerCrashed",
+                                                  why, b.crashes, death.version)
+                    requeue.append(letters_batch(b, letter_at, self.desk.max_bytes, self.intake.max_frame))
                     log.error("record isolated; its dead letter commits with its offset in a worker's "
                               "transaction", extra={"tp": p.label, "offset": b.first,
                                                     "error": f"WorkerCrashed: {why}"})
