@@ -81,11 +81,13 @@ class GroupStanding:
         end = self.ends.get(tp)
         return end if at is not None and end is not None and self.empty.get(tp) == at else at
 
-    def left(self, held: set[TP]) -> dict[TP, int | None]:
+    def left(self, held: set[TP], ends: Mapping[TP, int | None] | None = None) -> dict[TP, int | None]:
         """The partitions not in ``held`` short of their end (``at``): partition -> committed
-        offset (None: nothing committed)."""
-        return {tp: self.committed.get(tp) for tp, end in self.ends.items()
-                if tp not in held and (self.at(tp) or 0) < end}
+        offset (None: nothing committed). ``ends``: the end to judge each partition by, when
+        the caller knows better than the group's answer (None: ``self.ends``)."""
+        judged = self.ends if ends is None else ends
+        return {tp: self.committed.get(tp) for tp, end in judged.items()
+                if tp not in held and (self.at(tp) or 0) < (end or 0)}
 
 
 class GroupAdmin(Protocol):

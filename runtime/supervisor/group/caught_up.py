@@ -161,14 +161,13 @@ class CaughtUp:
                 and (owed := self._owed(p)) is not None and group.committed.get(p.tp, -1) < owed]
 
     def _others_left(self) -> dict[TP, int | None]:
-        """The group's partitions this member does not hold, short of their end (_end)."""
+        """The group's partitions this member does not hold, short of their end (_end: the
+        group's, or further for a partition this member let go of and saw further): partition
+        -> the group's committed offset (None: nothing committed)."""
         if self.group is None:
             return {}
-        group, held = self.group, set(self.partitions)
-        left = group.left(held)
-        left.update({tp: group.committed.get(tp) for tp in self.released
-                     if tp not in held and (group.at(tp) or 0) < (self._end(tp) or 0)})
-        return left
+        ends = {tp: self._end(tp) for tp in self.group.ends.keys() | self.released.keys()}
+        return self.group.left(set(self.partitions), ends)
 
     def _end(self, tp: TP) -> int | None:
         """A partition's end: the group's view, never below what this member saw of it. A
