@@ -209,8 +209,7 @@ class Intake:
             s = p.intake
             if not s.open_msgs or p.held:
                 continue
-            full = self._size(p, backlog=True) if self._backlog(p) else s.batch_records
-            if (len(s.open_msgs) >= full or now - s.open_since >= max_wait
+            if (len(s.open_msgs) >= self._step(p) or now - s.open_since >= max_wait
                     or (worker_has_room and self.drained)):
                 out += self._cut(p, now)
         return out
@@ -228,7 +227,7 @@ class Intake:
 
     def _cut(self, p: Partition, now: float) -> list[Batch]:
         s = p.intake
-        step = self._size(p, backlog=True) if self._backlog(p) else s.batch_records
+        step = self._step(p)
         msgs, s.open_msgs = s.open_msgs, []
         parts: list[Batch | SetAside] = []
         for buckets, run in self._bucket_runs(p, msgs):
@@ -276,6 +275,10 @@ class Intake:
             stretch = _BACKLOG_STRETCH if backlog else 1
             size = min(size, int(stretch * self.w.batch_target_ms * 1000 / s.us_per_record))
         return max(1, size)
+
+    def _step(self, p: Partition) -> int:
+        """Records per batch to cut now: ``batch_records``, or more under a backlog (``_size``)."""
+        return self._size(p, backlog=True) if self._backlog(p) else p.intake.batch_records
 
     @staticmethod
     def _backlog(p: Partition) -> bool:

@@ -57,7 +57,7 @@ def _part(batch: Batch, cols: Columns, counts: list[int] | None, batch_id: int, 
 
 # A letter in a LETTERS frame is fitted to the frame limit less this: the frame's own fields
 # (topic, offsets) and msgpack's per-field bytes, which fit_dead_letter does not count.
-LETTER_FRAME_MARGIN = 4096
+_LETTER_FRAME_MARGIN = 4096
 
 LetterAt = Callable[[int], DeadLetter]  # the letter made to fit a limit in bytes
 
@@ -88,7 +88,7 @@ def fitted_letter_batch(batch_id: int, tp: TP, slot: int, epoch: int, offset: in
     large the value was); at worst it only says where the record is. The one place both
     kinds of letter batch are fitted: a record that kept crashing workers (results.py) and a
     record set aside at intake (intake.py)."""
-    letter = letter_at(min(max_bytes, max_frame - LETTER_FRAME_MARGIN))
+    letter = letter_at(min(max_bytes, max_frame - _LETTER_FRAME_MARGIN))
     batch = letter_batch(batch_id, tp, slot, epoch, offset, letter, crashes)
     if len(batch.frame) > max_frame:  # headers fit_dead_letter cannot cut
         batch = letter_batch(batch_id, tp, slot, epoch, offset,
