@@ -29,8 +29,9 @@
 # SWEEP=0 leaves out steps 2 and 3 (the sweep and the simulation); SCALE_WORK_US,
 # SCALE_PARTITIONS, SCALE_SECONDS and SCALE_ORDERINGS replace the sweep's cases.
 # AGAINST=DIR: the sweep also runs the ringmaster of another source tree (an older commit's
-# `git archive`, carried in an ignored folder such as run/), built here from the same wheels:
-# old against new in one invocation.
+# `git archive`, carried in an ignored folder such as run/, its commit in a REVISION file:
+#   git archive C | tar -x -C run/old && git rev-parse --short C > run/old/REVISION
+# ), built here from the same wheels: old against new in one invocation.
 #
 #   scripts/device_scaling.sh           # 16 cores: 15 workers, 3 runs a case
 #   scripts/device_scaling.sh --tiny    # the same steps, sized for a 2-core check (~3 minutes)

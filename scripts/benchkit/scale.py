@@ -116,13 +116,20 @@ def _write_json(args: argparse.Namespace, results: dict[str, Any]) -> Path:
 
 
 def _revision(root: Path) -> str:
-    """The checkout's commit, short (and "+" when its tracked files differ from it)."""
+    """The checkout's commit, short (and "+" when its tracked files differ from it). A tree
+    that is not a checkout of its own (a ``git archive`` unpacked under run/) is named by its
+    REVISION file if it has one, else by its folder: git would answer for the enclosing
+    checkout, and two different trees would carry one label."""
     def git(*a: str) -> str:
         try:
             r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)
         except OSError:  # no git (a bare lent machine)
             return ""
         return r.stdout.strip() if r.returncode == 0 else ""
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != root.resolve():
+        stamp = root / "REVISION"
+        return stamp.read_text().strip() if stamp.is_file() else f"{root.name} (not a checkout)"
     head = git("rev-parse", "--short=7", "HEAD") or "unknown"
     return head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
 
