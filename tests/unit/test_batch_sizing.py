@@ -1,6 +1,7 @@
 """How many records a batch holds (runtime/supervisor/datapath/intake.py, ``Intake._size``):
 about batch_target_ms of plugin work, up to 4 × that when the partition has a backlog, never
-more than batch_max_records."""
+more than batch_max_records. And how many records key ordering gathers before a cut
+(``Intake._gather``): a batch for each key bucket, under a backlog, while no worker has room."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ TP = ("t", 0)
 def _intake(**workers: Any) -> tuple[Intake, Partition]:
     w = WorkerSettings.model_validate({"plugin": "p", **workers})
     p = new_partition(TP, 0, 1, w.batch_max_records, 0.0)
-    intake = Intake(w, False, None, {TP: p}, 0, 8 << 20, 1 << 20, lambda: 1, lambda: 0.0)  # type: ignore[arg-type]
+    buckets = 16 if w.ordering == "key" else 0
+    intake = Intake(w, False, None, {TP: p}, buckets, 8 << 20, 1 << 20, lambda: 1, lambda: 0.0)  # type: ignore[arg-type]
     p.intake.bytes_per_record = 100.0
     intake.learn_cost(p, busy_ms=10.0, records=100)  # 100 µs a record: 10 ms is 100 records
     return intake, p
@@ -46,3 +48,50 @@ def test_a_backlog_never_makes_a_batch_larger_than_batch_max_records() -> None:
 def test_no_target_no_stretch() -> None:
     intake, p = _intake(batch_target_ms=0)
     assert intake._size(p, backlog=True) == intake._size(p, backlog=False) == 500
+
+
+def _key_backlog(**workers: Any) -> tuple[Intake, Partition, list[int]]:
+    """Key ordering, 16 buckets seen, a backlog of 24 batches in the log; ``cuts`` records the
+    size of each cut instead of packing it."""
+    intake, p = _intake(ordering="key", **workers)
+    p.intake.lane_records = {b: 1 for b in range(16)}
+    p.intake.behind = 24 * 100
+    cuts: list[int] = []
+
+    def cut(part: Partition, now: float) -> list[Any]:
+        cuts.append(len(part.intake.open_msgs))
+        part.intake.open_msgs = []
+        return []
+    intake._cut = cut  # type: ignore[method-assign]
+    return intake, p, cuts
+
+
+def test_key_ordering_gathers_a_full_batch_for_each_bucket_while_every_worker_is_busy() -> None:
+    intake, p, cuts = _key_backlog()
+    assert intake._gather(p) == 16 * 400  # 16 buckets × the backlog's 400-record batches
+    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -60.0  # older than batch_max_wait_ms
+    intake.cut(worker_has_room=False)
+    assert cuts == []  # nobody waits for them: no cut until the gathering is done
+    p.intake.open_msgs += [object()] * (16 * 400 - 1000)
+    intake.cut(worker_has_room=False)
+    assert cuts == [16 * 400]
+
+
+def test_a_hungry_worker_or_no_backlog_cuts_as_usual() -> None:
+    intake, p, cuts = _key_backlog()
+    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -60.0
+    intake.cut(worker_has_room=True)  # a worker is waiting: gathering would starve it
+    assert cuts == [1000]
+    p.intake.behind = 0
+    assert intake._gather(p) == 0
+    partition, q = _intake()
+    q.intake.behind = 24 * 100
+    assert partition._gather(q) == 0  # partition ordering: a cut is one lane's frames already
+
+
+def test_gathering_is_bounded_by_the_uncommitted_records_and_a_quarter_of_a_ring() -> None:
+    intake, p, _ = _key_backlog(max_uncommitted_records=4000)
+    assert intake._gather(p) == 2000
+    intake, p, _ = _key_backlog()
+    p.intake.bytes_per_record = 1000.0  # 8 MiB / 4 / 1000 B
+    assert intake._gather(p) == (8 << 20) // 4 // 1000
