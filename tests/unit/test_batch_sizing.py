@@ -84,6 +84,9 @@ def test_a_hungry_worker_or_no_backlog_cuts_as_usual() -> None:
     assert cuts == [1000]
     p.intake.behind = 0
     assert intake._gather(p) == 0
+    p.intake.behind = 24 * 100
+    p.pause.paused = True  # over its share of the backlog budget: no more records are coming
+    assert intake._gather(p) == 0
     partition, q = _intake()
     q.intake.behind = 24 * 100
     assert partition._gather(q) == 0  # partition ordering: a cut is one lane's frames already

@@ -231,8 +231,10 @@ class Intake:
         (``cut``): when the supervisor is the bottleneck (~10 µs of work) workers are hungry,
         and gathering would starve them. Bounded by half of max_uncommitted_records (a
         partition pauses there) and by a quarter of a ring's bytes: the records wait in the
-        supervisor's memory, 2 MiB a partition at most with the default 8 MiB rings."""
-        if self.ordering != "key" or not self._backlog(p):
+        supervisor's memory, 2 MiB a partition at most with the default 8 MiB rings. Not for
+        a paused partition (over its share of the backlog budget, or too far ahead of its
+        committed offset): it fetches nothing more, so what it holds is all a cut would get."""
+        if self.ordering != "key" or p.pause.paused or not self._backlog(p):
             return 0
         s = p.intake
         step = self._step(p)
