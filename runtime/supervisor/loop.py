@@ -155,7 +155,8 @@ class Supervisor(Generic[H]):
                 self.operator.apply()
                 self.fetch()
                 room = self.scheduler.can_take_more(self.workforce.allowance())  # adaptive batching
-                self.scheduler.enqueue(self.intake.cut(room))
+                hungry = self.scheduler.has_hungry(self.workforce.allowance())
+                self.scheduler.enqueue(self.intake.cut(room, hungry))
                 self.results.dead_letter_set_aside(self.intake.take_too_large())
                 self.results.collect()  # just before placing: a worker done must not look full
                 self.scheduler.dispatch(self.workforce.allowance())

@@ -1,7 +1,8 @@
 """How many records a batch holds (runtime/supervisor/datapath/intake.py, ``Intake._size``):
 about batch_target_ms of plugin work, up to 4 × that when the partition has a backlog, never
 more than batch_max_records. And how many records key ordering gathers before a cut
-(``Intake._gather``): a batch for each key bucket, under a backlog, while no worker has room."""
+(``Intake._gather``): a batch for each key bucket, under a backlog, while no worker is short
+of work."""
 
 from __future__ import annotations
 
@@ -51,11 +52,11 @@ def test_no_target_no_stretch() -> None:
 
 
 def _key_backlog(**workers: Any) -> tuple[Intake, Partition, list[int]]:
-    """Key ordering, 16 buckets seen, a backlog of 24 batches in the log; ``cuts`` records the
-    size of each cut instead of packing it."""
+    """Key ordering, 16 buckets seen, a long backlog in the log; ``cuts`` records the size of
+    each cut instead of packing it. The clock stands at 0."""
     intake, p = _intake(ordering="key", **workers)
     p.intake.lane_records = {b: 1 for b in range(16)}
-    p.intake.behind = 24 * 100
+    p.intake.behind = 100_000
     cuts: list[int] = []
 
     def cut(part: Partition, now: float) -> list[Any]:
@@ -66,30 +67,45 @@ def _key_backlog(**workers: Any) -> tuple[Intake, Partition, list[int]]:
     return intake, p, cuts
 
 
-def test_key_ordering_gathers_a_full_batch_for_each_bucket_while_every_worker_is_busy() -> None:
+def test_key_ordering_gathers_a_full_batch_for_each_bucket_while_no_worker_is_short_of_work() -> None:
     intake, p, cuts = _key_backlog()
     assert intake._gather(p) == 16 * 400  # 16 buckets × the backlog's 400-record batches
-    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -60.0  # older than batch_max_wait_ms
-    intake.cut(worker_has_room=False)
-    assert cuts == []  # nobody waits for them: no cut until the gathering is done
+    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1  # older than batch_max_wait_ms
+    intake.cut(worker_has_room=False, worker_hungry=False)
+    assert cuts == []  # their turn is far off: no cut until the gathering is done
     p.intake.open_msgs += [object()] * (16 * 400 - 1000)
-    intake.cut(worker_has_room=False)
+    intake.cut(worker_has_room=False, worker_hungry=False)
     assert cuts == [16 * 400]
 
 
-def test_a_hungry_worker_or_no_backlog_cuts_as_usual() -> None:
+def test_gathering_waits_at_most_ten_batch_max_waits() -> None:
     intake, p, cuts = _key_backlog()
-    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -60.0
-    intake.cut(worker_has_room=True)  # a worker is waiting: gathering would starve it
+    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.21  # 10 × 20 ms ago, and more
+    intake.cut(worker_has_room=False, worker_hungry=False)
     assert cuts == [1000]
-    p.intake.behind = 0
-    assert intake._gather(p) == 0
-    p.intake.behind = 24 * 100
+
+
+def test_a_hungry_worker_a_paused_partition_or_no_backlog_cuts_as_usual() -> None:
+    intake, p, cuts = _key_backlog()
+    p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1
+    intake.cut(worker_has_room=False, worker_hungry=True)  # gathering would starve that worker
+    assert cuts == [1000]
+    p.intake.open_msgs = [object()] * 1000
     p.pause.paused = True  # over its share of the backlog budget: no more records are coming
     assert intake._gather(p) == 0
+    p.pause.paused, p.intake.behind, p.intake.open_msgs = False, 0, []
+    assert intake._gather(p) == 0
     partition, q = _intake()
-    q.intake.behind = 24 * 100
+    q.intake.behind = 100_000
     assert partition._gather(q) == 0  # partition ordering: a cut is one lane's frames already
+
+
+def test_at_the_end_of_a_burst_what_the_log_holds_is_cut_at_once() -> None:
+    intake, p, cuts = _key_backlog()
+    p.intake.behind, p.intake.open_msgs, p.intake.open_since = 0, [object()] * 3000, 0.0
+    assert intake._backlog(p)  # 3,000 open records are 30 batches of work
+    intake.cut(worker_has_room=False, worker_hungry=False)
+    assert cuts == [3000]  # nothing more is coming: no wait for 6,400
 
 
 def test_gathering_is_bounded_by_the_uncommitted_records_and_a_quarter_of_a_ring() -> None:

@@ -22,8 +22,9 @@ In ``key`` ordering a cut is split by key bucket. A cut too small to give each b
 worthwhile frame puts several buckets in one frame, in offset order (``_groups``): every cut
 split in ~15 frames of a dozen records filled the supervisor with per-frame work and held
 records behind it (issue 24: ~10 µs work ran at 0.54 of ideal against Pool(15)'s 0.62, p99
-28 ms at half capacity). While a partition has a backlog and every worker is busy, its records
-are gathered until the cut holds a full batch for each bucket seen in it (``_gather``).
+28 ms at half capacity). While a partition has a backlog and no worker is short of work, its
+records are gathered until the cut holds a full batch for each bucket seen in it, for at most
+10 × ``batch_max_wait_ms`` (``_gather``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ _BACKLOG_STRETCH = 4
 # 4.0-4.6 µs of CPU a record on 2 cores (issue 24).
 _HUNGRY_WAIT_S, _HUNGRY_MAX_S = 0.001, 0.02
 _GATHER_RING_SHARE = 4  # key ordering: records gathered for one cut hold at most 1/4 of a ring (_gather)
+_GATHER_WAITS = 10  # ... and its first record waits at most this many batch_max_wait_ms (cut())
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +202,10 @@ class Intake:
         taken, self.too_large = self.too_large, []
         return taken
 
-    def cut(self, worker_has_room: bool) -> list[Batch]:
+    def cut(self, worker_has_room: bool, worker_hungry: bool = True) -> list[Batch]:
         """Turn fetched records into batches: when a batch is full, old enough, or a worker
-        has room and nothing waits for it. Records that fit in no ring go to ``too_large``."""
+        has room and nothing waits for it. Records that fit in no ring go to ``too_large``.
+        ``worker_hungry``: some worker has next to nothing to do (no gathering, ``_gather``)."""
         now = self.clock()
         max_wait = self.w.batch_max_wait_ms / 1000
         out: list[Batch] = []
@@ -210,11 +213,12 @@ class Intake:
             s = p.intake
             if not s.open_msgs or p.held:
                 continue
-            gather = 0 if worker_has_room else self._gather(p)
+            gather = 0 if worker_hungry else self._gather(p)
             if gather:
-                # Every worker is busy and the partition has a backlog: nobody waits for these
-                # records, and neither max_wait nor a half-full cut would make them run sooner.
-                if len(s.open_msgs) >= gather:
+                # No worker is short of work and the partition has a backlog: its records wait
+                # in line whatever the cut. Bounded in time all the same: a stale lag() can
+                # promise records the log does not hold.
+                if len(s.open_msgs) >= gather or now - s.open_since >= _GATHER_WAITS * max_wait:
                     out += self._cut(p, now)
                 continue
             if (len(s.open_msgs) >= self._step(p) or now - s.open_since >= max_wait
@@ -227,13 +231,14 @@ class Intake:
         bucket seen in the partition gets a full batch (0: cut as usual). A cut of one batch
         split ~16 ways gave frames of ~40 records at ~100 µs, and each frame costs its worker a
         wait for acknowledgements: 0.89 of ideal with 0.5 ms waits, against 0.96 in partition
-        ordering (the simulator's "acks" cases; issue 24). Only while no worker has room
-        (``cut``): when the supervisor is the bottleneck (~10 µs of work) workers are hungry,
-        and gathering would starve them. Bounded by half of max_uncommitted_records (a
-        partition pauses there) and by a quarter of a ring's bytes: the records wait in the
-        supervisor's memory, 2 MiB a partition at most with the default 8 MiB rings. Not for
-        a paused partition (over its share of the backlog budget, or too far ahead of its
-        committed offset): it fetches nothing more, so what it holds is all a cut would get."""
+        ordering (the simulator's "acks" cases; issue 24). Only while no worker is short of
+        work (``cut``): when the supervisor is the bottleneck (~10 µs of work) workers are
+        hungry, and gathering would starve them. At most what the log holds (at the end of a
+        burst, what is left is cut once fetched), half of max_uncommitted_records (a partition
+        pauses at it), and a quarter of a ring's bytes: the records wait in the supervisor's
+        memory, 2 MiB a partition at most with the default 8 MiB rings. Not for a paused
+        partition (over its share of the backlog budget, or too far ahead of its committed
+        offset): it fetches nothing more, so what it holds is all a cut would get."""
         if self.ordering != "key" or p.pause.paused or not self._backlog(p):
             return 0
         s = p.intake
@@ -242,6 +247,8 @@ class Intake:
         gather = min(gather, self.w.max_uncommitted_records // 2)
         if s.bytes_per_record > 0:
             gather = min(gather, int(self.ring_capacity / _GATHER_RING_SHARE / s.bytes_per_record))
+        # No more than the log holds (the end of a burst: cut what there is once it is fetched).
+        gather = min(gather, len(s.open_msgs) + s.behind)
         return gather if gather > step else 0
 
     def _bucket_runs(self, p: Partition, msgs: Run) -> Sequence[tuple[tuple[int, ...] | None, Run]]:
