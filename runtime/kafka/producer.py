@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypedDict
@@ -13,6 +14,7 @@ from typing import Any, TypedDict
 from confluent_kafka import KafkaError as _CKError
 from confluent_kafka import KafkaException, Message, Producer
 
+from runtime.config import TOPIC_NAME
 from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected
 from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
 
@@ -40,8 +42,8 @@ RECORD_ERRORS = frozenset({
     # came from, after the topic was created again with fewer): only an explicit partition can.
     _CKError._UNKNOWN_PARTITION,
     # "Broker: Invalid topic": a name Kafka never accepts ("no such topic!", 250 characters).
-    # Configured topic names are checked at start (runtime/config.py): only a routed output
-    # can carry one.
+    # Configured topic names are checked at start (runtime/config.py), and a worker refuses a
+    # routed output's before producing it (``invalid_topic``): kept for any other producer.
     _CKError.TOPIC_EXCEPTION,
 })
 TOPIC_ERRORS = frozenset({
@@ -255,6 +257,18 @@ _HINTS = {
     _CKError._UNKNOWN_TOPIC: "; the topic the plugin routed it to does not exist (and is not created)",
 }
 _HINTS[_CKError.RECORD_LIST_TOO_LARGE] = _HINTS[_CKError.MSG_SIZE_TOO_LARGE]
+_VALID_TOPIC = re.compile(TOPIC_NAME)
+
+
+def invalid_topic(topic: str) -> OutputRejected | None:
+    """The refusal of an output routed to a topic name Kafka never accepts, before it is
+    produced; None for a valid name. Left to the client, the refusal said "Broker: Invalid
+    topic" or, when the client had the name's metadata answer first, "Local: Unknown topic"
+    (seen on Apache Kafka 4.4), whose hint tells the user to create a topic that cannot exist."""
+    if _VALID_TOPIC.match(topic):
+        return None
+    hint = _HINTS[_CKError.TOPIC_EXCEPTION]
+    return OutputRejected(f"the output to {topic!r} was refused: Invalid topic{hint}")
 
 
 def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes | None = None) -> str:

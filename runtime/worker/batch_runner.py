@@ -15,7 +15,7 @@ from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
 from runtime.execution.deadletter_format import HEADER_PREFIX, DeadLetter, reference_dead_letter
 from runtime.execution.routing import OutputRoute, with_version
 from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
-from runtime.kafka.producer import OutputProducer
+from runtime.kafka.producer import OutputProducer, invalid_topic
 from runtime.plugin import Output, Plugin, Record
 from runtime.subscription import subscribed_by
 from runtime.tp import tp_label
@@ -203,7 +203,12 @@ class BatchRunner:
         """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue
         (a retry topic the same group reads, a state machine) – but it feeds the daemon its
         own outputs, so the plugin must make it end: one warning per worker and topic. (The
-        configured output and dead-letter topics are refused instead, runtime/config.py.)"""
+        configured output and dead-letter topics are refused instead, runtime/config.py.) A
+        name Kafka never accepts is the record's fault, refused here on every output that
+        carries it (runtime/kafka/producer.py, ``invalid_topic``)."""
+        refused = invalid_topic(topic)
+        if refused is not None:
+            raise refused
         self._routed.add(topic)
         entry = subscribed_by(self.spec.input_topics, topic)
         if entry is not None:

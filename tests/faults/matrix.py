@@ -631,7 +631,9 @@ MISSING_TOPIC = "ringmaster-matrix-never-created"  # no row creates it
 FAULTS += [
     Fault("output-routed-to-an-invalid-topic", "permanent delivery errors",
           "the plugin routes an output to a topic name Kafka refuses (`Output(topic=\"no such topic!\")`)",
-          "the record is dead-lettered as `OutputRejected` (\"Broker: Invalid topic\") after its retries; "
+          "the record is dead-lettered as `OutputRejected` (\"Invalid topic\": the worker checks the name, "
+          "where the client said \"Broker: Invalid topic\" or, on Apache Kafka, sometimes \"Local: Unknown "
+          "topic\") after its retries; "
           "the others' outputs go out once (the retries do not send again what the broker acknowledged); "
           "`--until-caught-up` ends, exit 0 (it used to defer the batch for ever)",
           values={6: "route=no such topic!:r6"}, dead={"r6": "OutputRejected"},

@@ -21,6 +21,7 @@ from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns
 
 POLICY = RetryPolicy(max_attempts=2, backoff_s=0, backoff_max_s=0)
 BAD = "no such topic!"
+MISSING = "missing-topic"  # a valid name the broker refuses (no such topic, none created)
 
 
 def records(n: int) -> list[Record]:
@@ -169,7 +170,7 @@ class _Msg:
 
 
 class FakeProducer:
-    """OutputProducer's contract without a broker: messages to BAD are refused at delivery;
+    """OutputProducer's contract without a broker: messages to BAD or MISSING are refused at delivery;
     ``outage`` makes the next delivery fail after the broker took the messages queued before
     the outage (one call: the first ``outage`` messages)."""
 
@@ -188,9 +189,9 @@ class FakeProducer:
         queued, self.queued = self.queued, []
         taken = queued if self.outage is None else queued[:self.outage]
         lost = [] if self.outage is None else queued[self.outage:]
-        refused = [m for m in taken if m.topic() == BAD]
+        refused = [m for m in taken if m.topic() in (BAD, MISSING)]
         for m in taken:
-            if m.topic() != BAD:
+            if m.topic() not in (BAD, MISSING):
                 self.written[m.value()] += 1
         self.undelivered = refused + lost
         if lost:
@@ -216,12 +217,35 @@ def _frame(n: int, first: int = 0, partition: int = 0) -> BatchFrame:
     return BatchFrame(1, 0, 1, "in", partition, Columns(first, None, [None] * n, values, None, 0, [0] * n))
 
 
-def test_the_worker_writes_the_outputs_of_a_batch_with_an_invalid_topic_once() -> None:
+@pytest.mark.parametrize("topic", [BAD, MISSING], ids=["invalid-name", "refused-by-the-broker"])
+def test_the_worker_writes_the_outputs_of_a_batch_with_a_refused_topic_once(topic: str) -> None:
     def process(batch: Sequence[Record]) -> list[Output]:
-        return [Output(r.value) for r in batch] + [Output(b"x", topic=BAD) for r in batch if r.offset == 3]
+        return [Output(r.value) for r in batch] + [Output(b"x", topic=topic) for r in batch if r.offset == 3]
     producer = FakeProducer()
     assert _runner(process, producer).run(_frame(6)).kind == DONE
     assert producer.written == Counter({f"v{i}".encode(): 1 for i in range(6)})
+
+
+def test_an_output_routed_to_a_name_kafka_never_accepts_is_refused_before_the_client_is_asked() -> None:
+    """Asked, the client said "Broker: Invalid topic" or, on Apache Kafka, sometimes "Local:
+    Unknown topic", whose hint says to create the topic: the worker's own check says why."""
+    from runtime.kafka.producer import invalid_topic
+    seen: list[str] = []
+
+    class Recording(FakeProducer):
+        def produce(self, topic: str, value: Any, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
+            seen.append(topic)
+            super().produce(topic, value, key, headers, queue_wait_s)
+
+    runner = _runner(lambda batch: [Output(b"x", topic=BAD) for r in batch if r.offset == 1], Recording())
+    failures: list[Any] = []
+    runner._dead_letter = failures.extend
+    assert runner.run(_frame(3)).kind == DONE
+    assert BAD not in seen
+    assert [f.record.offset for f in failures] == [1]
+    assert "Invalid topic; not a valid topic name" in failures[0].message
+    assert invalid_topic("orders.v2-retry_1") is None
+    assert invalid_topic("x" * 250) is not None
 
 
 def test_a_deferred_batch_back_on_the_same_worker_writes_nothing_twice() -> None:
