@@ -32,6 +32,7 @@ from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginErr
 from runtime.host import cpu_budget
 from runtime.java_client import java_properties
 from runtime.subscription import subscribed_by
+from runtime.tp import TOPIC_NAME
 
 ENV_PREFIX = "RINGMASTER__"
 # Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
@@ -272,10 +273,9 @@ class WorkerSettings(_Section):
         return self.max_processes or self.processes
 
 
-# A name Kafka accepts for a topic. Checked at start for the topics the configuration names, so
-# that a broker's "Invalid topic" is only ever about a topic a plugin routed an output to: that
-# one is the record's fault (runtime/kafka/producer.py), a configured one would fail them all.
-TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
+# TOPIC_NAME (runtime/tp.py) is checked at start for the topics the configuration names, so that
+# an invalid topic is only ever one a plugin routed an output to: that one is the record's fault
+# (runtime/kafka/producer.py), a configured one would fail them all.
 
 
 class OutputSettings(_Section):

@@ -14,9 +14,9 @@ from typing import Any, TypedDict
 from confluent_kafka import KafkaError as _CKError
 from confluent_kafka import KafkaException, Message, Producer
 
-from runtime.config import TOPIC_NAME
 from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected
 from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
+from runtime.tp import TOPIC_NAME
 
 log = logging.getLogger(__name__)
 
