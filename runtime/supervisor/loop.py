@@ -28,6 +28,7 @@ Runs in: the supervisor process.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -154,9 +155,9 @@ class Supervisor(Generic[H]):
                 self.handle_signals()
                 self.operator.apply()
                 self.fetch()
-                room = self.scheduler.can_take_more(self.workforce.allowance())  # adaptive batching
-                hungry = self.scheduler.has_hungry(self.workforce.allowance())
-                self.scheduler.enqueue(self.intake.cut(room, hungry))
+                allowance = self.workforce.allowance()
+                hungry = functools.partial(self.scheduler.has_hungry, allowance)  # asked if a cut gathers
+                self.scheduler.enqueue(self.intake.cut(self.scheduler.can_take_more(allowance), hungry))
                 self.results.dead_letter_set_aside(self.intake.take_too_large())
                 self.results.collect()  # just before placing: a worker done must not look full
                 self.scheduler.dispatch(self.workforce.allowance())

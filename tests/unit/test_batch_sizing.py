@@ -71,24 +71,24 @@ def test_key_ordering_gathers_a_full_batch_for_each_bucket_while_no_worker_is_sh
     intake, p, cuts = _key_backlog()
     assert intake._gather(p) == 16 * 400  # 16 buckets × the backlog's 400-record batches
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1  # older than batch_max_wait_ms
-    intake.cut(worker_has_room=False, worker_hungry=False)
+    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
     assert cuts == []  # their turn is far off: no cut until the gathering is done
     p.intake.open_msgs += [object()] * (16 * 400 - 1000)
-    intake.cut(worker_has_room=False, worker_hungry=False)
+    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
     assert cuts == [16 * 400]
 
 
 def test_gathering_waits_at_most_ten_batch_max_waits() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.21  # 10 × 20 ms ago, and more
-    intake.cut(worker_has_room=False, worker_hungry=False)
+    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
     assert cuts == [1000]
 
 
 def test_a_hungry_worker_a_paused_partition_or_no_backlog_cuts_as_usual() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1
-    intake.cut(worker_has_room=False, worker_hungry=True)  # gathering would starve that worker
+    intake.cut(worker_has_room=False, worker_hungry=lambda: True)  # gathering would starve that worker
     assert cuts == [1000]
     p.intake.open_msgs = [object()] * 1000
     p.pause.paused = True  # over its share of the backlog budget: no more records are coming
@@ -104,7 +104,7 @@ def test_at_the_end_of_a_burst_what_the_log_holds_is_cut_at_once() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.behind, p.intake.open_msgs, p.intake.open_since = 0, [object()] * 3000, 0.0
     assert intake._backlog(p)  # 3,000 open records are 30 batches of work
-    intake.cut(worker_has_room=False, worker_hungry=False)
+    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
     assert cuts == [3000]  # nothing more is coming: no wait for 6,400
 
 

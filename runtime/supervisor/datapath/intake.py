@@ -202,19 +202,23 @@ class Intake:
         taken, self.too_large = self.too_large, []
         return taken
 
-    def cut(self, worker_has_room: bool, worker_hungry: bool = True) -> list[Batch]:
+    def cut(self, worker_has_room: bool, worker_hungry: Callable[[], bool] = lambda: True) -> list[Batch]:
         """Turn fetched records into batches: when a batch is full, old enough, or a worker
         has room and nothing waits for it. Records that fit in no ring go to ``too_large``.
-        ``worker_hungry``: some worker has next to nothing to do (no gathering, ``_gather``)."""
+        ``worker_hungry``: whether some worker has next to nothing to do (then no gathering,
+        ``_gather``); asked at most once, and only when a partition would gather."""
         now = self.clock()
         max_wait = self.w.batch_max_wait_ms / 1000
         out: list[Batch] = []
+        hungry: bool | None = None
         for p in self.partitions.values():
             s = p.intake
             if not s.open_msgs or p.held:
                 continue
-            gather = 0 if worker_hungry else self._gather(p)
-            if gather:
+            gather = self._gather(p)
+            if gather and hungry is None:
+                hungry = worker_hungry()
+            if gather and not hungry:
                 # No worker is short of work and the partition has a backlog: its records wait
                 # in line whatever the cut. Bounded in time all the same: a stale lag() can
                 # promise records the log does not hold.
