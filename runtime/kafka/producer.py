@@ -265,7 +265,7 @@ def invalid_topic(topic: str) -> OutputRejected | None:
     produced; None for a valid name. Left to the client, the refusal said "Broker: Invalid
     topic" or, when the client had the name's metadata answer first, "Local: Unknown topic"
     (seen on Apache Kafka 4.4), whose hint tells the user to create a topic that cannot exist."""
-    if _VALID_TOPIC.match(topic):
+    if _VALID_TOPIC.fullmatch(topic):  # match() lets "$" pass a trailing newline
         return None
     hint = _HINTS[_CKError.TOPIC_EXCEPTION]
     return OutputRejected(f"the output to {topic!r} was refused: Invalid topic{hint}")
