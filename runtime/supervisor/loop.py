@@ -140,8 +140,7 @@ class Supervisor(Generic[H]):
         self.final_status: StatusSnapshot | None = None
         self.stop_deadline: float | None = None  # by when a stop begun must be done (clock time)
         self.latest_status: StatusSnapshot | None = None
-        self._last_tick = clock()
-        self._last_status = self._last_watchdog = 0.0
+        self._last_tick, self._last_status, self._last_watchdog = clock(), 0.0, 0.0
 
     # ------------------------------------------------------------------ the story
     def run(self) -> int:
@@ -188,6 +187,7 @@ class Supervisor(Generic[H]):
     def start(self) -> None:
         become_subreaper()
         self.workforce.start_all()
+        self.report_if_due(force=True)  # a snapshot before /readyz can say 200: /status never 503 then
         self.operator.load()
         self.consumer.subscribe(self.s.kafka.topics, self.rebalance.on_assign, self.rebalance.on_revoke,
                                 self.rebalance.on_lost)

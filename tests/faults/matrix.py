@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from runtime.supervisor.workers.workforce import _WATCH_S
 from tests.wire import RawRecord
 
 Rows = Callable[[int], list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]]
@@ -258,7 +259,10 @@ FAULTS: list[Fault] = [
           "the plugin leaks memory",
           "its worker is recycled between batches once over `max_rss_mb`",
           values={i: f"leak=40:r{i}" for i in range(0, 40, 4)}, n=40,
-          workers={"max_rss_mb": 150, "batch_max_records": 4}, settings={"sleep_ms": 40},
+          # The work lasts four of the supervisor's looks at its workers (psutil, every
+          # _WATCH_S): a run of 1.6 s could end before a look saw the leak (CI, on Kafka).
+          workers={"max_rss_mb": 150, "batch_max_records": 4},
+          settings={"sleep_ms": int(4 * _WATCH_S * 1000 / 40)},
           log=("recycling worker",)),
     Fault("leaks-file-descriptors", "plugin",
           "the plugin leaks file descriptors until its worker runs out (`EMFILE` on every record)",

@@ -135,3 +135,19 @@ def test_a_worker_still_busy_after_revoke_timeout_is_killed_by_the_supervisor_fo
     assert pool.killed == [0]
     kill = sup.workforce.lives[0].kill
     assert kill is not None and "revoked partition" in kill and "supervisor.revoke_timeout_s" in kill
+
+
+def test_a_snapshot_is_published_before_the_daemon_can_be_ready(tmp_path: Path) -> None:
+    # The admin endpoint answers /status with 503 while no snapshot exists: a client that saw
+    # /readyz say 200 must never get that (a tick can join the group and see its workers
+    # started before it reaches its report; CI's fault matrix caught HEAD /status answered 503).
+    settings = Settings.model_validate({
+        "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
+        "workers": {"plugin": "workers.enrich", "processes": 1},
+        "supervisor": {"status_file": str(tmp_path / "status.json")}})
+    sup = Supervisor(settings, FakeConsumer(), FakePool(1), EpochTable(memoryview(bytearray(8 * 16))),  # type: ignore[arg-type]
+                     clock=Clock(), status_file=StatusFile(settings.supervisor.status_file))
+    assert sup.latest_status is None
+    sup.start()
+    assert sup.latest_status is not None and not sup.latest_status.ready
+    assert json.loads((tmp_path / "status.json").read_text())["ready"] is False
