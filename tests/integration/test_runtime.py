@@ -227,7 +227,9 @@ def test_revocation_is_bounded_and_fenced_with_a_full_backlog(broker: Any, names
         b = Ringmaster(cfg, tmp_path, "b")
         s = a.wait_status(lambda s: s["revocations"], 60, "a revocation")
         revocation = s["revocations"][0]
-        assert revocation["ms"] < 200 + 800, f"revocation took {revocation['ms']} ms"
+        # What invariant 5 bounds: the fence and the batch in progress, not the commit that
+        # follows (a broker round trip, slower while the group is rebalancing).
+        assert revocation["fenced_ms"] < 200 + 800, f"revocation waited {revocation['fenced_ms']} ms"
         b.wait_status(lambda s: s["records"] >= 5, 60, "B to work on the moved partition")
         t0 = time.monotonic()
         assert a.terminate() == 0
