@@ -18,6 +18,7 @@ from runtime.supervisor.datapath.offsets import OffsetTracker
 class Span:
     offsets: list[int]
     parts: dict[int, list[int]] = field(default_factory=dict)  # batch id -> its record offsets
+    split: bool = False  # a batch of it was bisected
 
     @property
     def first(self) -> int:
@@ -42,7 +43,13 @@ class Model:
         prefix = 0
         while prefix < self.registered and self.span_done(prefix):
             prefix += 1
-        return self.spans[prefix - 1].last + 1 if prefix else None
+        done = self.spans[prefix - 1].last + 1 if prefix else None
+        if prefix < self.registered and self.spans[prefix].split:
+            # A bisected head span: the offsets below its lowest piece not done are done.
+            low = min(offs[0] for s, offs in self.pending.values() if s == prefix)
+            if low > self.spans[prefix].first:
+                return low
+        return done
 
     def expected_uncommitted(self) -> int:
         prefix = 0
@@ -128,6 +135,7 @@ def test_committable_is_the_end_of_the_done_prefix_whatever_the_lanes_and_the_or
             halves = [(m.next_id, offs[:k]), (m.next_id + 1, offs[k:])]
             m.next_id += 2
             t.split(bid, [(hid, h[0], h[-1]) for hid, h in halves])
+            m.spans[span_i].split = True
             for hid, h in halves:
                 m.pending[hid] = (span_i, h)
                 m.spans[span_i].parts[hid] = h
@@ -304,7 +312,7 @@ def test_split_into_more_than_two_parts_checks_the_last_one() -> None:
     t.split(1, [(2, 10, 12), (3, 13, 15), (4, 16, 19)])
     for bid in (2, 4):
         t.complete(bid)
-    assert t.committable is None
+    assert t.committable == 13, "the done piece at the start of a bisected batch, not the one after a gap"
     t.complete(3)
     assert t.committable == 20
 

@@ -39,6 +39,21 @@ def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_t
     assert pool.killed == []
 
 
+def test_a_batch_finished_before_the_revocation_whose_result_is_unread_is_committed() -> None:
+    # A worker sends its result, then marks its board idle: the revocation sees nothing in
+    # progress, and the result is still in the pipe. Its outputs are written: left out of the
+    # commit, the next owner would write them again (CI, KIP-848, two members).
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    worker = RingWorker(pool, 0)
+    worker.step()  # begins the batch
+    worker.step()  # finishes it: DONE in the pipe, the board idle
+    assert worker.messages and pool.handles[0].board.current[1] == -1
+    sup.rebalance.on_revoke([TP0])
+    assert consumer.commits and consumer.commits[-1] == {TP0: 10}, "the finished batch, committed"
+
+
 def test_a_lost_partition_is_fenced_and_waited_for_but_commits_nothing() -> None:
     sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
     start(sup, consumer, [TP0])

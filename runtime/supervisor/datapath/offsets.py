@@ -9,7 +9,8 @@ in offset order. A span is handed out as one or more **batches** (one per lane i
 ordering, where a cut is split by key hash over the workers; exactly one otherwise). A span
 is done when every batch of it is done; batches finish in any order (lanes, retries,
 restarts). The committable offset is the end of the prefix of done spans: the lowest
-offset not yet handled across all lanes.
+offset not yet handled across all lanes. A span whose batch was bisected (``split``) also
+commits the done pieces at its start (``_within_bisected_head``).
 
 Offsets that hold no record the consumer can see – a transaction's commit or abort marker,
 records of an aborted transaction under ``read_committed`` – are never handed out, so no batch
@@ -38,6 +39,7 @@ class _Span:
     records: int
     open: int  # batches of this span not done yet
     at: float  # clock time it was cut (the age of the oldest unhandled record)
+    split: bool = False  # bisected: its parts are pieces of one batch, in offset order
 
 
 @dataclass(slots=True)
@@ -125,7 +127,23 @@ class OffsetTracker:
             self._span_records -= head.records
             self._committable = head.last + 1
             moved = True
+        if self._spans and self._spans[0].split:
+            moved = self._within_bisected_head() or moved
         return moved
+
+    def _within_bisected_head(self) -> bool:
+        """The pieces of a bisected batch finish in any order, over several workers' lives:
+        every offset of the head span below its lowest piece not done is done (or holds no
+        record), so it is committable now, not only once the poison record is isolated. A
+        revocation mid-bisection would otherwise hand the next owner pieces already written
+        (their outputs twice: seen under KIP-848, with two members). True if it moved."""
+        head = self._spans[0]
+        low = min(p.first for p in self._parts.values() if p.span is head)
+        # Until the first piece is done the committable offset is at most head.first.
+        if low > head.first and (self._committable is None or low > self._committable):
+            self._committable = low
+            return True
+        return False
 
     def split(self, batch_id: int, parts: list[tuple[int, int, int]]) -> None:
         """Replace an unfinished batch by sub-batches (batch_id, first, last) of the same
@@ -140,8 +158,11 @@ class OffsetTracker:
             raise ValueError(f"sub-batches of {batch_id} need new ids, not {new_ids}")
         del self._parts[batch_id]
         old.span.open += len(parts) - 1
+        old.span.split = True
         for bid, first, last in parts:
             self._parts[bid] = _Part(old.span, first, last)
+        if self._spans[0] is old.span:  # its other lanes' batches may be done already
+            self._within_bisected_head()
 
     def oldest_at(self) -> float | None:
         """When the oldest span not done yet was cut (None: everything registered is done)."""

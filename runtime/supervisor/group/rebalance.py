@@ -84,6 +84,11 @@ class Rebalance(Generic[H]):
         if not parts:
             return []
         waits = self._batches_in_progress({p.fence.slot for p in parts})
+        # RACE: a worker sends a batch's result before its board says idle, so a worker seen
+        # idle here may have finished a batch of these partitions whose result is in its pipe,
+        # unread: read it now, or the commit below leaves out what its outputs already wrote
+        # and the next owner writes them again (seen under KIP-848, CI's members row).
+        self.results.collect()
         deadline = started + self.revoke_timeout_s
         while waits and self.clock() < deadline:
             self.results.collect(min(0.05, max(0.0, deadline - self.clock())))
