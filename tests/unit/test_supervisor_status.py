@@ -19,7 +19,8 @@ from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import EpochTable
 
 
-def make(tmp_path: Path, **supervisor: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+def built(tmp_path: Path, **supervisor: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+    """A supervisor with fakes, not started."""
     settings = Settings.model_validate({
         "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
         "workers": {"plugin": "workers.enrich", "processes": 1},
@@ -27,6 +28,11 @@ def make(tmp_path: Path, **supervisor: Any) -> tuple[Supervisor, FakeConsumer, C
     clock, pool, consumer = Clock(), FakePool(1), FakeConsumer()
     sup = Supervisor(settings, consumer, pool, EpochTable(memoryview(bytearray(8 * 16))), clock=clock,  # type: ignore[arg-type]
                      status_file=StatusFile(settings.supervisor.status_file))
+    return sup, consumer, clock, pool
+
+
+def make(tmp_path: Path, **supervisor: Any) -> tuple[Supervisor, FakeConsumer, Clock, FakePool]:
+    sup, consumer, clock, pool = built(tmp_path, **supervisor)
     sup.workforce.start_all()
     return sup, consumer, clock, pool
 
@@ -141,12 +147,7 @@ def test_a_snapshot_is_published_before_the_daemon_can_be_ready(tmp_path: Path) 
     # The admin endpoint answers /status with 503 while no snapshot exists: a client that saw
     # /readyz say 200 must never get that (a tick can join the group and see its workers
     # started before it reaches its report; CI's fault matrix caught HEAD /status answered 503).
-    settings = Settings.model_validate({
-        "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
-        "workers": {"plugin": "workers.enrich", "processes": 1},
-        "supervisor": {"status_file": str(tmp_path / "status.json")}})
-    sup = Supervisor(settings, FakeConsumer(), FakePool(1), EpochTable(memoryview(bytearray(8 * 16))),  # type: ignore[arg-type]
-                     clock=Clock(), status_file=StatusFile(settings.supervisor.status_file))
+    sup, _consumer, _clock, _pool = built(tmp_path)
     assert sup.latest_status is None
     sup.start()
     assert sup.latest_status is not None and not sup.latest_status.ready

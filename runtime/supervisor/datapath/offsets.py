@@ -39,7 +39,7 @@ class _Span:
     records: int
     open: int  # batches of this span not done yet
     at: float  # clock time it was cut (the age of the oldest unhandled record)
-    split: bool = False  # bisected: its parts are pieces of one batch, in offset order
+    split: bool = False  # a batch of it was bisected (split into pieces; other lanes' parts stay)
 
 
 @dataclass(slots=True)
