@@ -114,3 +114,33 @@ def test_an_assignment_is_applied_incrementally_under_kip848_and_cooperative_sti
     assert (client.assigned, client.full) == (([[TopicPartition("t", 1)]], []) if incremental
                                               else ([], [[TopicPartition("t", 1)]]))
     gc.close(5)
+
+
+class ResumingClient(ClientThatHangsOnClose):
+    """Positions as librdkafka gives them after consume(): the last record returned + 1, or
+    none (-1001) where nothing was consumed since an assign or a seek."""
+
+    def __init__(self, positions: dict[int, int]) -> None:
+        super().__init__()
+        self.release.set()
+        self.positions = positions
+        self.calls: list[tuple[str, list[tuple[int, int]]]] = []
+
+    def resume(self, parts: list[TopicPartition]) -> None:
+        self.calls.append(("resume", [(p.partition, p.offset) for p in parts]))
+
+    def position(self, parts: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(p.topic, p.partition, self.positions[p.partition]) for p in parts]
+
+    def seek(self, part: TopicPartition) -> None:
+        self.calls.append(("seek", [(part.partition, part.offset)]))
+        assert part.leader_epoch is None, "an epoch makes librdkafka validate it first: a round trip"
+
+
+def test_a_resume_seeks_each_partition_to_where_it_was_to_fetch_from_which_wakes_its_fetcher() -> None:
+    """tests/integration/test_consumer_resume.py shows why, on the real brokers."""
+    client = ResumingClient({0: 1200, 1: -1001})
+    gc = consumer_with(client)
+    gc.resume([("t", 0), ("t", 1)])
+    assert client.calls == [("resume", [(0, -1001), (1, -1001)]), ("seek", [(0, 1200)])]
+    gc.close(5)
