@@ -372,13 +372,14 @@ class GroupConsumer:
         tps = list(tps)
         parts = [TopicPartition(t, p) for t, p in tps]
         if parts and not self.wedged:
+            paused = [part for part, tp in zip(parts, tps, strict=True) if tp in self._paused]
             self._paused.difference_update(tps)
             try:
                 self._c.resume(parts)
             except KafkaException as exc:
                 self._raise_or_log(exc, "resume")
                 return
-            self._wake_fetcher(parts)
+            self._wake_fetcher(paused)
 
     def _wake_fetcher(self, parts: list[TopicPartition]) -> None:
         """Make the resumed partitions fetch now. librdkafka's resume only clears a flag: the
@@ -386,18 +387,22 @@ class GroupConsumer:
         paused has no fetch in flight and sleeps up to a second. The flow control pauses every
         partition when the backlog fills the rings and counts on records coming back within a
         fetch's round trip of a resume: instead the rings ran dry and the workers waited
-        (20-800 ms on both brokers, tests/integration/test_consumer_resume.py). A seek to the
-        position resume() fetches from anyway (the last record consume() returned, + 1)
-        changes the partition's fetch state, which wakes its broker thread: 3-17 ms. A
-        partition with no position (nothing consumed since it was assigned or sought) is left
-        to resume(), which looks its offset up itself."""
-        try:
-            at = [TopicPartition(tp.topic, tp.partition, tp.offset)  # no leader epoch: no validation trip
-                  for tp in self._c.position(parts) if tp.error is None and tp.offset >= 0]
-            for tp in at:
-                self._c.seek(tp)
-        except KafkaException as exc:  # the resume stands; fetching starts when the thread wakes
-            log.debug("could not wake the fetcher after a resume", extra={"error": str(exc.args[0])})
+        (20-800 ms on both brokers, tests/integration/test_consumer_resume.py).
+
+        A partition that was paused is sought to its position, where the pause left librdkafka
+        to fetch from anyway (past the last record consume() returned): the seek changes its
+        fetch state, which wakes its broker thread (3-17 ms), and the thread then looks at all
+        of its partitions. A partition with no position (nothing consumed since it was
+        assigned or sought) cannot be sought without choosing an offset: its resume waits for
+        the thread, unless a partition of the same broker woke it."""
+        for tp in self._c.position(parts) if parts else []:
+            if tp.error is not None or tp.offset < 0:
+                continue
+            try:  # no leader epoch: librdkafka would first validate it, a round trip
+                self._c.seek(TopicPartition(tp.topic, tp.partition, tp.offset))
+            except KafkaException as exc:  # the resume stands; fetching starts when the thread wakes
+                log.debug("could not wake the fetcher after a resume",
+                          extra={"tp": tp_label((tp.topic, tp.partition)), "error": str(exc.args[0])})
 
     def _let_go(self, tps: list[TP]) -> None:
         self._paused.difference_update(tps)

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import make_topics, produce
+from helpers import group_settings, make_topics, produce
 
 from runtime.kafka.consumer import GroupConsumer
 
@@ -23,13 +23,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 _PROMPT_S = 0.5
 
 
-def _first_records_after(consumer: GroupConsumer, deadline_s: float) -> float:
-    """Seconds until consume() returns a record, at most deadline_s."""
-    start = time.monotonic()
-    while time.monotonic() - start < deadline_s:
-        if consumer.consume(100, 0.01).count:
-            break
-    return time.monotonic() - start
+class Reader:
+    """consume() until records come, checking that each partition's records follow on from
+    the last ones read: a resume must fetch from where the pause left it, no gap, no repeat."""
+
+    def __init__(self, consumer: GroupConsumer) -> None:
+        self.consumer = consumer
+        self.last: dict[tuple[str, int], int] = {}
+
+    def first_records_after(self, deadline_s: float) -> float:
+        """Seconds until consume() returns a record, at most deadline_s."""
+        start = time.monotonic()
+        while time.monotonic() - start < deadline_s:
+            fetched = self.consumer.consume(100, 0.01)
+            for tp, run in fetched.runs.items():
+                if tp in self.last:
+                    first = run[0].offset()
+                    assert first == self.last[tp] + 1, f"{tp}: {self.last[tp]} then {first}"
+                self.last[tp] = run[-1].offset()
+            if fetched.count:
+                break
+        return time.monotonic() - start
 
 
 def test_records_come_promptly_after_every_partition_was_paused_and_resumed(
@@ -39,7 +53,7 @@ def test_records_come_promptly_after_every_partition_was_paused_and_resumed(
     produce(broker.bootstrap, topic, [f"r{i}" for i in range(20_000)], 2)
     c = GroupConsumer({"bootstrap.servers": broker.bootstrap, "group.id": names["group"],
                        "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                       "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                       **group_settings(),
                        # The daemon's own fetch settings (runtime/kafka/properties.py), and a
                        # small local queue, so that the topic is never all fetched.
                        "fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10,
@@ -47,7 +61,8 @@ def test_records_come_promptly_after_every_partition_was_paused_and_resumed(
     assigned: list[tuple[str, int]] = []
     try:
         c.subscribe([topic], assigned.extend, lambda _tps: None, lambda _tps: None)
-        assert _first_records_after(c, 60.0) < 60.0, "the consumer never read the topic"
+        reader = Reader(c)
+        assert reader.first_records_after(60.0) < 60.0, "the consumer never read the topic"
         tps = sorted(assigned)
         assert len(tps) == 2
         waits = []
@@ -57,7 +72,7 @@ def test_records_come_promptly_after_every_partition_was_paused_and_resumed(
             # broker thread goes idle. Different idle times meet its wake-up at different phases.
             time.sleep(0.2 + 0.13 * trial)
             c.resume(tps)
-            waits.append(_first_records_after(c, 5.0))
+            waits.append(reader.first_records_after(5.0))
         assert max(waits) < _PROMPT_S, f"records came {[round(w * 1000) for w in waits]} ms after resume()"
     finally:
         c.close(10)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from runtime.kafka.consumer import ConsumerState, GroupConsumer
 
@@ -117,14 +117,18 @@ def test_an_assignment_is_applied_incrementally_under_kip848_and_cooperative_sti
 
 
 class ResumingClient(ClientThatHangsOnClose):
-    """Positions as librdkafka gives them after consume(): the last record returned + 1, or
+    """Positions as librdkafka gives them after consume(): past the last record returned, or
     none (-1001) where nothing was consumed since an assign or a seek."""
 
-    def __init__(self, positions: dict[int, int]) -> None:
+    def __init__(self, positions: dict[int, int], refuse_seek: int | None = None) -> None:
         super().__init__()
         self.release.set()
         self.positions = positions
+        self.refuse_seek = refuse_seek
         self.calls: list[tuple[str, list[tuple[int, int]]]] = []
+
+    def pause(self, parts: list[TopicPartition]) -> None:
+        self.calls.append(("pause", [(p.partition, p.offset) for p in parts]))
 
     def resume(self, parts: list[TopicPartition]) -> None:
         self.calls.append(("resume", [(p.partition, p.offset) for p in parts]))
@@ -133,14 +137,24 @@ class ResumingClient(ClientThatHangsOnClose):
         return [TopicPartition(p.topic, p.partition, self.positions[p.partition]) for p in parts]
 
     def seek(self, part: TopicPartition) -> None:
-        self.calls.append(("seek", [(part.partition, part.offset)]))
         assert part.leader_epoch is None, "an epoch makes librdkafka validate it first: a round trip"
+        if part.partition == self.refuse_seek:
+            raise KafkaException(KafkaError(KafkaError._STATE))
+        self.calls.append(("seek", [(part.partition, part.offset)]))
 
 
-def test_a_resume_seeks_each_partition_to_where_it_was_to_fetch_from_which_wakes_its_fetcher() -> None:
-    """tests/integration/test_consumer_resume.py shows why, on the real brokers."""
-    client = ResumingClient({0: 1200, 1: -1001})
+def test_a_resume_seeks_each_paused_partition_to_where_it_was_to_fetch_from_which_wakes_its_fetcher() -> None:
+    """tests/integration/test_consumer_resume.py shows why, on the real brokers. Partition 1
+    has no position to seek to; partition 3 was never paused (the flow control's once-a-second
+    repair resumes such partitions too): a seek would only drop what it had prefetched."""
+    client = ResumingClient({0: 1200, 1: -1001, 2: 7, 3: 55}, refuse_seek=0)
     gc = consumer_with(client)
-    gc.resume([("t", 0), ("t", 1)])
-    assert client.calls == [("resume", [(0, -1001), (1, -1001)]), ("seek", [(0, 1200)])]
+    gc.pause([("t", 0), ("t", 1), ("t", 2)])
+    gc.resume([("t", 0), ("t", 1), ("t", 2), ("t", 3)])
+    assert client.calls[1:] == [("resume", [(0, -1001), (1, -1001), (2, -1001), (3, -1001)]),
+                                ("seek", [(2, 7)])], "a refused seek must not stop the others"
+    client.refuse_seek = None
+    gc.pause([("t", 0)])
+    gc.resume([("t", 0)])
+    assert client.calls[-1] == ("seek", [(0, 1200)])
     gc.close(5)
