@@ -396,13 +396,10 @@ class GroupConsumer:
         assigned or sought) cannot be sought without choosing an offset: its resume waits for
         the thread, unless a partition of the same broker woke it."""
         for tp in self._c.position(parts) if parts else []:
-            if tp.error is not None or tp.offset < 0:
-                continue
-            try:  # no leader epoch: librdkafka would first validate it, a round trip
-                self._c.seek(TopicPartition(tp.topic, tp.partition, tp.offset))
-            except KafkaException as exc:  # the resume stands; fetching starts when the thread wakes
-                log.debug("could not wake the fetcher after a resume",
-                          extra={"tp": tp_label((tp.topic, tp.partition)), "error": str(exc.args[0])})
+            # seek() passes no leader epoch (librdkafka would first validate it, a round
+            # trip); one it refuses is logged, and the resume stands.
+            if tp.error is None and tp.offset >= 0:
+                self.seek((tp.topic, tp.partition), tp.offset)
 
     def _let_go(self, tps: list[TP]) -> None:
         self._paused.difference_update(tps)
