@@ -22,7 +22,6 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
-    OFFSET_STORED,
     Consumer,
     KafkaException,
     Message,
@@ -256,15 +255,26 @@ class GroupConsumer:
                             "the client looks for it again only every topic.metadata.refresh.interval.ms",
                             extra={"topic": topic})
 
-    def assign(self, tps: Iterable[TP], topics: int = 1) -> None:
+    def assign(self, tps: Iterable[TP], topics: int = 1, timeout_s: float = 30.0) -> None:
         """Read ``tps`` from the group's committed offsets (the reset position where there is
         none) without joining the group: nothing is assigned to anyone else, nothing is
         revoked. For a look at a group's backlog that must not disturb its members (``ringmaster
         redrive --dry-run``): commit nothing from here. ``topics``: how many topics ``tps``
-        span (one: runs are grouped by partition number alone, as subscribe() does)."""
+        span (one: runs are grouped by partition number alone, as subscribe() does). Raises
+        KafkaError when the committed offsets cannot be read within ``timeout_s``.
+
+        The offsets are read here and assigned explicitly, not left to librdkafka
+        (OFFSET_STORED): when its own offset fetch is refused as a whole (NOT_COORDINATOR, seen
+        on a fresh Apache Kafka broker while the coordinator loads), librdkafka never asks
+        again and never fetches the partition (librdkafka#5586); ``committed()`` asks until the
+        coordinator answers."""
         self._check()
+        tps = list(tps)
+        start = self.committed(tps, timeout_s, ask_again=True)
+        reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
         self._run_key = Message.partition if topics == 1 else _topic_partition_of
-        self._c.assign([TopicPartition(t, p, OFFSET_STORED) for t, p in tps])
+        offsets = {tp: reset if offset is None else offset for tp, offset in start.items()}
+        self._c.assign([TopicPartition(t, p, offsets.get((t, p), reset)) for t, p in tps])
         self.state = ConsumerState.CONSUMING
 
     def _share_group_metadata(self) -> None:

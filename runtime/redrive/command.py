@@ -150,7 +150,7 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
         if options.dry_run:
             # A look that must not disturb a redrive in progress: no group membership, no commits.
             tps = [(topic, p) for p in sorted(bounds)]
-            consumer.assign(tps)
+            consumer.assign(tps, timeout_s=ASSIGN_TIMEOUT_S)
             engine.on_assign(tps)
         else:
             consumer.subscribe([topic], engine.on_assign, engine.on_revoke, engine.on_lost)

@@ -158,3 +158,42 @@ def test_a_resume_seeks_each_paused_partition_to_where_it_was_to_fetch_from_whic
     gc.resume([("t", 0)])
     assert client.calls[-1] == ("seek", [(0, 1200)])
     gc.close(5)
+
+
+class CoordinatorLoadingClient(ClientThatHangsOnClose):
+    """Refuses the first committed-offsets fetch as a whole, as a fresh Apache Kafka broker
+    does while its coordinator loads (NOT_COORDINATOR), then answers: 40 committed on
+    partition 0, none on partition 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.set()
+        self.asked = 0
+        self.plain_assigned: list[list[tuple[int, int]]] = []
+
+    def committed(self, parts: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        self.asked += 1
+        if self.asked == 1:
+            raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+        return [TopicPartition(p.topic, p.partition, 40 if p.partition == 0 else -1001) for p in parts]
+
+    def assign(self, parts: list[TopicPartition]) -> None:
+        self.plain_assigned.append([(p.partition, p.offset) for p in parts])
+
+
+@pytest.mark.parametrize(("reset", "no_commit"), [("earliest", -2), ("latest", -1)])
+def test_a_look_without_joining_assigns_the_committed_offsets_it_read_itself(reset: str,
+                                                                             no_commit: int) -> None:
+    """librdkafka#5586: assigned at OFFSET_STORED, a partition whose offset fetch was refused as
+    a whole (NOT_COORDINATOR) is never fetched. ``assign()`` reads the committed offsets
+    itself, asking again past the refusal, and assigns them (the reset position, -2 earliest
+    or -1 latest, where none was committed): librdkafka has nothing left to fetch for it."""
+    client = CoordinatorLoadingClient()
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit", "auto.offset.reset": reset})
+    real, gc._c = gc._c, client  # type: ignore[assignment]
+    real.close()
+    gc.assign([("t", 0), ("t", 1)], timeout_s=5)
+    assert client.asked == 2, "a refused fetch is asked again"
+    assert client.plain_assigned == [[(0, 40), (1, no_commit)]]
+    assert gc.state is ConsumerState.CONSUMING
+    gc.close(5)
