@@ -128,6 +128,9 @@ class GroupConsumer:
         # The partitions this member has paused in the client, and their ends asked for by
         # ListOffsets (a paused partition's cached high watermark stands still: watermarks.py).
         self._paused: set[TP] = set()
+        # Where each partition was last sought: where it fetches from until consume() returns
+        # one of its records and gives it a position (_wake_fetcher).
+        self._sought: dict[TP, int] = {}
         self._stopping = False  # stop(): no new requests but the commit and the leave
         self._latest = latest if latest is not None else LatestOffsets(props)
         self._group_props = props  # where the whole group stands, asked for once subscribed
@@ -190,7 +193,13 @@ class GroupConsumer:
         return refused
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
-                  on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None]) -> None:
+                  on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None],
+                  read_start_s: float | None = None) -> None:
+        """``read_start_s``: the committed offsets of each assignment are read in the callback
+        (asked again for at most this long) and assigned explicitly, as ``assign()`` does,
+        rather than left to librdkafka (librdkafka#5586); if they cannot be read, librdkafka
+        reads them. For members that do not seek their partitions after each assignment (the
+        supervisor does, off the callback: supervisor/datapath/assignment.py)."""
         self._check()
 
         def assign_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -200,12 +209,19 @@ class GroupConsumer:
         def assign(consumer: Consumer, parts: list[TopicPartition]) -> None:
             tps = [(p.topic, p.partition) for p in parts]
             self._paused.difference_update(tps)  # librdkafka starts a new assignment fetching
+            if read_start_s is not None and tps:
+                try:
+                    parts = self._at_committed(tps, read_start_s)
+                except KafkaError as exc:
+                    log.warning("committed offsets not read; the client reads them itself",
+                                extra={"error": str(exc), "partitions": len(tps)})
             # INVARIANT: assign before the runtime re-applies its pause state; a pause on a
             # partition that is not yet assigned is silently ignored by librdkafka.
             if self.cooperative:
                 consumer.incremental_assign(parts)
             else:
                 consumer.assign(parts)
+            self._note_start(parts)
             # While closing, librdkafka turns a late assignment into an unassignment: the
             # runtime has already let go of everything and must not take on new partitions.
             if self.state is ConsumerState.CONSUMING:
@@ -269,13 +285,19 @@ class GroupConsumer:
         again and never fetches the partition (librdkafka#5586); ``committed()`` asks until the
         coordinator answers."""
         self._check()
-        tps = list(tps)
+        parts = self._at_committed(list(tps), timeout_s)
+        self._run_key = Message.partition if topics == 1 else _topic_partition_of
+        self._c.assign(parts)
+        self._note_start(parts)
+        self.state = ConsumerState.CONSUMING
+
+    def _at_committed(self, tps: list[TP], timeout_s: float) -> list[TopicPartition]:
+        """``tps`` at the group's committed offsets, the reset position where there is none,
+        read now (asked again until answered, at most timeout_s): KafkaError if unanswered."""
         start = self.committed(tps, timeout_s, ask_again=True)
         reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
-        self._run_key = Message.partition if topics == 1 else _topic_partition_of
         offsets = {tp: reset if offset is None else offset for tp, offset in start.items()}
-        self._c.assign([TopicPartition(t, p, offsets.get((t, p), reset)) for t, p in tps])
-        self.state = ConsumerState.CONSUMING
+        return [TopicPartition(t, p, offsets.get((t, p), reset)) for t, p in tps]
 
     def _share_group_metadata(self) -> None:
         """Hand on the group's metadata if it changed: after each consume() and as a rebalance
@@ -402,17 +424,31 @@ class GroupConsumer:
         A partition that was paused is sought to its position, where the pause left librdkafka
         to fetch from anyway (past the last record consume() returned): the seek changes its
         fetch state, which wakes its broker thread (3-17 ms), and the thread then looks at all
-        of its partitions. A partition with no position (nothing consumed since it was
-        assigned or sought) cannot be sought without choosing an offset: its resume waits for
-        the thread, unless a partition of the same broker woke it."""
+        of its partitions. One with no position (nothing consumed since it was sought: a
+        partition just assigned, or rewound) is sought again where it was last sought, which
+        it still fetches from. One never sought and never consumed from is left to wait."""
         for tp in self._c.position(parts) if parts else []:
+            key = (tp.topic, tp.partition)
+            offset = tp.offset if tp.offset >= 0 else self._sought.get(key)
             # seek() passes no leader epoch (librdkafka would first validate it, a round
             # trip); one it refuses is logged, and the resume stands.
-            if tp.error is None and tp.offset >= 0:
-                self.seek((tp.topic, tp.partition), tp.offset)
+            if tp.error is None and offset is not None:
+                self.seek(key, offset)
+
+    def _note_start(self, parts: list[TopicPartition]) -> None:
+        """An assignment starts each partition where it says, as a seek would (OFFSET_INVALID:
+        where librdkafka finds it, unknown here)."""
+        for p in parts:
+            tp = (p.topic, p.partition)
+            if p.offset == OFFSET_INVALID:
+                self._sought.pop(tp, None)
+            else:
+                self._sought[tp] = p.offset
 
     def _let_go(self, tps: list[TP]) -> None:
         self._paused.difference_update(tps)
+        for tp in tps:
+            self._sought.pop(tp, None)
         self._latest.forget(tps)
 
     def commit(self, offsets: Mapping[TP, int], asynchronous: bool,
@@ -583,6 +619,7 @@ class GroupConsumer:
             return False
         try:
             self._c.seek(TopicPartition(tp[0], tp[1], offset))
+            self._sought[tp] = offset
             return True
         except KafkaException as exc:
             log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset,

@@ -34,6 +34,9 @@ log = logging.getLogger("ringmaster.redrive")
 # group holds them (the summary says so).
 ASSIGN_TIMEOUT_S = 60.0
 BOUNDS_TIMEOUT_S = 30.0
+# Reading an assignment's committed offsets, inside the rebalance callback: well within the
+# consumer's max.poll.interval.ms (60 s at least), well past a coordinator's move (seconds).
+START_TIMEOUT_S = 15.0
 MAX_RATE = 1e9  # records per second: far above any broker's; inf and nan are not rates
 
 
@@ -153,7 +156,8 @@ def run_redrive(settings: Settings, options: Options, clock: Callable[[], float]
             consumer.assign(tps, timeout_s=ASSIGN_TIMEOUT_S)
             engine.on_assign(tps)
         else:
-            consumer.subscribe([topic], engine.on_assign, engine.on_revoke, engine.on_lost)
+            consumer.subscribe([topic], engine.on_assign, engine.on_revoke, engine.on_lost,
+                               read_start_s=START_TIMEOUT_S)
         engine.run()
         if isinstance(action, ThroughPlugin):
             summary.outputs, summary.discarded = action.outputs, action.discarded

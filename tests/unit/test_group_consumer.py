@@ -197,3 +197,44 @@ def test_a_look_without_joining_assigns_the_committed_offsets_it_read_itself(res
     assert client.plain_assigned == [[(0, 40), (1, no_commit)]]
     assert gc.state is ConsumerState.CONSUMING
     gc.close(5)
+
+
+def test_a_member_that_asks_for_it_is_assigned_the_committed_offsets_read_in_the_callback() -> None:
+    """The same for a member (``subscribe(read_start_s=...)``, the redrive's): its assignment is
+    given explicit offsets read in the callback, past one refusal; a fetch that stays refused
+    leaves the partitions to librdkafka, as before, rather than failing the assignment."""
+    client = CoordinatorLoadingClient()
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
+                        "partition.assignment.strategy": "cooperative-sticky"})
+    real, gc._c = gc._c, client  # type: ignore[assignment]
+    real.close()
+    seen: list[list[tuple[str, int]]] = []
+    gc.subscribe(["t"], seen.append, lambda tps: None, lambda tps: None, read_start_s=5)
+    client.callbacks["on_assign"](client, [TopicPartition("t", 0), TopicPartition("t", 1)])
+    assert [[(p.partition, p.offset) for p in parts] for parts in client.assigned] == [[(0, 40), (1, -2)]]
+    assert seen == [[("t", 0), ("t", 1)]]
+    client.asked = 0
+
+    def refused(parts: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        raise KafkaException(KafkaError(KafkaError.NOT_COORDINATOR))
+
+    client.committed = refused  # type: ignore[method-assign]
+    gc.subscribe(["t"], seen.append, lambda tps: None, lambda tps: None, read_start_s=0.3)
+    client.callbacks["on_assign"](client, [TopicPartition("t", 2)])
+    assert [(p.partition, p.offset) for p in client.assigned[-1]] == [(2, -1001)]
+    gc.close(5)
+
+
+def test_a_resumed_partition_with_no_position_is_woken_where_it_was_last_sought() -> None:
+    """A partition rewound (sought) while paused has no position until consume() returns one
+    of its records: it fetches from where it was sought, so that is where the wake seeks it.
+    One never sought (librdkafka found its start) is not sought at all; one let go forgets it."""
+    client = ResumingClient({0: -1001, 1: -1001, 2: -1001})
+    gc = consumer_with(client)
+    gc.pause([("t", 0), ("t", 1), ("t", 2)])
+    assert gc.seek(("t", 0), 500) and gc.seek(("t", 2), 9)
+    gc._let_go([("t", 2)])
+    gc.resume([("t", 0), ("t", 1), ("t", 2)])
+    seeks = [c[1][0] for c in client.calls if c[0] == "seek"]
+    assert seeks == [(0, 500), (2, 9), (0, 500)], "the rewinds, then the wake of partition 0 only"
+    gc.close(5)
