@@ -209,7 +209,10 @@ class GroupConsumer:
         def assign(consumer: Consumer, parts: list[TopicPartition]) -> None:
             tps = [(p.topic, p.partition) for p in parts]
             self._paused.difference_update(tps)  # librdkafka starts a new assignment fetching
-            if read_start_s is not None and tps:
+            # Not while closing: the coordinator refuses offset fetches of a group that is
+            # leaving, and the read would be asked again until read_start_s, holding close().
+            if read_start_s is not None and tps and self.state is ConsumerState.CONSUMING \
+                    and not self._stopping:
                 try:
                     parts = self._at_committed(tps, read_start_s)
                 except KafkaError as exc:
@@ -426,24 +429,33 @@ class GroupConsumer:
         fetch state, which wakes its broker thread (3-17 ms), and the thread then looks at all
         of its partitions. One with no position (nothing consumed since it was sought: a
         partition just assigned, or rewound) is sought again where it was last sought, which
-        it still fetches from. One never sought and never consumed from is left to wait."""
+        it still fetches from (a real offset: ``_remember_start``). Any other is left to wait."""
+        # A sought offset that is out of range is reset by librdkafka; sought again it is reset
+        # again, to the same start (or to what retention kept: the partition was paused, so
+        # nothing more is skipped) but to a newer end: under a reset to the end, no second seek.
+        sought: dict[TP, int] = {} if self._reset_to_end else self._sought
         for tp in self._c.position(parts) if parts else []:
             key = (tp.topic, tp.partition)
-            offset = tp.offset if tp.offset >= 0 else self._sought.get(key)
+            offset = tp.offset if tp.offset >= 0 else sought.get(key)
             # seek() passes no leader epoch (librdkafka would first validate it, a round
             # trip); one it refuses is logged, and the resume stands.
             if tp.error is None and offset is not None:
                 self.seek(key, offset)
 
     def _note_start(self, parts: list[TopicPartition]) -> None:
-        """An assignment starts each partition where it says, as a seek would (OFFSET_INVALID:
-        where librdkafka finds it, unknown here)."""
+        """An assignment starts each partition where it says, as a seek would."""
         for p in parts:
-            tp = (p.topic, p.partition)
-            if p.offset == OFFSET_INVALID:
-                self._sought.pop(tp, None)
-            else:
-                self._sought[tp] = p.offset
+            self._remember_start((p.topic, p.partition), p.offset)
+
+    def _remember_start(self, tp: TP, offset: int) -> None:
+        """Where ``tp`` fetches from until a record of it is read, for _wake_fetcher: a real
+        offset only. A logical one (the start or end, OFFSET_INVALID: where librdkafka finds
+        it) is resolved once by librdkafka, and sought again it would be resolved anew: a
+        newer end than the one the partition fetches from skips the records in between."""
+        if offset >= 0:
+            self._sought[tp] = offset
+        else:
+            self._sought.pop(tp, None)
 
     def _let_go(self, tps: list[TP]) -> None:
         self._paused.difference_update(tps)
@@ -571,8 +583,8 @@ class GroupConsumer:
     def committed(self, tps: Iterable[TP], timeout_s: float = 5.0,
                   ask_again: bool = False) -> dict[TP, int | None]:
         """The group's committed offsets; raises KafkaError when the broker does not answer
-        within timeout_s (bounded: this runs on the supervisor's loop, which asks again on
-        its next turn). ``ask_again``: a busy coordinator's refusal is asked again until
+        within timeout_s, or refuses a partition (bounded: this runs on the supervisor's loop,
+        which asks again on its next turn). ``ask_again``: a busy coordinator's refusal is asked again until
         timeout_s has passed (runtime/kafka/coordinator.py), for callers with nothing else to do."""
         if self.wedged:
             raise KafkaError(self.wedged)
@@ -580,7 +592,13 @@ class GroupConsumer:
         deadline = time.monotonic() + timeout_s
 
         def ask() -> list[TopicPartition]:
-            return self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
+            parts = self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
+            # A partition's own error (not authorised, unknown) is no answer: read as "nothing
+            # committed" it would start the partition at the reset position.
+            for p in parts:
+                if p.error is not None:
+                    raise KafkaException(p.error)
+            return parts
 
         try:
             parts = coordinator.until_answered(ask, timeout_s, "committed offsets") if ask_again else ask()
@@ -603,7 +621,9 @@ class GroupConsumer:
         try:
             start = self.committed(tps)
         except KafkaError as exc:
-            log.warning("cannot read committed offsets yet; will retry", extra={"error": str(exc)})
+            # Asked again on every turn of the loop: said once in a while.
+            log.warning("cannot read committed offsets yet; will retry",
+                        extra={"error": str(exc), "throttle": "committed offsets unread"})
             return tps
         reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
         failed = []
@@ -619,7 +639,7 @@ class GroupConsumer:
             return False
         try:
             self._c.seek(TopicPartition(tp[0], tp[1], offset))
-            self._sought[tp] = offset
+            self._remember_start(tp, offset)
             return True
         except KafkaException as exc:
             log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset,

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from runtime.errors import KafkaError as KafkaErrorOfOurs
 from runtime.kafka.consumer import ConsumerState, GroupConsumer
 
 
@@ -237,4 +238,64 @@ def test_a_resumed_partition_with_no_position_is_woken_where_it_was_last_sought(
     gc.resume([("t", 0), ("t", 1), ("t", 2)])
     seeks = [c[1][0] for c in client.calls if c[0] == "seek"]
     assert seeks == [(0, 500), (2, 9), (0, 500)], "the rewinds, then the wake of partition 0 only"
+    gc.close(5)
+
+
+def test_a_rewind_to_a_logical_offset_or_under_a_reset_to_the_end_is_not_sought_again() -> None:
+    """librdkafka resolves a logical offset (the start, the end) once; sought again, the end
+    would be a newer one, skipping what came in between. Under a reset to the end a real
+    offset that turned out of range would be reset anew, to a newer end: no second seek."""
+    client = ResumingClient({0: -1001, 1: -1001})
+    gc = consumer_with(client)
+    gc.pause([("t", 0), ("t", 1)])
+    assert gc.seek(("t", 0), -1) and gc.seek(("t", 1), 70)
+    gc.resume([("t", 0), ("t", 1)])
+    assert [c[1][0] for c in client.calls if c[0] == "seek"] == [(0, -1), (1, 70), (1, 70)]
+    gc.close(5)
+    client = ResumingClient({0: -1001})
+    gc = consumer_with(client)
+    gc._reset_to_end = True
+    gc.pause([("t", 0)])
+    assert gc.seek(("t", 0), 70)
+    gc.resume([("t", 0)])
+    assert [c[1][0] for c in client.calls if c[0] == "seek"] == [(0, 70)]
+    gc.close(5)
+
+
+def test_a_partition_refused_by_the_coordinator_is_no_committed_offset() -> None:
+    """A partition's own error in the answer is not "nothing committed": read so, a member
+    would start it at the reset position. It is refused: the supervisor holds the partition
+    and asks again (``seek_to_start`` returns it)."""
+
+    class Refusing(ClientThatHangsOnClose):
+        def committed(self, parts: list[TopicPartition], timeout: float = -1) -> list[Any]:
+            # As the client answers, with the last partition refused (its error is read-only
+            # on a TopicPartition, so a stand-in).
+            return [SimpleNamespace(topic=p.topic, partition=p.partition, offset=5,
+                                    error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+                                    if i == len(parts) - 1 else None) for i, p in enumerate(parts)]
+
+    client = Refusing()
+    client.release.set()
+    gc = consumer_with(client)
+    with pytest.raises(KafkaErrorOfOurs, match="reading committed offsets failed"):
+        gc.committed([("t", 0), ("t", 1)])
+    assert gc.seek_to_start([("t", 0), ("t", 1)]) == [("t", 0), ("t", 1)]
+    gc.close(5)
+
+
+def test_a_member_closing_does_not_read_the_offsets_of_a_late_assignment() -> None:
+    """While closing, the coordinator refuses the offset fetches of a group that is leaving, and
+    the read would be asked again for read_start_s, holding close(): librdkafka is left to it."""
+    client = CoordinatorLoadingClient()
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
+                        "partition.assignment.strategy": "cooperative-sticky"})
+    real, gc._c = gc._c, client  # type: ignore[assignment]
+    real.close()
+    gc.subscribe(["t"], lambda tps: None, lambda tps: None, lambda tps: None, read_start_s=5)
+    gc.state = ConsumerState.CLOSING
+    client.callbacks["on_assign"](client, [TopicPartition("t", 0)])
+    assert client.asked == 0
+    assert [(p.partition, p.offset) for p in client.assigned[-1]] == [(0, -1001)]
+    gc.state = ConsumerState.CONSUMING
     gc.close(5)
