@@ -16,7 +16,8 @@ import socket
 import threading
 
 PRODUCE = 0  # Kafka API keys: Produce requests,
-OFFSET_COMMIT = 8  # OffsetCommit requests
+OFFSET_COMMIT = 8  # OffsetCommit requests,
+OFFSET_FETCH = 9  # OffsetFetch requests (a group's committed offsets)
 
 
 class Proxy:

@@ -642,8 +642,12 @@ class GroupConsumer:
             self._remember_start(tp, offset)
             return True
         except KafkaException as exc:
+            # A held partition's seek is tried again on every turn of the loop (librdkafka
+            # refuses it while its own fetch of the committed offset is unanswered): said once
+            # in a while.
             log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset,
-                                              "error": str(exc.args[0])})
+                                              "error": str(exc.args[0]),
+                                              "throttle": f"seek failed {tp_label(tp)}"})
             return False
 
     def high_watermark(self, tp: TP) -> int | None:

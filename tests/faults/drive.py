@@ -18,6 +18,9 @@ Drivers:
 * ``caught_up_broker_away`` / ``caught_up_commit_unanswered`` / ``caught_up_broker_stall``:
   `--until-caught-up` against a broker of its own behind a proxy that cuts it, or swallows
   OffsetCommit requests.
+* ``start_offsets_refused``: half of each partition committed before, then `--until-caught-up`
+  behind a proxy that swallows every OffsetFetch request until both partitions wait for their
+  committed offsets.
 * ``share`` / ``share_broker_stall``: the row in a share group (Apache Kafka); the stall
   against a broker of its own behind a proxy that cuts it.
 * ``transactions``: the row's records written in committed and aborted transactions, then
@@ -46,7 +49,7 @@ from typing import Any
 
 import psutil
 import pytest
-from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -77,7 +80,7 @@ from helpers import (
     unique,
     wait_for,
 )
-from proxy import OFFSET_COMMIT, PRODUCE, Proxy
+from proxy import OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Proxy
 
 from runtime.execution.deadletter_format import dead_letter_headers
 from runtime.kafka.admin import create_topic
@@ -784,6 +787,40 @@ def caught_up_commit_unanswered(fault: Fault, bootstrap: str, tmp: Path) -> Obse
                         caught_up_timeout_s=60.0)
 
 
+def start_offsets_refused(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """The coordinator takes the member in but answers no offset fetch (the proxy swallows
+    them, as a coordinator loading its offsets or overloaded may leave them), then answers.
+    The group has committed half of each partition: a partition started anywhere but there
+    shows as outputs of records before it (the row's ``no_output``) or as records missing."""
+    with proxied_broker(tmp) as (broker, proxy):
+        obs, cfg = prepare(fault, broker.bootstrap, tmp)
+        n = obs.names
+        member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": n["group"],
+                           "enable.auto.commit": False})
+        try:
+            member.commit(offsets=[TopicPartition(n["in"], p, c // 2) for p, c in obs.counts.items()],
+                          asynchronous=False)
+        finally:
+            member.close()
+        # librdkafka refuses a seek of a partition while its own fetch of the committed offset
+        # is unanswered, until that request times out: 10 s here, not the default 60.
+        _merge(cfg, {"kafka": {"consumer": {"socket.timeout.ms": 10000}}})
+        proxy.block(OFFSET_FETCH, "stall")
+        rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"])
+        try:
+            obs.extra["during"] = rm.wait_status(
+                lambda s: len(s["partitions"]) == fault.partitions
+                and all("seeking" in p["pause_reasons"] for p in s["partitions"]),
+                60, "every partition waiting for its committed offset")
+            obs.extra["processed_during"] = obs.extra["during"]["records"]
+            proxy.unblock(OFFSET_FETCH)
+            obs.exit = rm.wait(fault.timeout_s)
+        finally:
+            rm.close()
+            proxy.unblock(OFFSET_FETCH)
+        return read_back(obs, rm)
+
+
 def caught_up_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     def stall(obs: Observation, rm: Ringmaster, proxy: Proxy, broker: Broker) -> None:
         proxy.cut()
@@ -872,6 +909,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "signal_stop": signal_stop, "admin_idle": admin_idle, "admin_slow": admin_slow, "admin_odd": admin_odd,
     "caught_up_broker_away": caught_up_broker_away, "caught_up_broker_stall": caught_up_broker_stall,
     "caught_up_commit_unanswered": caught_up_commit_unanswered,
+    "start_offsets_refused": start_offsets_refused,
     "transactions": transactions,
     "redrive_letters": redrive_letters,
     "admin_port_held": admin_port_held,

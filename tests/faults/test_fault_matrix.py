@@ -40,7 +40,7 @@ def observations(request: pytest.FixtureRequest, broker: Any,
 # Drivers that start a broker of their own (seconds for Apache Kafka's JVM), then those that
 # kill, restart or wait on processes: measured the longest rows, so started first.
 OWN_BROKER = {"output_outage", "output_outage_reset", "dead_letter_outage", "caught_up_broker_away",
-              "caught_up_broker_stall", "caught_up_commit_unanswered"}
+              "caught_up_broker_stall", "caught_up_commit_unanswered", "start_offsets_refused"}
 
 
 def cost(f: Fault) -> int:
@@ -430,6 +430,15 @@ def redrive_refused(obs: drive.Observation) -> None:
     (_, out, err), (code2, _, _) = obs.extra["redrive"]
     assert out == "" and err.count("\n") == 1 and err.startswith("ringmaster: error: --from"), err
     assert code2 == 2 and "daemon_exit" not in obs.extra
+
+
+def started_at_the_committed_offsets(obs: drive.Observation) -> None:
+    """Nothing ran while the committed offsets were unread (a partition started at the reset
+    position instead would have), and the daemon said why its partitions waited."""
+    assert obs.extra["processed_during"] == 0, f"{obs.extra['processed_during']} records processed " \
+                                               "before the committed offsets were read"
+    reasons = [p["pause_reasons"] for p in obs.extra["during"]["partitions"]]
+    assert all(r == ["seeking"] for r in reasons), reasons
 
 
 CHECKS = {name: fn for name, fn in globals().items() if callable(fn) and name in {
