@@ -21,7 +21,6 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
-    OFFSET_INVALID,
     Consumer,
     KafkaException,
     Message,
@@ -584,28 +583,42 @@ class GroupConsumer:
                   ask_again: bool = False) -> dict[TP, int | None]:
         """The group's committed offsets; raises KafkaError when the broker does not answer
         within timeout_s, or refuses a partition (bounded: this runs on the supervisor's loop,
-        which asks again on its next turn). ``ask_again``: a busy coordinator's refusal is asked again until
-        timeout_s has passed (runtime/kafka/coordinator.py), for callers with nothing else to do."""
+        which asks again on its next turn). ``ask_again``: a busy coordinator's refusal is
+        asked again until timeout_s has passed (runtime/kafka/coordinator.py), for callers
+        with nothing else to do."""
+        start, refused = self._read_committed(tps, timeout_s, ask_again)
+        if refused:
+            tp, why = next(iter(refused.items()))
+            more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""
+            raise KafkaError(f"reading committed offsets failed: {tp_label(tp)}: {why}{more}")
+        return start
+
+    def _read_committed(self, tps: Iterable[TP], timeout_s: float,
+                        ask_again: bool) -> tuple[dict[TP, int | None], dict[TP, str]]:
+        """The committed offsets the coordinator gave, and the partitions it refused in its
+        answer, with why (an error of its own, e.g. not authorised: no answer for that
+        partition; read as "nothing committed" it would start at the reset position).
+        KafkaError when the request as a whole got no answer."""
         if self.wedged:
             raise KafkaError(self.wedged)
         wanted = [TopicPartition(t, p) for t, p in tps]
         deadline = time.monotonic() + timeout_s
 
         def ask() -> list[TopicPartition]:
-            parts = self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
-            # A partition's own error (not authorised, unknown) is no answer: read as "nothing
-            # committed" it would start the partition at the reset position.
-            for p in parts:
-                if p.error is not None:
-                    raise KafkaException(p.error)
-            return parts
+            return self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
 
         try:
             parts = coordinator.until_answered(ask, timeout_s, "committed offsets") if ask_again else ask()
         except KafkaException as exc:
             raise KafkaError(f"reading committed offsets failed: {exc.args[0]}") from None
-        return {(p.topic, p.partition): (None if p.offset == OFFSET_INVALID or p.offset < 0 else p.offset)
-                for p in parts}
+        start: dict[TP, int | None] = {}
+        refused: dict[TP, str] = {}
+        for p in parts:
+            if p.error is not None:
+                refused[(p.topic, p.partition)] = str(p.error)
+            else:
+                start[(p.topic, p.partition)] = None if p.offset < 0 else p.offset  # OFFSET_INVALID: none
+        return start, refused
 
     def release(self, tp: TP, run: Run) -> None:
         """Nothing to do: dropped records are read again from the seek that follows a fence."""
@@ -619,14 +632,17 @@ class GroupConsumer:
         if not tps:
             return []
         try:
-            start = self.committed(tps)
+            start, refused = self._read_committed(tps, 5.0, ask_again=False)
         except KafkaError as exc:
-            # Asked again on every turn of the loop: said once in a while.
             log.warning("cannot read committed offsets yet; will retry",
                         extra={"error": str(exc), "throttle": "committed offsets unread"})
             return tps
+        for tp, why in refused.items():  # only these wait: the others start
+            log.warning("the coordinator refused a partition's committed offset; will retry",
+                        extra={"tp": tp_label(tp), "error": why,
+                               "throttle": f"committed refused {tp_label(tp)}"})
         reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
-        failed = []
+        failed = list(refused)
         for tp, offset in start.items():
             if not self.seek(tp, reset if offset is None else offset):
                 failed.append(tp)
@@ -645,9 +661,10 @@ class GroupConsumer:
             # A held partition's seek is tried again on every turn of the loop (librdkafka
             # refuses it while its own fetch of the committed offset is unanswered): said once
             # in a while.
-            log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset,
-                                              "error": str(exc.args[0]),
-                                              "throttle": f"seek failed {tp_label(tp)}"})
+            err = exc.args[0]
+            code = err.code() if hasattr(err, "code") else ""
+            log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset, "error": str(err),
+                                              "throttle": f"seek failed {tp_label(tp)} {code}"})
             return False
 
     def high_watermark(self, tp: TP) -> int | None:

@@ -105,6 +105,12 @@ def committed(c: Consumer, tps: list[tuple[str, int]]) -> Offsets:
                                            GROUP_TIMEOUT_S, "the group's committed offsets")
     except KafkaException as exc:
         raise RingmasterError(f"cannot read the group's committed offsets: {exc}") from None
+    # A partition refused in the answer (not authorised) has no offset to give: read as "none
+    # committed" it would be read again from the job's starting offsets.
+    refused = [p for p in parts if p.error is not None]
+    if refused:
+        raise RingmasterError(f"cannot read the group's committed offsets: {refused[0].topic}"
+                              f"[{refused[0].partition}]: {refused[0].error}")
     return _pack({(p.topic, p.partition): p.offset for p in parts if p.offset != OFFSET_INVALID})
 
 

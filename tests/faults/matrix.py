@@ -307,13 +307,13 @@ FAULTS: list[Fault] = [
           "killed after `setup_timeout_s`; exit 3 naming the timeout",
           settings={"hang_setup_on": [1, 2]}, workers={"start_attempts": 1, "setup_timeout_s": 2.0}, exit=3,
           log=("setup did not finish within 2 s",)),
-    Fault("start-offsets-refused", "start-up",
-          "the group coordinator takes the daemon in but answers no offset fetch for a while (loading, "
+    Fault("start-offsets-unanswered", "start-up",
+          "the group coordinator takes the daemon in but answers no offset fetch for a while (stuck, "
           "overloaded), with half of each partition committed",
           "each partition waits (status: seeking), nothing runs; once the coordinator answers, and the "
-          "client's own unanswered fetch has timed out (`socket.timeout.ms`), each starts at its "
-          "committed offset, never at the reset position",
-          partitions=2, driver="start_offsets_refused", no_output=frozenset(f"r{i}" for i in range(20)),
+          "client's own unanswered fetch has timed out (`socket.timeout.ms`, 60 s by default), each "
+          "starts at its committed offset, never at the reset position",
+          partitions=2, driver="start_offsets_unanswered", no_output=frozenset(f"r{i}" for i in range(20)),
           log=("cannot read committed offsets yet",), check="started_at_the_committed_offsets"),
     Fault("setup-fails-later", "start-up",
           "`setup()` fails in a later incarnation (after a crash, a recycle, an OOM kill)",

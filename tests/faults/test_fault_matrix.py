@@ -40,7 +40,7 @@ def observations(request: pytest.FixtureRequest, broker: Any,
 # Drivers that start a broker of their own (seconds for Apache Kafka's JVM), then those that
 # kill, restart or wait on processes: measured the longest rows, so started first.
 OWN_BROKER = {"output_outage", "output_outage_reset", "dead_letter_outage", "caught_up_broker_away",
-              "caught_up_broker_stall", "caught_up_commit_unanswered", "start_offsets_refused"}
+              "caught_up_broker_stall", "caught_up_commit_unanswered", "start_offsets_unanswered"}
 
 
 def cost(f: Fault) -> int:

@@ -264,10 +264,11 @@ def test_a_rewind_to_a_logical_offset_or_under_a_reset_to_the_end_is_not_sought_
 
 def test_a_partition_refused_by_the_coordinator_is_no_committed_offset() -> None:
     """A partition's own error in the answer is not "nothing committed": read so, a member
-    would start it at the reset position. It is refused: the supervisor holds the partition
-    and asks again (``seek_to_start`` returns it)."""
+    would start it at the reset position. ``committed()`` refuses the whole read, naming it;
+    the supervisor's start seeks the partitions answered and returns the refused one, which it
+    holds and asks again for."""
 
-    class Refusing(ClientThatHangsOnClose):
+    class Refusing(ResumingClient):
         def committed(self, parts: list[TopicPartition], timeout: float = -1) -> list[Any]:
             # As the client answers, with the last partition refused (its error is read-only
             # on a TopicPartition, so a stand-in).
@@ -275,12 +276,12 @@ def test_a_partition_refused_by_the_coordinator_is_no_committed_offset() -> None
                                     error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
                                     if i == len(parts) - 1 else None) for i, p in enumerate(parts)]
 
-    client = Refusing()
-    client.release.set()
+    client = Refusing({})
     gc = consumer_with(client)
-    with pytest.raises(KafkaErrorOfOurs, match="reading committed offsets failed"):
+    with pytest.raises(KafkaErrorOfOurs, match=r"reading committed offsets failed: t\[1\]"):
         gc.committed([("t", 0), ("t", 1)])
-    assert gc.seek_to_start([("t", 0), ("t", 1)]) == [("t", 0), ("t", 1)]
+    assert gc.seek_to_start([("t", 0), ("t", 1)]) == [("t", 1)]
+    assert client.calls == [("seek", [(0, 5)])], "the answered partition starts at once"
     gc.close(5)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import OFFSET_INVALID, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from runtime.errors import RingmasterError
@@ -93,6 +93,21 @@ def test_committed_falls_back_to_earliest_per_partition_and_never_below_it() -> 
     c = FakeClient({"in": 3}, highs={}, lows={("in", 0): 4, ("in", 1): 3, ("in", 2): 6},
                    commits={("in", 0): 7, ("in", 2): 2})  # in[2]: committed before retention
     assert ko.parse("committed", c, tps(c), "list") == {"in": {"0": 7, "1": 3, "2": 6}}
+
+
+def test_committed_refuses_a_partition_the_coordinator_refused_rather_than_start_it_over() -> None:
+    """A partition's own error in the answer (not authorised) is no offset: read as "none
+    committed", the job would read it again from its starting offsets."""
+    c = FakeClient({"in": 2}, highs={}, commits={("in", 0): 7, ("in", 1): 9})
+
+    def refusing(tps: list[TopicPartition], timeout: float) -> list[Any]:
+        refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        return [SimpleNamespace(topic=t.topic, partition=t.partition, offset=-1001,
+                                error=refused if t.partition else None) for t in tps]
+
+    c.committed = refusing  # type: ignore[method-assign]
+    with pytest.raises(RingmasterError, match=r"committed offsets: in\[1\]"):
+        ko.parse("committed", c, tps(c), "list")
 
 
 # --- backfill plan: what is read is what is counted ------------------------------------------

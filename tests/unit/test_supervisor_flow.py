@@ -290,7 +290,7 @@ def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_a
 
 
 def test_a_committed_offset_the_broker_does_not_give_holds_the_partition_and_is_tried_again() -> None:
-    sup, consumer, _clock, _ = make()
+    sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
     consumer.seek_fails = {TP0}
     fetch(sup, consumer, Fetched())  # the assignment touched TP0: its start offset is looked up, and fails
@@ -299,6 +299,10 @@ def test_a_committed_offset_the_broker_does_not_give_holds_the_partition_and_is_
     fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 0, 1)}, count=2))
     assert p.intake.open_msgs == [], "records from an unknown position are not processed"
     consumer.seek_fails.clear()
+    fetch(sup, consumer, Fetched())
+    assert PauseReason.SEEKING in p.pause.holds, \
+        "not tried again on every turn of the loop: each try reads the coordinator's offsets"
+    clock.now += 2.0  # past the back-off's longest wait
     fetch(sup, consumer, Fetched())
     assert PauseReason.SEEKING not in p.pause.holds, "tried again, and released once it worked"
 

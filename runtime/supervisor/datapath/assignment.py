@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from runtime.backoff import backoff_s
 from runtime.errors import RingmasterError
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.flowcontrol import FlowControl
@@ -41,6 +42,10 @@ from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.seams import Consumer
 from runtime.tp import TP, tp_label
 from runtime.transport.board import EpochTable
+
+# The first wait before a held partition's start is tried again, and the longest.
+_SEEK_RETRY_S = 0.1
+_SEEK_RETRY_MAX_S = 2.0
 
 log = logging.getLogger("ringmaster.assignment")
 
@@ -94,6 +99,12 @@ class Assignment:
         self.flow = flow
         self.clock = clock
         self.touched: set[TP] = set()  # partitions a rebalance callback changed this tick
+        # Held partitions' starts are tried again with a back-off, not on every turn of the
+        # loop: each try reads committed offsets from a coordinator that may be overloaded,
+        # and librdkafka refuses the seek itself for as long as its own read of them is
+        # unanswered (socket.timeout.ms, 60 s by default).
+        self._seek_failures = 0
+        self._seek_again_at = 0.0
         self.assigned_once = False
         # Assigned by the group, held by nobody: no slot was free. TP -> clock time since. Paused
         # in the client; taken in (adopt) when a release frees a slot. Written here only.
@@ -201,11 +212,17 @@ class Assignment:
 
     def retry_seeks(self) -> None:
         waiting = [tp for tp, p in self.partitions.items() if PauseReason.SEEKING in p.pause.holds]
-        if waiting:
+        if waiting and self.clock() >= self._seek_again_at:
             self._seek_to_start(waiting)
 
     def _seek_to_start(self, tps: list[TP]) -> None:
         failed = set(self.consumer.seek_to_start(tps))
+        if failed:
+            wait_s = backoff_s(_SEEK_RETRY_S, self._seek_failures, _SEEK_RETRY_MAX_S)
+            self._seek_again_at = self.clock() + wait_s
+            self._seek_failures += 1
+        else:
+            self._seek_failures = 0
         for tp in tps:
             p = self.partitions[tp]
             if tp in failed:
