@@ -7,6 +7,7 @@ partition to fetch asleep for up to a second: the rings ran dry and the workers 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -69,20 +70,27 @@ def reading(c: GroupConsumer, topic: str) -> tuple[Reader, list[tuple[str, int]]
     return reader, sorted(assigned)
 
 
+def assert_prompt_after_each_resume(c: GroupConsumer, reader: Reader, tps: list[tuple[str, int]],
+                                   while_paused: Callable[[], None]) -> None:
+    """Seven tries: pause every partition, ``while_paused()``, wait, resume, time the first
+    record. Every partition paused, the fetch in flight returns (fetch.wait.max.ms) and the
+    broker thread goes idle: different idle times meet its wake-up at different phases."""
+    waits = []
+    for trial in range(7):
+        c.pause(tps)
+        while_paused()
+        time.sleep(0.2 + 0.13 * trial)
+        c.resume(tps)
+        waits.append(reader.first_records_after(5.0))
+    assert max(waits) < _PROMPT_S, f"records came {[round(w * 1000) for w in waits]} ms after resume()"
+
+
 def test_records_come_promptly_after_every_partition_was_paused_and_resumed(
         broker: Any, names: dict[str, str]) -> None:
     c = consumer(broker, names)
     try:
         reader, tps = reading(c, names["in"])
-        waits = []
-        for trial in range(7):
-            c.pause(tps)
-            # Every partition paused: the fetch in flight returns (fetch.wait.max.ms) and the
-            # broker thread goes idle. Different idle times meet its wake-up at different phases.
-            time.sleep(0.2 + 0.13 * trial)
-            c.resume(tps)
-            waits.append(reader.first_records_after(5.0))
-        assert max(waits) < _PROMPT_S, f"records came {[round(w * 1000) for w in waits]} ms after resume()"
+        assert_prompt_after_each_resume(c, reader, tps, lambda: None)
     finally:
         c.close(10)
 
@@ -95,18 +103,15 @@ def test_records_come_promptly_after_partitions_rewound_while_paused_are_resumed
     without that its records came 30-810 ms after the resume on both brokers, like any resume
     before the wake (measured here), and from the offset it was rewound to either way."""
     c = consumer(broker, names)
+
+    def rewind() -> None:
+        for tp in tps:
+            back = max(0, reader.last.get(tp, 0) - 50)
+            assert c.seek(tp, back)
+            reader.last[tp] = back - 1  # the next record read must be the one rewound to
+
     try:
         reader, tps = reading(c, names["in"])
-        waits = []
-        for trial in range(7):
-            c.pause(tps)
-            for tp in tps:
-                back = max(0, reader.last.get(tp, 0) - 50)
-                assert c.seek(tp, back)
-                reader.last[tp] = back - 1  # the next record read must be the one rewound to
-            time.sleep(0.2 + 0.13 * trial)
-            c.resume(tps)
-            waits.append(reader.first_records_after(5.0))
-        assert max(waits) < _PROMPT_S, f"records came {[round(w * 1000) for w in waits]} ms after resume()"
+        assert_prompt_after_each_resume(c, reader, tps, rewind)
     finally:
         c.close(10)
