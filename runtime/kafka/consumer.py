@@ -658,7 +658,7 @@ class GroupConsumer:
             self._remember_start(tp, offset)
             return True
         except KafkaException as exc:
-            # A held partition's seek is tried again on every turn of the loop (librdkafka
+            # A held partition's seek is tried again and again, with a back-off (librdkafka
             # refuses it while its own fetch of the committed offset is unanswered): said once
             # in a while.
             err = exc.args[0]
