@@ -1,14 +1,21 @@
 """`./scripts/bench --naive`: on a small machine, against the naive peer, with outputs.
 
-A plain consumer loop that produces one output a record, `multiprocessing.Pool(N)` fed
-pickled chunks (its parent producing the outputs) and ringmaster with N workers (`[output]
-topic`), on a CPU-bound plugin, runs interleaved in one invocation, for each partition count
-(8 and 3 by default: more lanes than workers, and one lane too many). Besides records/s, where
-a record's CPU goes: every process of the run and the broker are sampled per thread (psutil,
-/proc) every 50 ms, and their CPU split into the consumer side's Python (the supervisor, the
-loop, Pool's parent), the workers' Python, librdkafka's threads on each side (the consumer's
-fetching, the producers' sending) and the broker. A thread's CPU counts from its start to its
-last sample, start-up included; µs per record over the records of the run.
+Run interleaved in one invocation, on a CPU-bound plugin, for each partition count (8 and 3 by
+default: more lanes than workers, and one lane too many):
+
+* a plain consumer loop that produces one output a record;
+* N copies of it, one process each, the partitions dealt out between them: what running the
+  loop N times on the host gives, and, with a multiple of N partitions, about what N cores can
+  do for this work at all;
+* `multiprocessing.Pool(N)` fed pickled chunks, its parent producing the outputs;
+* ringmaster with N workers (`[output] topic`).
+
+Besides records/s, where a record's CPU goes: every process of the run and the broker are
+sampled per thread (psutil, /proc) every 50 ms, and their CPU split into the consumer side's
+Python (the supervisor, the loop, Pool's parent), the workers' Python, librdkafka's threads on
+each side (the consumer's fetching, the producers' sending) and the broker. A thread's CPU
+counts from its start to its last sample, start-up included; µs per record over the records of
+the run.
 """
 
 from __future__ import annotations
@@ -128,6 +135,8 @@ def compare(args: argparse.Namespace, bench: Any) -> int:
             cases: list[tuple[str, Callable[[], dict[str, Any]]]] = [
                 ("plain loop", functools.partial(bench.run_peer, "baseline", broker.bootstrap, topic, records,
                                                  "cpu", iterations, 1, outputs)),
+                (f"{n} plain loops", functools.partial(bench.run_peer, "copies", broker.bootstrap, topic,
+                                                       records, "cpu", iterations, n, outputs)),
                 (f"pool({n})", functools.partial(bench.run_peer, "pool", broker.bootstrap, topic, records,
                                                  "cpu", iterations, n, outputs))]
             env = {"RINGMASTER__OUTPUT__TOPIC": outputs, "RINGMASTER__WORKERS__SETTINGS__OUTPUTS": "true"}
@@ -186,7 +195,8 @@ def render(results: dict[str, Any]) -> list[str]:
           "max, ratios of medians within this invocation only. Window: CPU µs per record of the consumer "
           "side's process and of the workers' from the first record to the last commit (start-up "
           "excluded). By role: CPU µs per record of each kind of thread (medians), start-up included: the "
-          "consumer side is the plain loop, Pool's parent or the supervisor; its librdkafka threads fetch "
+          "consumer side is the plain loop, Pool's parent or the supervisor (the copies of the plain loop "
+          "count as workers: each partition is dealt to one copy); its librdkafka threads fetch "
           "(and, but for ringmaster, produce); the workers' librdkafka threads are ringmaster's producers. "
           "Others: the CPU the rest of the machine used during the runs, a share of all cores. Every "
           "checkout is byte-compiled before the runs (scripts/bench.py, precompile).\n"]

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from benchkit.work import do_work
+from runtime.kafka.topic_reader import partition_bounds
 
 FETCH = {"fetch.queue.backoff.ms": 10, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
          "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "earliest"}
@@ -92,13 +93,12 @@ class Outputs:
             raise RuntimeError("outputs not delivered in 60 s")
 
 
-def baseline(args: argparse.Namespace) -> dict[str, Any]:
-    """One process: consume(1000) and work, commit once a second and at the end."""
-    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
-    c.subscribe([args.topic])
+def _plain_loop(c: Consumer, args: argparse.Namespace, records: int) -> tuple[int, float | None, float]:
+    """Consume(1000) and work, produce the outputs, commit once a second and at the end, until
+    ``records`` records. Returns the records, the first one's time and the end."""
     out = Outputs(args)
     done, first, offsets, last_commit = 0, None, {}, time.monotonic()
-    while done < args.records:
+    while done < records:
         results = []
         for m in c.consume(1000, 0.1):
             if m.error():
@@ -118,8 +118,52 @@ def baseline(args: argparse.Namespace) -> dict[str, Any]:
     _commit(c, offsets)
     end = time.monotonic()
     CPU.stop()
+    return done, first, end
+
+
+def baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """One process: the plain loop (``_plain_loop``) as a group member."""
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
+    c.subscribe([args.topic])
+    done, first, end = _plain_loop(c, args, args.records)
     c.close()
     return {"records": done, "window_s": end - (first or end)}
+
+
+def _copy(args: argparse.Namespace, share: dict[int, tuple[int, int]], ready: Any, results: Any) -> None:
+    """One copy of the plain loop over its share of the partitions (partition -> first and end
+    offset), from their start to their end, once every copy is up (``ready``: a barrier, so
+    that no copy's start-up counts). Puts its records, first and end times, and its CPU
+    seconds in that window on ``results``."""
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group, **FETCH})
+    c.assign([TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in share])
+    ready.wait()
+    done, first, end = _plain_loop(c, args, sum(e - f for f, e in share.values()))
+    c.close()
+    results.put((done, first, end, CPU.used[0]))
+
+
+def copies(args: argparse.Namespace) -> dict[str, Any]:
+    """N copies of the plain loop, one process each, the partitions dealt out as a group would
+    settle them (partition p to copy p mod N, no rebalance in the window): what running the
+    single-process consumer N times on the host gives. Window: the first record of any copy to
+    the last copy's final commit; CPU: each copy's own window (no consumer side here)."""
+    bounds = partition_bounds(args.topic, {"bootstrap.servers": args.bootstrap, "group.id": args.group}, 30)
+    parts = sorted(bounds)
+    shares = [{p: bounds[p] for p in parts[i::args.processes]} for i in range(args.processes)]
+    shares = [s for s in shares if s]
+    ctx = multiprocessing.get_context("spawn")
+    ready, results = ctx.Barrier(len(shares)), ctx.Queue()
+    procs = [ctx.Process(target=_copy, args=(args, share, ready, results)) for share in shares]
+    for proc in procs:
+        proc.start()
+    ran = [results.get(timeout=900) for _ in procs]
+    for proc in procs:
+        proc.join()
+    start = min(first for _, first, _, _ in ran if first is not None)
+    end = max(e for _, _, e, _ in ran)
+    CPU.used = (0.0, sum(cpu for *_, cpu in ran))
+    return {"records": sum(done for done, *_ in ran), "window_s": end - start}
 
 
 def _work_batch(payload: tuple[str, int, list[bytes]]) -> list[int]:
@@ -262,7 +306,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["baseline", "pool", "arroyo", "latency"])
+    ap.add_argument("kind", choices=["baseline", "copies", "pool", "arroyo", "latency"])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--group", required=True)
@@ -272,9 +316,11 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--latency-dir", default=None)
     ap.add_argument("--fetch-wait-ms", type=int, default=500)
-    ap.add_argument("--output-topic", default=None, help="baseline, pool: produce one output a record here")
+    ap.add_argument("--output-topic", default=None,
+                    help="baseline, copies, pool: produce one output a record here")
     args = ap.parse_args()
-    result = {"baseline": baseline, "pool": pool, "arroyo": arroyo, "latency": latency}[args.kind](args)
+    kinds = {"baseline": baseline, "copies": copies, "pool": pool, "arroyo": arroyo, "latency": latency}
+    result = kinds[args.kind](args)
     main_cpu, worker_cpu = CPU.used
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     result.update(main_cpu_s=main_cpu, worker_cpu_s=worker_cpu,
