@@ -155,6 +155,8 @@ class GroupConsumer:
         self.cooperative = ("cooperative" in str(props.get("partition.assignment.strategy", ""))
                             or str(props.get("group.protocol", "classic")).strip().lower() == "consumer")
         self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
+        # Where a partition with no committed offset starts when the runtime seeks it itself.
+        self._reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
 
     def _check(self) -> None:
         if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
@@ -297,7 +299,7 @@ class GroupConsumer:
         """``tps`` at the group's committed offsets, the reset position where there is none,
         read now (asked again until answered, at most timeout_s): KafkaError if unanswered."""
         start = self.committed(tps, timeout_s, ask_again=True)
-        reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+        reset = self._reset
         offsets = {tp: reset if offset is None else offset for tp, offset in start.items()}
         return [TopicPartition(t, p, offsets.get((t, p), reset)) for t, p in tps]
 
@@ -641,10 +643,9 @@ class GroupConsumer:
             log.warning("the coordinator refused a partition's committed offset; will retry",
                         extra={"tp": tp_label(tp), "error": why,
                                "throttle": f"committed refused {tp_label(tp)}"})
-        reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
         failed = list(refused)
         for tp, offset in start.items():
-            if not self.seek(tp, reset if offset is None else offset):
+            if not self.seek(tp, self._reset if offset is None else offset):
                 failed.append(tp)
         return failed
 
