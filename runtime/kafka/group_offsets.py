@@ -9,13 +9,14 @@ is not. So once its own partitions are done, a member asks where every partition
 topics is committed, and stops only when each is at or past its end.
 
 Each partition's end is taken once, the first time it is seen (so a topic written to all
-the time still ends), with ListOffsets under the consumer's isolation level (under
+the time still ends): ListOffsets under the consumer's isolation level (under
 ``read_committed``, the last stable offset: records of an open transaction are not work
-yet). Requests go through an admin client whose answers arrive on librdkafka's threads:
-``refresh`` never blocks the loop, one request of a kind in flight, each abandoned after
-``timeout_s``. Tansu answers ListOffsets "latest" stale (runtime/kafka/watermarks.py): an
-end taken there can be short of the true end, so another member's partition may count as
-caught up early on Tansu. Under a topic pattern (``^...``) the topics are those the pattern
+yet), then a reader from there to where the partition ends (runtime/kafka/read_ends.py),
+because Tansu answers ListOffsets "latest" short of the end (runtime/kafka/watermarks.py)
+and a partition judged by that answer counted as caught up with most of it uncommitted.
+Requests go through an admin client whose answers arrive on librdkafka's threads, the read
+on a thread of its own: ``refresh`` never blocks the loop, one request of a kind in flight,
+each abandoned after ``timeout_s``. Under a topic pattern (``^...``) the topics are those the pattern
 matches among the ones this member was assigned and the ones the group committed to.
 
 An input written by a transactional producer ends with a commit marker that no record's
@@ -34,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -51,6 +53,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.empty_gaps import EmptyGaps, Gaps
+from runtime.kafka.read_ends import ReadEnds
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)
@@ -108,9 +111,11 @@ class GroupOffsets:
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
                  admin: Callable[[], GroupAdmin] | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 gaps: Callable[[Gaps], Future[dict[TP, bool]]] | None = None) -> None:
-        """``admin``, ``gaps``: the clients asked (tests give fakes); ``gaps``: whether each
-        gap holds nothing a reader is handed (EmptyGaps.ask)."""
+                 gaps: Callable[[Gaps], Future[dict[TP, bool]]] | None = None,
+                 read_ends: Callable[[Mapping[TP, int]], Future[dict[TP, int]]] | None = None) -> None:
+        """``admin``, ``gaps``, ``read_ends``: the clients asked (tests give fakes); ``gaps``:
+        whether each gap holds nothing a reader is handed (EmptyGaps.ask); ``read_ends``: where
+        a reader starting at the ListOffsets answer reaches each partition's end (ReadEnds.ask)."""
         self.group = str(props.get("group.id", ""))
         self._names = {t for t in topics if not t.startswith("^")}
         self._patterns = [re.compile(t) for t in topics if t.startswith("^")]
@@ -130,6 +135,7 @@ class GroupOffsets:
         self._asked_at: dict[str, float] = {}
         self._known: set[TP] = set()  # partitions the topics' metadata named
         self._gaps = gaps or EmptyGaps(props).ask
+        self._read_ends = read_ends or ReadEnds(props, timeout_s / 2).ask  # both steps within timeout_s
         self._empty: dict[TP, int] = {}  # partition -> the committed offset its gap is empty from
         self._probed: dict[TP, int] = {}  # partition -> the committed offset last asked about
         self._probing: Gaps = {}
@@ -145,9 +151,9 @@ class GroupOffsets:
                                                                  request_timeout=self.timeout_s))
             new = sorted(self._known - set(self._ends))
             if new and "ends" not in self._pending:
-                self._ask("ends", lambda a: a.list_offsets(
+                self._ask("ends", lambda a: self._read_from(a.list_offsets(
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in new},
-                    isolation_level=self._isolation, request_timeout=self.timeout_s), at_once=True)
+                    isolation_level=self._isolation, request_timeout=self.timeout_s)), at_once=True)
             if committed and self.group:
                 self._ask("committed", lambda a: a.list_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout_s))
@@ -253,16 +259,50 @@ class GroupOffsets:
             except Exception as exc:  # a topic not there (yet): the consumer says so already
                 log.debug("topic partitions unknown", extra={"topic": topic, "error": str(exc)})
 
-    def _take_ends(self, answers: Mapping[TopicPartition, Future[Any]]) -> None:
-        for tp, fut in answers.items():
+    def _read_from(self, listed: Mapping[TopicPartition, Future[Any]]) -> Mapping[str, Future[dict[TP, int]]]:
+        """The ends: once every ListOffsets answer is in, a reader from each answered offset to
+        where the partition ends (``read_ends``); one Future for both steps."""
+        ends: Future[dict[TP, int]] = Future()
+        left = [len(listed)]
+        lock = threading.Lock()
+
+        def read(_: Future[Any]) -> None:  # on the admin client's threads, once per answer
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            starts: dict[TP, int] = {}
+            for tp, fut in listed.items():
+                try:
+                    offset = fut.result(0).offset
+                except Exception as exc:  # a leader moving: asked again, the partition stays unknown
+                    log.debug("partition end unknown", extra={
+                        "topic": tp.topic, "partition": tp.partition, "error": str(exc)})
+                    continue
+                if offset is not None and offset >= 0:
+                    starts[(tp.topic, tp.partition)] = offset
+            if not starts:
+                ends.set_result({})
+                return
             try:
-                offset = fut.result(0).offset
-            except Exception as exc:  # a leader moving: asked again, the partition stays unknown
-                log.debug("partition end unknown", extra={"topic": tp.topic, "partition": tp.partition,
-                                                          "error": str(exc)})
-                continue
-            if offset is not None and offset >= 0:
-                self._ends.setdefault((tp.topic, tp.partition), offset)
+                self._read_ends(starts).add_done_callback(lambda f: _pass_on(f, ends))
+            except Exception as exc:  # a reader that cannot be made: the ends stay unknown
+                ends.set_exception(exc)
+
+        if not listed:
+            ends.set_result({})
+        for fut in listed.values():
+            fut.add_done_callback(read)
+        return {"ends": ends}
+
+    def _take_ends(self, answers: Mapping[str, Future[dict[TP, int]]]) -> None:
+        try:
+            ends = answers["ends"].result(0)
+        except Exception as exc:  # asked again: the partitions stay unknown
+            log.debug("partition ends unknown", extra={"error": str(exc)})
+            return
+        for tp, end in ends.items():
+            self._ends.setdefault(tp, end)
 
     def _take_committed(self, answers: Mapping[str, Future[Any]]) -> None:
         for fut in answers.values():
@@ -295,3 +335,10 @@ class GroupOffsets:
         self._names |= {tp[0] for tp in self._committed}
         self._answers += 1
 
+
+def _pass_on(source: Future[Any], target: Future[Any]) -> None:
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

@@ -89,11 +89,26 @@ class FakeGaps:
         return Future() if self.hold else done(answer)
 
 
-def make(topics: list[str] | None = None, gaps: FakeGaps | None = None,
+class FakeReadEnds:
+    """ReadEnds.ask: a reader from each start reaches ``further[tp]`` past it (0: a broker
+    whose ListOffsets is exact); a partition in ``unknown`` is left out (no end in time)."""
+
+    def __init__(self) -> None:
+        self.further: dict[tuple[str, int], int] = {}
+        self.unknown: set[tuple[str, int]] = set()
+        self.asked: list[dict[tuple[str, int], int]] = []
+
+    def __call__(self, starts: Any) -> Future[Any]:
+        self.asked.append(dict(starts))
+        return done({tp: at + self.further.get(tp, 0) for tp, at in starts.items() if tp not in self.unknown})
+
+
+def make(topics: list[str] | None = None, gaps: FakeGaps | None = None, reader: FakeReadEnds | None = None,
          **props: Any) -> tuple[GroupOffsets, FakeAdmin, Clock]:
     clock, admin = Clock(), FakeAdmin()
     group = GroupOffsets({"group.id": "g", **props}, topics or ["t"], interval_s=1.0, timeout_s=10.0,
-                         clock=clock, admin=lambda: admin, gaps=gaps or FakeGaps())
+                         clock=clock, admin=lambda: admin, gaps=gaps or FakeGaps(),
+                         read_ends=reader or FakeReadEnds())
     return group, admin, clock
 
 
@@ -130,6 +145,52 @@ def test_a_partition_added_later_gets_its_end_when_first_seen() -> None:
     group.refresh(True)
     s = group.standing()
     assert s.complete and s.left(set()) == {("t", 2): None}, "nothing committed there"
+
+
+def test_an_end_is_where_a_reader_from_the_listoffsets_answer_reaches_not_the_answer_itself() -> None:
+    """Tansu answers ListOffsets "latest" with the last batch's base offset + 1: a partition
+    judged by it counted as caught up with most of it uncommitted (docs/brokers.md)."""
+    reader = FakeReadEnds()
+    reader.further = {("t", 1): 480}  # ListOffsets said 20; a reader from 20 reaches 500
+    group, admin, _ = make(reader=reader)
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    turns(group, True)
+    assert reader.asked == [{("t", 0): 10, ("t", 1): 20}], "read from where ListOffsets said"
+    s = group.standing()
+    assert s.complete and dict(s.ends) == {("t", 0): 10, ("t", 1): 500}
+    assert s.left(set()) == {("t", 1): 20}, "committed at the answer, short of the end"
+
+
+def test_an_end_the_reader_could_not_reach_stays_unknown_and_is_asked_again() -> None:
+    reader = FakeReadEnds()
+    reader.unknown = {("t", 1)}
+    group, admin, clock = make(reader=reader)
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    turns(group, True)
+    assert not group.standing().complete, "t[1] has no end: nothing is judged yet"
+    reader.unknown = set()
+    clock.now += 1.5
+    turns(group, True)
+    assert reader.asked[-1] == {("t", 1): 20}, "only the partition still without an end"
+    s = group.standing()
+    assert s.complete and dict(s.ends) == {("t", 0): 10, ("t", 1): 20}
+
+
+def test_a_partition_listoffsets_did_not_answer_is_not_read_and_stays_unknown() -> None:
+    reader = FakeReadEnds()
+    group, admin, _ = make(reader=reader)
+    real = admin.list_offsets
+
+    def one_refused(requests: dict[TopicPartition, Any], **kwargs: Any) -> dict[TopicPartition, Future[Any]]:
+        answers = real(requests, **kwargs)
+        return {tp: done(KafkaException("NOT_LEADER_OR_FOLLOWER")) if tp.partition == 1 else f
+                for tp, f in answers.items()}
+
+    admin.list_offsets = one_refused  # type: ignore[method-assign]
+    admin.committed = [("t", 0, 10)]
+    turns(group, True)
+    assert reader.asked == [{("t", 0): 10}]
+    assert not group.standing().complete
 
 
 def test_nothing_is_waited_for_and_a_late_answer_is_asked_again() -> None:

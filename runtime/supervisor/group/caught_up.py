@@ -170,9 +170,9 @@ class CaughtUp:
         return self.group.left(set(self.partitions), ends)
 
     def _end(self, tp: TP) -> int | None:
-        """A partition's end: the group's view, never below what this member saw of it. A
-        broker's ListOffsets can answer short (Tansu's "latest" is the last batch's base offset
-        + 1): CI saw a lost partition judged at its end with 500 of 3,000 records committed."""
+        """A partition's end: the group's view (read to the end, runtime/kafka/read_ends.py),
+        never below what this member saw of it. By ListOffsets alone, which Tansu answers short,
+        CI saw a lost partition judged at its end with 500 of 3,000 records committed."""
         seen = self.released[tp].end if tp in self.released else None
         group = self.group.ends.get(tp) if self.group is not None else None
         return seen if group is None else group if seen is None else max(seen, group)

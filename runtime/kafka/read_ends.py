@@ -1,0 +1,88 @@
+"""Where a reader of each partition reaches its end now: the end a batch run judges the group's
+partitions by (``--until-caught-up``, runtime/kafka/group_offsets.py).
+
+ListOffsets names the end, but not every broker answers it right: Tansu answers "latest"
+with the last batch's base offset + 1, short of the end by the rest of that batch
+(runtime/kafka/watermarks.py). A run that judged a partition it never fetched by that answer
+exited 0 with most of it uncommitted (docs/brokers.md). So the answer is only where a reader
+starts: it reads from there, under the consumer's isolation level, until librdkafka says the
+partition is at its end, and the end is where the reader then stands (past any commit marker
+and, under ``read_committed``, up to the last stable offset: an open transaction's records
+are not work yet). Where ListOffsets is exact the reader starts at the end and reads nothing.
+
+One short-lived consumer per question, assigned (never subscribed: it joins no group and
+commits nothing), run on a daemon thread and bounded by ``timeout_s``: a question left
+unanswered at the stop keeps no process from exiting.
+
+Runs in: supervisor (``ask`` returns a Future at once); the answer is found on its own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as _CKError
+
+from runtime.kafka.admin import admin_properties
+from runtime.kafka.client_log import with_logger
+from runtime.tp import TP
+
+log = logging.getLogger(__name__)
+
+
+class ReadEnds:
+    def __init__(self, props: Mapping[str, Any], timeout_s: float = 10.0) -> None:
+        self.timeout_s = timeout_s
+        # Connection and security only (admin_properties), as a reader of the group's isolation
+        # level; no offset is ever committed or stored by it. A short fetch wait: an idle
+        # partition's answer comes from a fetch the broker may hold that long.
+        self._props = with_logger(admin_properties(props) | {
+            "group.id": str(props.get("group.id", "ringmaster-ends")),
+            "isolation.level": str(props.get("isolation.level", "read_committed")),
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+
+    def ask(self, starts: Mapping[TP, int]) -> Future[dict[TP, int]]:
+        """Future answer: partition -> its end, for a reader starting at ``starts`` (the
+        broker's ListOffsets answer). A partition not at its end within the bound is left out
+        (unknown)."""
+        answer: Future[dict[TP, int]] = Future()
+
+        def find() -> None:
+            try:
+                answer.set_result(self.find(starts))
+            except BaseException as exc:  # the caller reads it from the Future
+                answer.set_exception(exc)
+
+        threading.Thread(target=find, name="kafka-read-ends", daemon=True).start()
+        return answer
+
+    def find(self, starts: Mapping[TP, int]) -> dict[TP, int]:
+        """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close)."""
+        ends: dict[TP, int] = {}
+        if not starts:
+            return ends
+        c = Consumer(self._props)
+        try:
+            c.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
+            deadline = time.monotonic() + self.timeout_s
+            while len(ends) < len(starts) and time.monotonic() < deadline:
+                for m in c.consume(500, 0.1):
+                    err, offset = m.error(), m.offset()
+                    tp = (str(m.topic()), int(m.partition() or 0))
+                    # The end-of-partition event carries where the reader stands: past the last
+                    # record and anything librdkafka skips after it (markers, aborted records).
+                    if (err is not None and err.code() == _CKError._PARTITION_EOF and tp in starts
+                            and offset is not None and offset >= 0):
+                        ends.setdefault(tp, max(offset, starts[tp]))
+        except KafkaException as exc:
+            log.debug("cannot read where the partitions end", extra={"error": str(exc)})
+        finally:
+            c.close()
+        return ends

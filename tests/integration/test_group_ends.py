@@ -1,0 +1,68 @@
+"""The ends a batch run (``--until-caught-up``) judges the group's partitions by are the real
+ends on the real broker, whatever its ListOffsets answers (runtime/kafka/group_offsets.py,
+read_ends.py): Tansu answers "latest" with the last batch's base offset + 1, and a run that
+lost a partition before its first fetch judged it by that answer and exited 0 with most of
+it uncommitted (docs/brokers.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from helpers import lists_latest_exactly, make_topics, unique, wait_for
+
+from runtime.kafka.group_offsets import GroupOffsets
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def produce_in_batches(bootstrap: str, topic: str, partitions: int, batches: int, per_batch: int) -> None:
+    """``batches`` batches of ``per_batch`` records to each partition (one flush a batch)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "batch.num.messages": per_batch})
+    for b in range(batches):
+        for part in range(partitions):
+            for i in range(per_batch):
+                p.produce(topic, f"b{b}-{i}".encode(), partition=part)
+        assert p.flush(30) == 0
+
+
+def test_the_group_standing_takes_each_partition_to_its_true_end(broker: Any) -> None:
+    topic, group = unique("ends"), unique("ends-group")
+    make_topics(broker.bootstrap, 2, topic)
+    produce_in_batches(broker.bootstrap, topic, 2, batches=3, per_batch=100)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    listed = {tp.partition: f.result(30).offset for tp, f in admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(2)}).items()}
+    if lists_latest_exactly(broker.bootstrap):
+        assert listed == {0: 300, 1: 300}
+    else:  # Tansu: what a judge by ListOffsets alone took for the end
+        assert all(at < 300 for at in listed.values()), listed
+
+    offsets = GroupOffsets({"bootstrap.servers": broker.bootstrap, "group.id": group}, [topic],
+                           interval_s=0.2)
+
+    def complete() -> Any:
+        offsets.refresh(True)
+        standing = offsets.standing()
+        return standing if standing.complete else None
+
+    try:
+        standing = wait_for(complete, 30, "the group's standing, every partition with its end")
+    finally:
+        offsets.abandon()
+    assert dict(standing.ends) == {(topic, 0): 300, (topic, 1): 300}
+    assert standing.left(set()) == {(topic, 0): None, (topic, 1): None}, "nothing committed: all left"
+
+
+def test_an_idle_partition_and_an_empty_one_get_their_ends_at_once(broker: Any) -> None:
+    """Where the answer is exact the reader starts at the end and reads nothing: an idle
+    partition's end comes from an empty fetch, and an empty partition's end is its start."""
+    from runtime.kafka.read_ends import ReadEnds
+
+    topic = unique("ends-idle")
+    make_topics(broker.bootstrap, 2, topic)
+    produce_in_batches(broker.bootstrap, topic, 1, batches=1, per_batch=5)  # partition 1 stays empty
+    reader = ReadEnds({"bootstrap.servers": broker.bootstrap, "group.id": unique("ends-reader")})
+    assert reader.find({(topic, 0): 5, (topic, 1): 0}) == {(topic, 0): 5, (topic, 1): 0}
