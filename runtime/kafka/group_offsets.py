@@ -16,8 +16,9 @@ because Tansu answers ListOffsets "latest" short of the end (runtime/kafka/water
 and a partition judged by that answer counted as caught up with most of it uncommitted.
 Requests go through an admin client whose answers arrive on librdkafka's threads, the read
 on a thread of its own: ``refresh`` never blocks the loop, one request of a kind in flight,
-each abandoned after ``timeout_s``. Under a topic pattern (``^...``) the topics are those the pattern
-matches among the ones this member was assigned and the ones the group committed to.
+each abandoned after ``timeout_s`` (both steps of the ends are bounded within it). Under a
+topic pattern (``^...``) the topics are those the pattern matches among the ones this
+member was assigned and the ones the group committed to.
 
 An input written by a transactional producer ends with a commit marker that no record's
 offset commits, and under ``read_committed`` an aborted transaction's records are never
@@ -27,7 +28,8 @@ on a partition this member does not hold, is asked about (runtime/kafka/empty_ga
 reader at the committed offset reaches the end without being handed a record), once per
 committed offset; an empty one counts as at its end (``GroupStanding.at``).
 
-Runs in: supervisor (``refresh``/``standing``: never block); the admin client's threads answer.
+Runs in: supervisor (``refresh``/``standing``: never block); the admin client's threads and
+the readers' (read_ends.py, empty_gaps.py) answer.
 """
 
 from __future__ import annotations
@@ -135,7 +137,8 @@ class GroupOffsets:
         self._asked_at: dict[str, float] = {}
         self._known: set[TP] = set()  # partitions the topics' metadata named
         self._gaps = gaps or EmptyGaps(props).ask
-        self._read_ends = read_ends or ReadEnds(props, timeout_s / 2).ask  # both steps within timeout_s
+        # The ends take two steps, both within timeout_s (or the answer is abandoned).
+        self._read_ends = read_ends or ReadEnds(props, timeout_s / 3).ask
         self._empty: dict[TP, int] = {}  # partition -> the committed offset its gap is empty from
         self._probed: dict[TP, int] = {}  # partition -> the committed offset last asked about
         self._probing: Gaps = {}
@@ -153,7 +156,7 @@ class GroupOffsets:
             if new and "ends" not in self._pending:
                 self._ask("ends", lambda a: self._read_from(a.list_offsets(
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in new},
-                    isolation_level=self._isolation, request_timeout=self.timeout_s)), at_once=True)
+                    isolation_level=self._isolation, request_timeout=self.timeout_s / 2)), at_once=True)
             if committed and self.group:
                 self._ask("committed", lambda a: a.list_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout_s))

@@ -8,7 +8,10 @@ exited 0 with most of it uncommitted (docs/brokers.md). So the answer is only wh
 starts: it reads from there, under the consumer's isolation level, until librdkafka says the
 partition is at its end, and the end is where the reader then stands (past any commit marker
 and, under ``read_committed``, up to the last stable offset: an open transaction's records
-are not work yet). Where ListOffsets is exact the reader starts at the end and reads nothing.
+are not work yet). Where ListOffsets is exact the reader starts at the end and reads only
+what was written since. A partition written to all the time may never be at its end: it
+ends at the high watermark of its first fetch once the reader passed it (``find``), so that
+a topic written to all the time still ends.
 
 One short-lived consumer per question, assigned (never subscribed: it joins no group and
 commits nothing), run on a daemon thread and bounded by ``timeout_s``: a question left
@@ -64,10 +67,18 @@ class ReadEnds:
         return answer
 
     def find(self, starts: Mapping[TP, int]) -> dict[TP, int]:
-        """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close)."""
+        """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close).
+
+        A partition's end is where the reader stands when librdkafka says it is at the end
+        (the end-of-partition event). A partition written to faster than a fetch's wait never
+        says so: it ends at the high watermark its first fetch answered, once the reader has
+        passed it, and, if it never does (records beyond an open transaction are not handed
+        under ``read_committed``), at the bound, past the last record it was handed."""
         ends: dict[TP, int] = {}
         if not starts:
             return ends
+        first_high: dict[TP, int] = {}  # the high watermark of each partition's first fetch
+        reached: dict[TP, int] = {}  # past the last record handed
         c = Consumer(self._props)
         try:
             c.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
@@ -76,11 +87,21 @@ class ReadEnds:
                 for m in c.consume(500, 0.1):
                     err, offset = m.error(), m.offset()
                     tp = (str(m.topic()), int(m.partition() or 0))
-                    # The end-of-partition event carries where the reader stands: past the last
-                    # record and anything librdkafka skips after it (markers, aborted records).
-                    if (err is not None and err.code() == _CKError._PARTITION_EOF and tp in starts
-                            and offset is not None and offset >= 0):
-                        ends.setdefault(tp, max(offset, starts[tp]))
+                    if tp not in starts or tp in ends or offset is None or offset < 0:
+                        continue
+                    if tp not in first_high:
+                        first_high[tp] = c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
+                    if err is not None:
+                        # The end-of-partition event carries where the reader stands: past the
+                        # last record and anything skipped after it (markers, aborted records).
+                        if err.code() == _CKError._PARTITION_EOF:
+                            ends[tp] = max(offset, starts[tp])
+                        continue
+                    reached[tp] = offset + 1
+                    if first_high[tp] >= 0 and reached[tp] >= first_high[tp]:
+                        ends[tp] = max(reached[tp], starts[tp])
+            for tp, at in reached.items():  # the bound: never short of what was read
+                ends.setdefault(tp, max(at, starts[tp]))
         except KafkaException as exc:
             log.debug("cannot read where the partitions end", extra={"error": str(exc)})
         finally:

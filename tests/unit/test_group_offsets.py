@@ -97,9 +97,14 @@ class FakeReadEnds:
         self.further: dict[tuple[str, int], int] = {}
         self.unknown: set[tuple[str, int]] = set()
         self.asked: list[dict[tuple[str, int], int]] = []
+        self.held: list[Future[Any]] = []
+        self.hold = False  # the read not over yet
 
     def __call__(self, starts: Any) -> Future[Any]:
         self.asked.append(dict(starts))
+        if self.hold:
+            self.held.append(Future())
+            return self.held[-1]
         return done({tp: at + self.further.get(tp, 0) for tp, at in starts.items() if tp not in self.unknown})
 
 
@@ -174,6 +179,22 @@ def test_an_end_the_reader_could_not_reach_stays_unknown_and_is_asked_again() ->
     assert reader.asked[-1] == {("t", 1): 20}, "only the partition still without an end"
     s = group.standing()
     assert s.complete and dict(s.ends) == {("t", 0): 10, ("t", 1): 20}
+
+
+def test_a_read_not_over_within_the_bound_is_abandoned_asked_again_and_its_late_answer_dropped() -> None:
+    reader = FakeReadEnds()
+    reader.hold = True
+    group, admin, clock = make(reader=reader)
+    admin.committed = [("t", 0, 10), ("t", 1, 20)]
+    turns(group, True)
+    assert len(reader.asked) == 1 and not group.standing().complete
+    clock.now += 11  # past timeout_s: abandoned
+    reader.hold = False
+    turns(group, True)
+    assert len(reader.asked) == 2, "asked again"
+    reader.held[0].set_result({("t", 0): 999, ("t", 1): 999})  # the first read, late
+    turns(group, True)
+    assert dict(group.standing().ends) == {("t", 0): 10, ("t", 1): 20}
 
 
 def test_a_partition_listoffsets_did_not_answer_is_not_read_and_stays_unknown() -> None:
