@@ -72,13 +72,12 @@ class ReadEnds:
         A partition's end is where the reader stands when librdkafka says it is at the end
         (the end-of-partition event). A partition written to faster than a fetch's wait never
         says so: it ends at the high watermark its first fetch answered, once the reader has
-        passed it, and, if it never does (records beyond an open transaction are not handed
-        under ``read_committed``), at the bound, past the last record it was handed."""
+        passed it. One that did neither within the bound is left out, never judged by what
+        was read of it: the bound may cut the reader in the middle of the last batch."""
         ends: dict[TP, int] = {}
         if not starts:
             return ends
         first_high: dict[TP, int] = {}  # the high watermark of each partition's first fetch
-        reached: dict[TP, int] = {}  # past the last record handed
         c = Consumer(self._props)
         try:
             c.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
@@ -89,19 +88,15 @@ class ReadEnds:
                     tp = (str(m.topic()), int(m.partition() or 0))
                     if tp not in starts or tp in ends or offset is None or offset < 0:
                         continue
-                    if tp not in first_high:
+                    if first_high.get(tp, -1) < 0:  # none yet, or a fetch that failed (-1)
                         first_high[tp] = c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
                     if err is not None:
                         # The end-of-partition event carries where the reader stands: past the
                         # last record and anything skipped after it (markers, aborted records).
                         if err.code() == _CKError._PARTITION_EOF:
                             ends[tp] = max(offset, starts[tp])
-                        continue
-                    reached[tp] = offset + 1
-                    if first_high[tp] >= 0 and reached[tp] >= first_high[tp]:
-                        ends[tp] = max(reached[tp], starts[tp])
-            for tp, at in reached.items():  # the bound: never short of what was read
-                ends.setdefault(tp, max(at, starts[tp]))
+                    elif 0 <= first_high[tp] <= offset + 1:
+                        ends[tp] = max(offset + 1, starts[tp])
         except KafkaException as exc:
             log.debug("cannot read where the partitions end", extra={"error": str(exc)})
         finally:
