@@ -19,7 +19,6 @@ Runs in: supervisor (``ask`` returns a Future at once); the answer is found on i
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -27,8 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from runtime.kafka.admin import admin_properties
-from runtime.kafka.client_log import with_logger
+from runtime.kafka.side_readers import answer_on_thread, reader_properties
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)
@@ -39,27 +37,12 @@ Gaps = Mapping[TP, tuple[int, int]]  # partition -> (committed offset, end)
 class EmptyGaps:
     def __init__(self, props: Mapping[str, Any], timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
-        # Connection and security only (admin_properties), as a reader of the group's isolation
-        # level; no offset is ever committed or stored by it.
-        self._props = with_logger(admin_properties(props) | {
-            "group.id": str(props.get("group.id", "ringmaster-gaps")),
-            "isolation.level": str(props.get("isolation.level", "read_committed")),
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "enable.partition.eof": False})
+        self._props = reader_properties(props, "ringmaster-gaps", **{"enable.partition.eof": False})
 
     def ask(self, gaps: Gaps) -> Future[dict[TP, bool]]:
         """Future answer: partition -> True (nothing a reader gets before the end), False (a
         record). A partition not answered within the bound is left out (unknown)."""
-        answer: Future[dict[TP, bool]] = Future()
-
-        def find() -> None:
-            try:
-                answer.set_result(self.find(gaps))
-            except BaseException as exc:  # the caller reads it from the Future
-                answer.set_exception(exc)
-
-        threading.Thread(target=find, name="kafka-empty-gaps", daemon=True).start()
-        return answer
+        return answer_on_thread("kafka-empty-gaps", lambda: self.find(gaps))
 
     def find(self, gaps: Gaps) -> dict[TP, bool]:
         """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close)."""

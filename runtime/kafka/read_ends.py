@@ -23,7 +23,6 @@ Runs in: supervisor (``ask`` returns a Future at once); the answer is found on i
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
@@ -32,8 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _CKError
 
-from runtime.kafka.admin import admin_properties
-from runtime.kafka.client_log import with_logger
+from runtime.kafka.side_readers import answer_on_thread, reader_properties
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)
@@ -42,29 +40,16 @@ log = logging.getLogger(__name__)
 class ReadEnds:
     def __init__(self, props: Mapping[str, Any], timeout_s: float = 10.0) -> None:
         self.timeout_s = timeout_s
-        # Connection and security only (admin_properties), as a reader of the group's isolation
-        # level; no offset is ever committed or stored by it. A short fetch wait: an idle
-        # partition's answer comes from a fetch the broker may hold that long.
-        self._props = with_logger(admin_properties(props) | {
-            "group.id": str(props.get("group.id", "ringmaster-ends")),
-            "isolation.level": str(props.get("isolation.level", "read_committed")),
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
+        # A short fetch wait: an idle partition's answer comes from a fetch the broker may hold
+        # that long.
+        self._props = reader_properties(props, "ringmaster-ends", **{
             "enable.partition.eof": True, "fetch.wait.max.ms": 50})
 
     def ask(self, starts: Mapping[TP, int]) -> Future[dict[TP, int]]:
         """Future answer: partition -> its end, for a reader starting at ``starts`` (the
         broker's ListOffsets answer). A partition not at its end within the bound is left out
         (unknown)."""
-        answer: Future[dict[TP, int]] = Future()
-
-        def find() -> None:
-            try:
-                answer.set_result(self.find(starts))
-            except BaseException as exc:  # the caller reads it from the Future
-                answer.set_exception(exc)
-
-        threading.Thread(target=find, name="kafka-read-ends", daemon=True).start()
-        return answer
+        return answer_on_thread("kafka-read-ends", lambda: self.find(starts))
 
     def find(self, starts: Mapping[TP, int]) -> dict[TP, int]:
         """The answer, on the calling thread (at most ``timeout_s``, and the consumer's close).
