@@ -154,7 +154,7 @@ class GroupOffsets:
                                                                  request_timeout=self.timeout_s))
             new = sorted(self._known - set(self._ends))
             if new and "ends" not in self._pending:
-                self._ask("ends", lambda a: self._read_from(a.list_offsets(
+                self._ask("ends", lambda a: _read_from(self._read_ends, a.list_offsets(
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in new},
                     isolation_level=self._isolation, request_timeout=self.timeout_s / 2)), at_once=True)
             if committed and self.group:
@@ -262,42 +262,6 @@ class GroupOffsets:
             except Exception as exc:  # a topic not there (yet): the consumer says so already
                 log.debug("topic partitions unknown", extra={"topic": topic, "error": str(exc)})
 
-    def _read_from(self, listed: Mapping[TopicPartition, Future[Any]]) -> Mapping[str, Future[dict[TP, int]]]:
-        """The ends: once every ListOffsets answer is in, a reader from each answered offset to
-        where the partition ends (``read_ends``); one Future for both steps."""
-        ends: Future[dict[TP, int]] = Future()
-        left = [len(listed)]
-        lock = threading.Lock()
-
-        def read(_: Future[Any]) -> None:  # on the admin client's threads, once per answer
-            with lock:
-                left[0] -= 1
-                if left[0]:
-                    return
-            starts: dict[TP, int] = {}
-            for tp, fut in listed.items():
-                try:
-                    offset = fut.result(0).offset
-                except Exception as exc:  # a leader moving: asked again, the partition stays unknown
-                    log.debug("partition end unknown", extra={
-                        "topic": tp.topic, "partition": tp.partition, "error": str(exc)})
-                    continue
-                if offset is not None and offset >= 0:
-                    starts[(tp.topic, tp.partition)] = offset
-            if not starts:
-                ends.set_result({})
-                return
-            try:
-                self._read_ends(starts).add_done_callback(lambda f: _pass_on(f, ends))
-            except Exception as exc:  # a reader that cannot be made: the ends stay unknown
-                ends.set_exception(exc)
-
-        if not listed:
-            ends.set_result({})
-        for fut in listed.values():
-            fut.add_done_callback(read)
-        return {"ends": ends}
-
     def _take_ends(self, answers: Mapping[str, Future[dict[TP, int]]]) -> None:
         try:
             ends = answers["ends"].result(0)
@@ -337,6 +301,48 @@ class GroupOffsets:
                            if self._wanted(p.topic) and p.offset >= 0}
         self._names |= {tp[0] for tp in self._committed}
         self._answers += 1
+
+
+def _read_from(read_ends: Callable[[Mapping[TP, int]], Future[dict[TP, int]]],
+               listed: Mapping[TopicPartition, Future[Any]]) -> Mapping[str, Future[dict[TP, int]]]:
+    """The ends: once every ListOffsets answer is in, a reader from each answered offset to
+    where the partition ends (``read_ends``); one Future for both steps.
+
+    INVARIANT: nothing the admin client's threads call holds the GroupOffsets, which owns the
+    client: were its last reference to go in one of those callbacks, the client would be
+    destroyed on its own thread, which librdkafka prohibits. So this is not a method."""
+    ends: Future[dict[TP, int]] = Future()
+    left = [len(listed)]
+    lock = threading.Lock()
+
+    def read(_: Future[Any]) -> None:  # on the admin client's threads, once per answer
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        starts: dict[TP, int] = {}
+        for tp, fut in listed.items():
+            try:
+                offset = fut.result(0).offset
+            except Exception as exc:  # a leader moving: asked again, the partition stays unknown
+                log.debug("partition end unknown", extra={
+                    "topic": tp.topic, "partition": tp.partition, "error": str(exc)})
+                continue
+            if offset is not None and offset >= 0:
+                starts[(tp.topic, tp.partition)] = offset
+        if not starts:
+            ends.set_result({})
+            return
+        try:
+            read_ends(starts).add_done_callback(lambda f: _pass_on(f, ends))
+        except Exception as exc:  # a reader that cannot be made: the ends stay unknown
+            ends.set_exception(exc)
+
+    if not listed:
+        ends.set_result({})
+    for fut in listed.values():
+        fut.add_done_callback(read)
+    return {"ends": ends}
 
 
 def _pass_on(source: Future[Any], target: Future[Any]) -> None:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from helpers import lists_latest_exactly, make_topics, unique, wait_for
 
@@ -42,6 +42,14 @@ def test_the_group_standing_takes_each_partition_to_its_true_end(broker: Any) ->
     else:  # the pinned Tansu: the last batch's base + 1, what a judge by the answer took for the end
         assert all(at < 300 for at in listed.values()), listed
 
+    # The group's coordinator answers before the admin client asks it: on a broker just
+    # started it can answer NOT_COORDINATOR, and librdkafka's admin client then crashes the
+    # process (librdkafka#5040, docs/brokers.md). A consumer's commit asks again safely.
+    member = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        member.commit(offsets=[TopicPartition(topic, p, 0) for p in range(2)], asynchronous=False)
+    finally:
+        member.close()
     offsets = GroupOffsets({"bootstrap.servers": broker.bootstrap, "group.id": group}, [topic],
                            interval_s=0.2)
 
@@ -55,7 +63,7 @@ def test_the_group_standing_takes_each_partition_to_its_true_end(broker: Any) ->
     finally:
         offsets.abandon()
     assert dict(standing.ends) == {(topic, 0): 300, (topic, 1): 300}
-    assert standing.left(set()) == {(topic, 0): None, (topic, 1): None}, "nothing committed: all left"
+    assert standing.left(set()) == {(topic, 0): 0, (topic, 1): 0}, "committed at the start: all left"
 
 
 def test_an_idle_partition_and_an_empty_one_get_their_ends_at_once(broker: Any) -> None:
