@@ -26,6 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from runtime.kafka.messages import offset_of, tp_of
 from runtime.kafka.side_readers import answer_on_thread, reader_properties
 from runtime.tp import TP
 
@@ -37,7 +38,7 @@ Gaps = Mapping[TP, tuple[int, int]]  # partition -> (committed offset, end)
 class EmptyGaps:
     def __init__(self, props: Mapping[str, Any], timeout_s: float = 5.0) -> None:
         self.timeout_s = timeout_s
-        self._props = reader_properties(props, "ringmaster-gaps", **{"enable.partition.eof": False})
+        self._props = reader_properties(props, "ringmaster-gaps", {"enable.partition.eof": False})
 
     def ask(self, gaps: Gaps) -> Future[dict[TP, bool]]:
         """Future answer: partition -> True (nothing a reader gets before the end), False (a
@@ -55,8 +56,7 @@ class EmptyGaps:
             deadline = time.monotonic() + self.timeout_s
             while len(found) < len(gaps) and time.monotonic() < deadline:
                 for m in c.consume(100, 0.1):
-                    tp, offset = (str(m.topic()), int(m.partition() or 0)), m.offset()
-                    if m.error() is None and tp in gaps and offset is not None and offset < gaps[tp][1]:
+                    if m.error() is None and (tp := tp_of(m)) in gaps and offset_of(m) < gaps[tp][1]:
                         found[tp] = False  # a record a reader gets: work left
                 open_ = [TopicPartition(t, p) for t, p in gaps if (t, p) not in found]
                 for part in c.position(open_) if open_ else []:

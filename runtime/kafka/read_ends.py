@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _CKError
 
+from runtime.kafka.messages import offset_of, tp_of
 from runtime.kafka.side_readers import answer_on_thread, reader_properties
 from runtime.tp import TP
 
@@ -42,7 +43,7 @@ class ReadEnds:
         self.timeout_s = timeout_s
         # A short fetch wait: an idle partition's answer comes from a fetch the broker may hold
         # that long.
-        self._props = reader_properties(props, "ringmaster-ends", **{
+        self._props = reader_properties(props, "ringmaster-ends", {
             "enable.partition.eof": True, "fetch.wait.max.ms": 50})
 
     def ask(self, starts: Mapping[TP, int]) -> Future[dict[TP, int]]:
@@ -69,17 +70,18 @@ class ReadEnds:
             deadline = time.monotonic() + self.timeout_s
             while len(ends) < len(starts) and time.monotonic() < deadline:
                 for m in c.consume(500, 0.1):
-                    err, offset = m.error(), m.offset()
-                    tp = (str(m.topic()), int(m.partition() or 0))
-                    if tp not in starts or tp in ends or offset is None or offset < 0:
+                    err = m.error()
+                    if err is not None and err.code() != _CKError._PARTITION_EOF:
+                        continue  # a client's or a partition's error: the bound decides
+                    tp, offset = tp_of(m), offset_of(m)
+                    if tp not in starts or tp in ends or offset < 0:
                         continue
                     if first_high.get(tp, -1) < 0:  # none yet, or a fetch that failed (-1)
                         first_high[tp] = c.get_watermark_offsets(TopicPartition(*tp), cached=True)[1]
                     if err is not None:
                         # The end-of-partition event carries where the reader stands: past the
                         # last record and anything skipped after it (markers, aborted records).
-                        if err.code() == _CKError._PARTITION_EOF:
-                            ends[tp] = max(offset, starts[tp])
+                        ends[tp] = max(offset, starts[tp])
                     elif 0 <= first_high[tp] <= offset + 1:
                         ends[tp] = max(offset + 1, starts[tp])
         except KafkaException as exc:

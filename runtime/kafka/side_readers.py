@@ -17,9 +17,11 @@ from runtime.kafka.client_log import with_logger
 T = TypeVar("T")
 
 
-def reader_properties(props: Mapping[str, Any], default_group: str, **more: Any) -> dict[str, Any]:
+def reader_properties(props: Mapping[str, Any], default_group: str,
+                      more: Mapping[str, Any]) -> dict[str, Any]:
     """Connection and security only (admin_properties), as a reader of the group's isolation
-    level: assigned, never subscribed, so it joins no group, and it commits or stores no offset."""
+    level: assigned, never subscribed, so it joins no group, and it commits or stores no offset.
+    ``more``: the reader's own properties."""
     return with_logger(admin_properties(props) | {
         "group.id": str(props.get("group.id", default_group)),
         "isolation.level": str(props.get("isolation.level", "read_committed")),

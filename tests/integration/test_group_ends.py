@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from helpers import lists_latest_exactly, make_topics, unique, wait_for
 
 from runtime.kafka.group_offsets import GroupOffsets
+from runtime.kafka.read_ends import ReadEnds
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -69,8 +70,6 @@ def test_the_group_standing_takes_each_partition_to_its_true_end(broker: Any) ->
 def test_an_idle_partition_and_an_empty_one_get_their_ends_at_once(broker: Any) -> None:
     """Where the answer is exact the reader starts at the end and reads nothing: an idle
     partition's end comes from an empty fetch, and an empty partition's end is its start."""
-    from runtime.kafka.read_ends import ReadEnds
-
     topic = unique("ends-idle")
     make_topics(broker.bootstrap, 2, topic)
     produce_in_batches(broker.bootstrap, topic, 1, batches=1, per_batch=5)  # partition 1 stays empty
@@ -82,8 +81,6 @@ def test_a_partition_written_to_all_the_time_still_gets_an_end(broker: Any) -> N
     """A partition written to faster than a fetch's wait is never at its end: it ends where
     its first fetch said the end was, once the reader passed it, so a batch run over a topic
     written to all the time still ends (what it judges by is taken once)."""
-    from runtime.kafka.read_ends import ReadEnds
-
     topic = unique("ends-busy")
     make_topics(broker.bootstrap, 1, topic)
     produce_in_batches(broker.bootstrap, topic, 1, batches=1, per_batch=50)
