@@ -367,6 +367,13 @@ class ControlSettings(_Section):
                                     "broker's default)")
     load_timeout_s: float = Field(default=30.0, gt=0, description="reading it at start; past this the "
                                   "supervisor does not start (pauses would be unknown)")
+    status_interval_s: float = Field(default=5.0, ge=0, description="each member publishes a status record "
+                                     "to the status topic this often, for `ringmaster console` (0: off)")
+    status_topic: str | None = Field(default=None, description="default: _ringmaster.status.<group_id>")
+
+    def status_topic_for(self, group_id: str) -> str:
+        """The status topic: ``status_topic``, or ``_ringmaster.status.<group_id>`` by default."""
+        return self.status_topic or "_ringmaster.status." + re.sub(r"[^a-zA-Z0-9._-]", "_", group_id)
 
 
 # Options of Spark's Kafka source that ringmaster derives from the rest of the config; Spark
@@ -805,8 +812,11 @@ def max_message_bytes(settings: Settings) -> int:
         raise ConfigError(f"kafka.producer.{exc}") from None
 
 
-def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:
-    """'9464', ':9464', 'localhost:9464', '127.0.0.1:9464', '0.0.0.0:9464' -> (host, port)."""
+def parse_listen(listen: str, allow_remote: bool, option: str = "admin.listen",
+                 remote: str = "the admin endpoint has no authentication, so set admin.allow_remote = true "
+                               "to expose it (behind a firewall)") -> tuple[str, int]:
+    """'9464', ':9464', 'localhost:9464', '127.0.0.1:9464', '0.0.0.0:9464' -> (host, port).
+    ``option`` names the setting in errors; ``remote`` says how to allow a non-loopback address."""
     host, sep, port = listen.rpartition(":")
     if not sep:
         host, port = "", listen
@@ -816,10 +826,9 @@ def parse_listen(listen: str, allow_remote: bool) -> tuple[str, int]:
     try:
         port_n = int(port)
     except ValueError:
-        raise ConfigError(f"admin.listen: {listen!r} is not HOST:PORT") from None
+        raise ConfigError(f"{option}: {listen!r} is not HOST:PORT") from None
     if not 0 <= port_n < 65536:
-        raise ConfigError(f"admin.listen: port {port_n} out of range")
+        raise ConfigError(f"{option}: port {port_n} out of range")
     if host not in ("127.0.0.1", "::1") and not allow_remote:
-        raise ConfigError(f"admin.listen: {host} is not loopback; the admin endpoint has no authentication, "
-                          "so set admin.allow_remote = true to expose it (behind a firewall)")
+        raise ConfigError(f"{option}: {host} is not loopback; {remote}")
     return host, port_n

@@ -9,7 +9,6 @@ import click
 
 from runtime.cli.loading import operator_settings, reach_cluster
 from runtime.cli.outcome import fail
-from runtime.config import Settings
 from runtime.errors import ConfigError, RingmasterError
 
 
@@ -17,39 +16,6 @@ def _scope_option(fn: Any) -> Any:
     fn = click.option("--partition", type=int, default=None, help="One partition of --topic.")(fn)
     fn = click.option("--topic", default=None, help="One of the group's topics (default: all of them).")(fn)
     return click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)(fn)
-
-
-def _group_reads(settings: Settings, topic: str) -> bool:
-    """Whether the group reads ``topic``: one of kafka.topics, or matched by one of its
-    regular expressions (a name starting with ^, as librdkafka reads them)."""
-    import re
-
-    for t in settings.kafka.topics:
-        if t == topic:
-            return True
-        if t.startswith("^"):
-            try:
-                if re.search(t, topic):
-                    return True
-            except re.error:
-                continue
-    return False
-
-
-def _scope(topic: str | None, partition: int | None) -> str:
-    """The control record key for the options, checked as the readers will check it."""
-    from runtime.errors import InvalidControlRecord
-    from runtime.ops.control_records import parse_scope, scope_key
-
-    if partition is not None and (topic is None or partition < 0):
-        raise ConfigError("--partition needs --topic and a partition number >= 0")
-    key = scope_key(topic, partition)
-    try:
-        return parse_scope(key.encode())
-    except InvalidControlRecord:
-        if partition is not None and partition > 2**31 - 1:
-            raise ConfigError(f"--partition {partition}: Kafka numbers partitions below 2**31") from None
-        raise ConfigError(f"--topic {topic!r} is not a valid Kafka topic name") from None
 
 
 @click.command()
@@ -74,8 +40,8 @@ def pause(config: str, topic: str | None, partition: int | None, reason: str, du
 
     settings = operator_settings(config)
     try:
-        scope = _scope(topic, partition)
-        if topic is not None and not _group_reads(settings, topic):
+        scope = control.checked_scope(topic, partition)
+        if topic is not None and not control.group_reads(settings, topic):
             raise ConfigError(f"--topic {topic!r} is not one of the group's topics "
                               f"({', '.join(settings.kafka.topics)})")
         for_s = None if duration is None else parse_duration(duration)
@@ -116,7 +82,7 @@ def resume(config: str, topic: str | None, partition: int | None) -> None:
     settings = operator_settings(config)
     group = settings.kafka.group_id
     try:
-        scope = _scope(topic, partition)
+        scope = control.checked_scope(topic, partition)
         reach_cluster(settings)
         state = control.OperatorPauses.for_settings(settings)
         try:
@@ -136,7 +102,7 @@ def resume(config: str, topic: str | None, partition: int | None) -> None:
         click.echo(f"group {group!r}: resumed {shown}{more}{cleared}")
     else:
         click.echo(f"group {group!r}: nothing to resume, {describe_scope(scope)} is not paused{cleared}")
-    if topic is not None and not _group_reads(settings, topic):
+    if topic is not None and not control.group_reads(settings, topic):
         click.echo(f"note: {topic!r} is not one of the group's topics ({', '.join(settings.kafka.topics)})",
                    err=True)
     for p in plan.still:

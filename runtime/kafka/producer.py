@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException, Message, Producer
 
 from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected
 from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
+from runtime.kafka.messages import offset_of
 from runtime.tp import TOPIC_NAME
 
 log = logging.getLogger(__name__)
@@ -280,12 +281,14 @@ def _refusal(topic: str, err: _CKError, value: bytes | None = None, key: bytes |
 
 
 def write_acknowledged(props: Mapping[str, Any], topic: str,
-                       records: Iterable[tuple[bytes | None, bytes | None]], timeout_s: float = 30.0) -> int:
+                       records: Iterable[tuple[bytes | None, bytes | None]], timeout_s: float = 30.0,
+                       offsets: list[int] | None = None) -> int:
     """Write (key, value) records with acks=all and wait until the broker has every one;
     KafkaUnreachable when the cluster does not take them in time, KafkaError for any other
     refusal. Returns how many were written. For operator commands and ``ringmaster produce``,
     not a hot path: ``records`` may be a stream (a full local queue is waited out, as its
-    deliveries drain, for at most timeout_s)."""
+    deliveries drain, for at most timeout_s). ``offsets``: where the broker put each record
+    is appended to it (the console waits for every member to have read past its actions)."""
     props = with_logger({**props, "acks": "all", "message.timeout.ms": int(timeout_s * 1000)})
     bootstrap = props.get("bootstrap.servers", "")
     try:
@@ -295,9 +298,11 @@ def write_acknowledged(props: Mapping[str, Any], topic: str,
     failures: list[_CKError] = []
     count = 0
 
-    def done(err: Any, _msg: Any) -> None:
+    def done(err: Any, msg: Any) -> None:
         if err:
             failures.append(err)
+        elif offsets is not None:
+            offsets.append(offset_of(msg))
 
     try:
         for key, value in records:

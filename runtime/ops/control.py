@@ -37,6 +37,7 @@ from __future__ import annotations
 import collections
 import getpass
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable, Iterable
@@ -44,17 +45,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtime.config import Settings
-from runtime.errors import InvalidControlRecord, KafkaError
+from runtime.errors import ConfigError, InvalidControlRecord, KafkaError
 from runtime.kafka.admin import create_topic
 from runtime.kafka.producer import write_acknowledged
 from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import Apply, TopicReader
 from runtime.ops.control_records import (
     ALL,
+    Command,
     Pause,
     cut,
     describe_problem,
     describe_scope,
+    is_command_key,
+    parse_command,
     parse_record,
     parse_scope,
     scope_key,
@@ -69,6 +73,7 @@ MAX_SCOPES = 10_000  # pauses in force at once; more is not an operator's doing
 MAX_BAD_KEYS = 1_000  # invalid records remembered by key (to tell which are still the last word)
 LISTED = 50  # pauses listed in status and /metrics; the rest are counted
 LISTED_REASON_CHARS = 256
+MAX_WAITING_COMMANDS = 16  # commands read and not yet taken; more is not an operator's doing
 
 __all__ = ["ALL", "OperatorPauses", "Pause", "ResumePlan", "control_topic", "describe_scope",
            "ensure_control_topic", "plan_resume", "reader_properties", "scope_key", "who", "write"]
@@ -134,6 +139,10 @@ class OperatorPauses:
         self._expiry_stale = False  # a record with (or replacing one with) an end arrived
         self.expiry_scans = 0  # pauses visited recomputing the next expiry (the work loading does)
         self.changed = True
+        # The offset after the last record taken: a member's status says it (runtime/ops/
+        # member_status.py), so the console can tell who has seen an action it wrote.
+        self.read_to = 0
+        self._commands: collections.deque[Command] = collections.deque()
 
     @classmethod
     def for_settings(cls, settings: Settings) -> OperatorPauses:
@@ -186,6 +195,11 @@ class OperatorPauses:
     def apply(self, key: bytes | None, value: bytes | None, offset: int = -1) -> None:
         """Take one record of the control topic. Never raises: an invalid record is noted
         (logged once) and changes nothing."""
+        if offset >= 0:
+            self.read_to = max(self.read_to, offset + 1)
+        if is_command_key(key):
+            self._take_command(key, value, offset)
+            return
         try:
             pause = parse_record(key, value)
         except InvalidControlRecord as exc:
@@ -200,6 +214,36 @@ class OperatorPauses:
             return
         self._invalid.superseded(key)
         self._take(pause, key, offset)
+
+    def _take_command(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        """A command (reload, scale) is for the members that read it while following: one read
+        at start was for the members running when it was written."""
+        assert key is not None
+        try:
+            command = parse_command(key, value)
+        except InvalidControlRecord as exc:
+            self._reject(key, exc, offset)
+            return
+        except Exception as exc:  # defence in depth, as in apply()
+            self._reject(key, InvalidControlRecord(f"unreadable: {type(exc).__name__}: {exc}", "unreadable"),
+                         offset)
+            return
+        self._invalid.superseded(key)
+        if command is None or self._loading:
+            return
+        if len(self._commands) >= MAX_WAITING_COMMANDS:
+            log.warning("ignoring a command: too many wait already", extra={
+                "command": command.describe(), "id": command.id, "waiting": len(self._commands)})
+            return
+        log.info("operator command",
+                 extra={"command": command.describe(), "id": command.id, "by": command.by})
+        self._commands.append(command)
+
+    def take_commands(self) -> list[Command]:
+        """The commands read since the last call (runtime/ops/topic_commands.py hands them on)."""
+        taken = list(self._commands)
+        self._commands.clear()
+        return taken
 
     def _take(self, pause: Pause, key: bytes | None, offset: int) -> None:
         old = self._state.get(pause.scope)
@@ -352,7 +396,36 @@ def reader_properties(settings: Settings) -> dict[str, Any]:
     return props
 
 
-# ---------------------------------------------------------------------- writing (CLI)
+# ---------------------------------------------------------------------- writing (CLI, console)
+def group_reads(settings: Settings, topic: str) -> bool:
+    """Whether the group reads ``topic``: one of kafka.topics, or matched by one of its
+    regular expressions (a name starting with ^, as librdkafka reads them)."""
+    for t in settings.kafka.topics:
+        if t == topic:
+            return True
+        if t.startswith("^"):
+            try:
+                if re.search(t, topic):
+                    return True
+            except re.error:
+                continue
+    return False
+
+
+def checked_scope(topic: str | None, partition: int | None) -> str:
+    """The control record key for a topic and partition, checked as the readers will check it
+    (ConfigError, naming the CLI's options, for anything else)."""
+    if partition is not None and (topic is None or partition < 0):
+        raise ConfigError("--partition needs --topic and a partition number >= 0")
+    key = scope_key(topic, partition)
+    try:
+        return parse_scope(key.encode())
+    except InvalidControlRecord:
+        if partition is not None and partition > 2**31 - 1:
+            raise ConfigError(f"--partition {partition}: Kafka numbers partitions below 2**31") from None
+        raise ConfigError(f"--topic {topic!r} is not a valid Kafka topic name") from None
+
+
 def ensure_control_topic(settings: Settings) -> None:
     """Create the control topic unless it exists. KafkaUnreachable or KafkaError, one line."""
     create_topic(consumer_properties(settings), control_topic(settings), 1,
@@ -360,9 +433,12 @@ def ensure_control_topic(settings: Settings) -> None:
                  timeout_s=settings.kafka.connect_timeout_s)
 
 
-def write(settings: Settings, records: Iterable[Record]) -> None:
-    """Write control records and wait until the broker has them (acks=all)."""
+def write(settings: Settings, records: Iterable[Record]) -> list[int]:
+    """Write control records and wait until the broker has them (acks=all); their offsets."""
     ensure_control_topic(settings)
     props = {k: v for k, v in producer_properties(settings).items() if k != "message.timeout.ms"}
-    write_acknowledged(props, control_topic(settings), list(records), settings.kafka.connect_timeout_s)
+    offsets: list[int] = []
+    write_acknowledged(props, control_topic(settings), list(records), settings.kafka.connect_timeout_s,
+                       offsets)
+    return offsets
 

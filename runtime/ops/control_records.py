@@ -24,6 +24,15 @@ is resumed, and compaction may forget the key):
 Other fields are ignored. Anything else raises InvalidControlRecord; the reader logs it and
 ignores it, so it neither pauses nor resumes. Texts are cut rather than refused: a pause
 written with a long reason by an older version must not end by itself on an upgrade.
+
+A key ``command:<id>`` (``id``: 1-64 of ``[a-zA-Z0-9._-]``) is an operator **command** to the
+members (``ringmaster console``'s reload and scale): its value a JSON object with ``command``
+(``"reload"`` or ``"scale"``), for a scale ``processes`` (a whole number > 0) or ``change`` (a
+whole number other than 0), and optionally ``by``, ``at_ms`` and ``members`` (a list of the
+member ids it is for; absent or null: every member). A member acts on a command it reads
+while following the topic, never on one it reads at start (those were for the members then),
+and says how it went in its status record (runtime/ops/member_status.py). One key per command:
+compaction keeps each, so the console writes a tombstone once every member answered.
 """
 
 from __future__ import annotations
@@ -58,6 +67,18 @@ _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION = re.compile(r"(0|[1-9][0-9]{0,9})")  # canonical: "01" would be a second key for 1
 # Bidirectional overrides and isolates can make a terminal show text other than what is stored.
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+COMMAND_PREFIX = "command:"
+_COMMAND_ID = re.compile(r"[a-zA-Z0-9._-]{1,64}")
+MAX_MEMBERS_LISTED = 1000
+
+
+class CommandKind(enum.StrEnum):
+    """What a command record asks every member for (the control socket's requests)."""
+
+    RELOAD = "reload"
+    SCALE = "scale"
 
 
 class PauseScope(enum.StrEnum):
@@ -266,3 +287,87 @@ def describe_problem(key: bytes | None, exc: InvalidControlRecord) -> dict[str, 
     """Structured log fields for an invalid record."""
     key_text = "(none)" if key is None else shown(key.decode("utf-8", "replace"))
     return {"key": key_text, "problem": exc.problem}
+
+
+# ---------------------------------------------------------------------- commands
+def is_command_key(key: bytes | None) -> bool:
+    return key is not None and key.startswith(COMMAND_PREFIX.encode())
+
+
+class _CommandValue(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    command: CommandKind = Field(strict=False)
+    processes: int | None = Field(default=None, gt=0, le=10_000)
+    change: int | None = Field(default=None, ge=-10_000, le=10_000)
+    by: str = ""
+    at_ms: int | None = Field(default=None, ge=0, le=MAX_MS)
+    members: list[str] | None = Field(default=None, max_length=MAX_MEMBERS_LISTED)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command record: what it asks, of whom (``members`` None: every member)."""
+
+    id: str
+    kind: CommandKind
+    processes: int | None = None
+    change: int = 0
+    by: str = ""
+    at_ms: int | None = None
+    members: tuple[str, ...] | None = None
+
+    def for_member(self, member: str) -> bool:
+        return self.members is None or member in self.members
+
+    def request(self) -> dict[str, Any]:
+        """The control socket's request for the same thing (runtime/supervisor/control/commands.py)."""
+        if self.kind is CommandKind.RELOAD:
+            return {"command": "reload"}
+        if self.processes is not None:
+            return {"command": "scale", "processes": self.processes}
+        return {"command": "scale", "change": self.change}
+
+    def describe(self) -> str:
+        if self.kind is CommandKind.RELOAD:
+            return "reload"
+        return f"scale to {self.processes}" if self.processes is not None else f"scale {self.change:+d}"
+
+    def record(self) -> tuple[bytes, bytes]:
+        value: dict[str, Any] = {"command": self.kind.value, "by": self.by, "at_ms": self.at_ms,
+                                 "members": None if self.members is None else list(self.members)}
+        if self.kind is CommandKind.SCALE:
+            value.update({"processes": self.processes} if self.processes is not None
+                         else {"change": self.change})
+        return f"{COMMAND_PREFIX}{self.id}".encode(), json.dumps(value).encode()
+
+
+def command_id(text: str) -> str:
+    """A command's id as written: InvalidControlRecord unless 1-64 of [a-zA-Z0-9._-]."""
+    if not _COMMAND_ID.fullmatch(text):
+        raise InvalidControlRecord(f"the command id {shown(text)} is not 1-64 of [a-zA-Z0-9._-]", "key")
+    return text
+
+
+def parse_command(key: bytes, value: bytes | None) -> Command | None:
+    """A command record read strictly (None for a tombstone: a command done with), or
+    InvalidControlRecord saying what is wrong."""
+    if len(key) > MAX_KEY_BYTES:
+        raise InvalidControlRecord(f"the key is {len(key)} bytes (at most {MAX_KEY_BYTES})", "key")
+    cid = command_id(key[len(COMMAND_PREFIX):].decode("utf-8", "replace"))
+    if value is None:
+        return None
+    if len(value) > MAX_VALUE_BYTES:
+        raise InvalidControlRecord(f"the value is {len(value)} bytes (at most {MAX_VALUE_BYTES})", "value")
+    try:
+        v = _CommandValue.model_validate_json(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "value"
+        raise InvalidControlRecord(f"command {field}: {err['msg']}", f"command {field}") from None
+    if v.command is CommandKind.SCALE and (v.processes is None) == (not v.change):
+        raise InvalidControlRecord("command: a scale needs processes (> 0) or change (not 0), one of them",
+                                   "command scale")
+    members = None if v.members is None else tuple(clean_text(m, MAX_BY_BYTES) for m in v.members)
+    return Command(cid, v.command, v.processes, v.change or 0, clean_text(v.by, MAX_BY_BYTES), v.at_ms,
+                   members)

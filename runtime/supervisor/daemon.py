@@ -29,9 +29,11 @@ from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import wait_for_cluster
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_socket import ControlServer, control_socket_path
+from runtime.ops.member_status import Extra, StatusPublisher, ensure_status_topic, member_id, status_topic
 from runtime.ops.metrics import Histograms, RuntimeMetrics
 from runtime.ops.status import StatusFile, StatusSnapshot
 from runtime.ops.systemd import Notifier
+from runtime.ops.topic_commands import Requests
 from runtime.supervisor.control.signals import SignalQueue
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor
@@ -215,11 +217,17 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             pauses = OperatorPauses.for_settings(settings) if settings.control.enabled else None
             if pauses is not None:
                 release.callback(pauses.close)
+            # The console's commands come through the control topic, beside the socket's requests.
+            requests = Requests(control, pauses, member_id())
+            publisher = _status_publisher(settings, pauses, requests)
+            if publisher is not None:
+                release.callback(publisher.close, 2.0)  # after the final snapshot: it is sent too
+                on_status = _each(on_status, publisher.offer)
             # Fed by the loop; served with the rest of /metrics, which reads the supervisor.
             histograms = Histograms(settings.kafka.group_id) if admin_listen else None
             supervisor = Supervisor(settings, consumer, pool, epochs, on_status=on_status, dead_letters=desk,
                                     pauses=pauses, histograms=histograms, status_file=status_file,
-                                    control=control, reread=reread, signals=signals)
+                                    control=requests, reread=reread, signals=signals)
             release.callback(supervisor.commands.close, "the daemon is stopping")  # idempotent
             if admin_listen:
                 sv = supervisor
@@ -246,6 +254,38 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         except RingmasterError as exc:
             final = supervisor.final_status if supervisor is not None else None
             return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
+
+
+def _status_publisher(settings: Settings, pauses: OperatorPauses | None,
+                      requests: Requests) -> StatusPublisher | None:
+    """This member's status records for ``ringmaster console`` (runtime/ops/member_status.py), or
+    None when off (``control.status_interval_s = 0``) or the topic cannot be made: a warning,
+    never a reason not to start."""
+    interval = settings.control.status_interval_s
+    if not interval:
+        return None
+    try:
+        ensure_status_topic(settings)
+        sender = OutputProducer(producer_properties(settings), own_topics=(status_topic(settings),))
+    except RingmasterError as exc:
+        log.warning("no status records for the console: the status topic cannot be used", extra={
+            "topic": status_topic(settings), "error": str(exc)})
+        return None
+    guarantee, group_type = settings.output.guarantee, settings.kafka.group_type
+
+    def extra() -> Extra:
+        read_to = pauses.read_to if pauses is not None else None
+        return Extra(guarantee, group_type, read_to, requests.answers())
+
+    return StatusPublisher(status_topic(settings), sender, interval, extra)
+
+
+def _each(*calls: Callable[[StatusSnapshot], None] | None) -> Callable[[StatusSnapshot], None]:
+    def each(snap: StatusSnapshot) -> None:
+        for call in calls:
+            if call is not None:
+                call(snap)
+    return each
 
 
 def _bound_the_release(settings: Settings, supervisor: Supervisor, segments: SegmentSet) -> None:

@@ -42,10 +42,10 @@ from runtime.errors import RingmasterError
 from runtime.ops.admin_server import Health
 from runtime.ops.backstop import last_resort
 from runtime.ops.control import OperatorPauses
-from runtime.ops.control_socket import ControlServer
 from runtime.ops.metrics import Histograms
 from runtime.ops.status import StatusFile, StatusSnapshot, Stopped, final_snapshot
 from runtime.ops.systemd import Notifier
+from runtime.ops.topic_commands import RequestSource
 from runtime.supervisor.control.commands import Commands
 from runtime.supervisor.control.operator import OperatorHolds
 from runtime.supervisor.control.rollout import Rollout
@@ -92,7 +92,7 @@ class Supervisor(Generic[H]):
                  on_status: Callable[[StatusSnapshot], None] | None = None,
                  dead_letters: DeadLetterDesk | None = None, pauses: OperatorPauses | None = None,
                  histograms: Histograms | None = None, notifier: Notifier | None = None,
-                 status_file: StatusFile | None = None, control: ControlServer | None = None,
+                 status_file: StatusFile | None = None, control: RequestSource | None = None,
                  reread: Callable[[], Settings] | None = None, signals: SignalQueue | None = None) -> None:
         self.s, w, self.sleep = settings, settings.workers, sleep
         self.clock, self.consumer, self.pool, self.on_status = clock, consumer, pool, on_status

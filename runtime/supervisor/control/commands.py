@@ -4,6 +4,7 @@ gunicorn's users know – SIGHUP reloads, SIGTTIN adds a worker, SIGTTOU removes
 supervisor, once per tick (signal handlers only enqueue; the loop hands signals here).
 
     control socket ─request─▶ queue (one operation at a time) ─▶ rollout.py ─done or failed─▶ reply
+    control topic (console) ─┘                                                          │
     SIGHUP / SIGTTIN / SIGTTOU ─┘                                                      └──▶ log
 
 Signals coalesce and carry no argument: a SIGHUP while a signalled reload still waits is that
@@ -23,7 +24,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runtime.ops.control_socket import ControlServer, Request
+from runtime.ops.control_socket import Request
+from runtime.ops.topic_commands import RequestSource
 from runtime.supervisor.control.rollout import Operation, OpKind, Rollout
 from runtime.supervisor.control.signals import Asked, Intent
 
@@ -42,7 +44,7 @@ class _Command:
 
 
 class Commands:
-    def __init__(self, server: ControlServer | None, rollout: Rollout) -> None:
+    def __init__(self, server: RequestSource | None, rollout: Rollout) -> None:
         self.server = server
         self.rollout = rollout
         self.queue: deque[_Command] = deque()
