@@ -6,6 +6,7 @@ import click
 
 from runtime.cli.broker import broker
 from runtime.cli.check import check
+from runtime.cli.console import console
 from runtime.cli.daemon import run
 from runtime.cli.daemon_commands import reload, scale
 from runtime.cli.devtools import produce, tail
@@ -21,6 +22,6 @@ def main() -> None:
     """Turn a Kafka topic into CPU-bound work on every core, without losing a record."""
 
 
-for _command in (run, check, reload, scale, pause, resume, status, top, redrive, spark, broker, produce,
-                 tail):
+for _command in (run, check, reload, scale, pause, resume, status, top, console, redrive, spark, broker,
+                 produce, tail):
     main.add_command(_command)

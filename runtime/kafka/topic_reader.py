@@ -225,6 +225,7 @@ class Item:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    timestamp: tuple[int, int] | None = None  # (type, ms) as the client gives it; type 0: none
 
 
 # librdkafka's logical offset "n records before the end" is RD_KAFKA_OFFSET_TAIL_BASE - n
@@ -264,7 +265,7 @@ def tail(topic: str, props: Mapping[str, Any], stop: Callable[[], bool],
                     err = m.error()
                     if err is None:
                         item = Item(partition_of(m), offset_of(m), m.key(), m.value(),
-                                    list(headers_of(m) or []))
+                                    list(headers_of(m) or []), m.timestamp())
                         (later.append if item.partition in at_end else kept[item.partition].append)(item)
                     elif err.code() == _CKError._PARTITION_EOF:
                         at_end.add(partition_of(m))
@@ -282,7 +283,8 @@ def tail(topic: str, props: Mapping[str, Any], stop: Callable[[], bool],
                     if err.fatal():
                         raise KafkaError(f"reading {topic!r}: {err}")
                     continue
-                yield Item(partition_of(m), offset_of(m), m.key(), m.value(), list(headers_of(m) or []))
+                yield Item(partition_of(m), offset_of(m), m.key(), m.value(), list(headers_of(m) or []),
+                           m.timestamp())
                 if stop():
                     return
     except KafkaException as exc:

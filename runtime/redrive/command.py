@@ -26,7 +26,7 @@ from runtime.redrive.engine import Redrive, Stopper
 from runtime.redrive.letters import MAX_REDRIVE_COUNT
 from runtime.redrive.pacing import TokenBucket
 from runtime.redrive.report import Ending, Mode, Summary
-from runtime.redrive.selection import Selection, parse_bound
+from runtime.redrive.selection import OffsetBound, Selection, parse_bound
 
 log = logging.getLogger("ringmaster.redrive")
 
@@ -50,6 +50,9 @@ class Options:
     through_plugin: bool = False
     dry_run: bool = False
     group: str | None = None
+    # Only these letters, by (partition, offset) of the dead-letter topic (``ringmaster console``'s
+    # pick, redriven in a group of its own); the run reads only from the first to the last of them.
+    picked: frozenset[tuple[int, int]] | None = None
 
 
 @dataclass
@@ -70,10 +73,19 @@ def selection_for(settings: Settings, options: Options, now_ms: int) -> Selectio
     if options.rate is not None and not 0 < options.rate <= MAX_RATE:
         raise ConfigError(f"--rate must be a number of records per second above 0 and at most "
                           f"{MAX_RATE:g} (leave it out for no limit), not {options.rate!r}")
+    start = None if options.start is None else parse_bound(options.start, "--from", now_ms)
+    end = None if options.end is None else parse_bound(options.end, "--to", now_ms)
+    if options.picked is not None:
+        if start is not None or end is not None:
+            raise ConfigError("a pick of letters is its own window: no --from or --to with it")
+        by_partition: dict[int, list[int]] = {}
+        for p, o in options.picked:
+            by_partition.setdefault(p, []).append(o)
+        start = OffsetBound(partitions={p: min(o) for p, o in by_partition.items()})
+        end = OffsetBound(every=0, partitions={p: max(o) + 1 for p, o in by_partition.items()})
     return Selection(
         topics=tuple(settings.kafka.topics),
-        start=None if options.start is None else parse_bound(options.start, "--from", now_ms),
-        end=None if options.end is None else parse_bound(options.end, "--to", now_ms),
+        start=start, end=end, picked=options.picked,
         error_types=frozenset(options.error_types), max_redrives=options.max_redrives,
         through_plugin=options.through_plugin)
 

@@ -49,6 +49,7 @@ class Skip(enum.Enum):
     CRASHED_A_WORKER = "crashed-a-worker"
     SOURCE_GONE = "source-gone"
     REFUSED = "refused"
+    NOT_PICKED = "not-picked"
 
     @property
     def meaning(self) -> str:
@@ -66,6 +67,7 @@ _MEANINGS = {
     Skip.CRASHED_A_WORKER: "crashed or hung a worker: redrive it to its source, where the daemon isolates it",
     Skip.SOURCE_GONE: "truncated or reference letter whose source record is no longer retained",
     Skip.REFUSED: "the broker refused the redriven copy for what it is (size, partition)",
+    Skip.NOT_PICKED: "not among the letters picked (ringmaster console)",
 }
 
 
@@ -166,6 +168,9 @@ class Selection:
     error_types: frozenset[str] = frozenset()
     max_redrives: int = 3
     through_plugin: bool = False
+    # Only these letters, by (partition, offset) of the dead-letter topic (the console's pick);
+    # None: every letter the rest selects.
+    picked: frozenset[tuple[int, int]] | None = None
 
     def end_offset(self, partition: int) -> int | None:
         return self.end.at(partition) if isinstance(self.end, OffsetBound) else None
@@ -183,6 +188,8 @@ class Selection:
                 return Skip.BEFORE_FROM
         if isinstance(self.start, TimeBound) and (when is None or when < self.start.ms):
             return Skip.BEFORE_FROM
+        if self.picked is not None and (letter.partition, letter.offset) not in self.picked:
+            return Skip.NOT_PICKED
         if letter.malformed:
             return Skip.MALFORMED
         if letter.problem is not None or letter.source is None:
