@@ -42,11 +42,11 @@ def human(v: float) -> str:
     return f"{v:.3g}" if v else "0"
 
 
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M", time.localtime(t))
+def _clock(t: float, span_s: float) -> str:
+    return time.strftime("%H:%M" if span_s >= 600 else "%H:%M:%S", time.localtime(t))
 
 
-def _frame(y_top: float, t0: float, t1: float, unit: str) -> list[str]:
+def _frame(y_top: float, t0: float, t1: float) -> list[str]:
     parts = []
     for i in range(5):
         y = _T + (_H - _T - _B) * i / 4
@@ -56,8 +56,9 @@ def _frame(y_top: float, t0: float, t1: float, unit: str) -> list[str]:
     for i in range(4):
         t = t0 + (t1 - t0) * i / 3
         x = _L + (_W - _L - _R) * i / 3
-        parts.append(f'<text x="{x:.1f}" y="{_H - 6}" class="xlab">{escape(_clock(t))}</text>')
-    parts.append(f'<text x="4" y="{_T + 2}" class="unit">{escape(unit)}</text>')
+        anchor = ("start", "middle", "middle", "end")[i]
+        parts.append(f'<text x="{x:.1f}" y="{_H - 6}" class="xlab" text-anchor="{anchor}">'
+                     f'{escape(_clock(t, t1 - t0))}</text>')
     return parts
 
 
@@ -83,7 +84,7 @@ def line_chart(title: str, series: Mapping[str, Series], unit: str, gap_s: float
     if t1 - t0 < 1:
         t0 -= 30
     top = _nice(max(v for n in names for _, v in series[n]))
-    parts = _frame(top, t0, t1, unit)
+    parts = _frame(top, t0, t1)
 
     def xy(t: float, v: float) -> str:
         x = _L + (_W - _L - _R) * (t - t0) / (t1 - t0)
@@ -103,17 +104,17 @@ def line_chart(title: str, series: Mapping[str, Series], unit: str, gap_s: float
         parts.append(_polyline(run, colour))
     more = len(series) - len(names)
     shown = names + ([f"(+{more} more)"] if more > 0 else [])
-    return _figure(title, parts, shown)
+    return _figure(title, unit, parts, shown)
 
 
 def _colour(i: int, name: str) -> str:
     return PALETTE[-1] if name == "others" else PALETTE[i % len(PALETTE)]
 
 
-def _figure(title: str, parts: list[str], names: Sequence[str]) -> Markup:
+def _figure(title: str, unit: str, parts: list[str], names: Sequence[str]) -> Markup:
     svg = f'<svg viewBox="0 0 {_W} {_H}" role="img" aria-label="{escape(title)}">' + "".join(parts) + "</svg>"
-    return Markup(f'<figure class="chart"><figcaption>{escape(title)}</figcaption>{svg}{_legend(names)}'
-                  "</figure>")
+    caption = f"{escape(title)} <small>{escape(unit)}</small>"
+    return Markup(f'<figure class="chart"><figcaption>{caption}</figcaption>{svg}{_legend(names)}</figure>')
 
 
 def _polyline(points: list[str], colour: str) -> str:
@@ -137,7 +138,7 @@ def bar_chart(title: str, buckets: Sequence[tuple[float, Mapping[str, int]]], un
     t0 = buckets[0][0]
     t1 = max(buckets[-1][0] + width_s, t0 + 10 * width_s)
     top = _nice(max(sum(c.values()) for _, c in buckets))
-    parts = _frame(top, t0, t1, unit)
+    parts = _frame(top, t0, t1)
     bar_w = max(2.0, (_W - _L - _R) * width_s / (t1 - t0) - 2)
     for t, counts in buckets:
         x = _L + (_W - _L - _R) * (t - t0) / (t1 - t0)
@@ -152,4 +153,4 @@ def bar_chart(title: str, buckets: Sequence[tuple[float, Mapping[str, int]]], un
             parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_w:.1f}" height="{h:.1f}" '
                          f'fill="{_colour(i, label)}"><title>{escape(label)}: {n}</title></rect>')
     shown = kept + (["others"] if len(names) > len(kept) else [])
-    return _figure(title, parts, shown)
+    return _figure(title, unit, parts, shown)

@@ -99,8 +99,8 @@ def render(snap: StatusSnapshot, member: str, interval_s: float, extra: Extra, p
         "workers": [{"index": w.index, "pid": w.pid, "alive": w.alive, "state": w.state, "busy_s": w.busy_s,
                      "records": w.records, "rss": w.rss, "restarts": w.restarts, "generation": w.generation,
                      "version": w.plugin_version} for w in snap.workers],
-        "operator_pauses": [{"scope": p["scope"], "key": p["key"], "by": p["by"], "since_ms": p["since_ms"],
-                             "until_ms": p["until_ms"]} for p in snap.operator_pauses],
+        "operator_pauses": [{k: p.get(k) for k in ("scope", "key", "by", "since_ms", "until_ms")}
+                            for p in snap.operator_pauses],
         "reload": _operation(snap.reload), "scale": _operation(snap.scale),
         "control_read_to": extra.control_read_to, "commands": extra.commands,
     }

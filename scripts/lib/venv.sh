@@ -108,3 +108,22 @@ try:
 except RingmasterError as exc:
     sys.exit(f"error: {exc}")' || exit 1
 }
+
+require_chromium() {
+  # The console's browser test (tests/integration/test_console_browser.py) drives Debian's
+  # headless Chromium through its chromium-driver: installed as require_java installs Java. Where
+  # it cannot be, the test skips itself with one line; nothing else needs it.
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    return 0
+  fi
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo -n true 2>/dev/null && sudo="sudo -n"
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; }; then
+    echo "chromium not found: installing chromium and chromium-driver (apt-get), for the console's browser test" >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 \
+      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >&2 \
+      || echo "warning: installing Chromium with apt-get failed: the console's browser test will be skipped" >&2
+  else
+    echo "warning: no Chromium (apt-get install chromium chromium-driver): the console's browser test will be skipped" >&2
+  fi
+}
