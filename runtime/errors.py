@@ -8,7 +8,8 @@ Exit codes of ``ringmaster run`` (the systemd unit keeps 2 and 3 from restarting
 2     the configuration is invalid
 3     the plugin cannot start: its import or ``setup()`` failed, as the worker reported
       before it ever became ready, on the daemon's first start
-4     shared memory cannot be created
+4     a resource of the host cannot be used: shared memory (too little, or none), a CPU other
+      than x86-64 without the C speedups, the control socket's directory another user's
 5     the Kafka client reported a fatal error
 6     workers die during start-up without saying why (a crash loop before any was ready)
 7     ``--until-caught-up`` found partitions blocked at a failing record (no dead-letter topic)

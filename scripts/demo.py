@@ -72,13 +72,16 @@ def headline(rng: random.Random) -> str:
             f"{after}. {body}. Figures of {rng.randrange(2, 900)} million were quoted.")
 
 
-def items(n: int, seed: int = 42) -> list[bytes]:
-    """~8 % of items are republications of an earlier one with one word changed."""
+def items(n: int, seed: int = 42) -> tuple[list[bytes], int]:
+    """~8 % of items are republications of an earlier one with one word changed; the items, and
+    how many are republications."""
     rng = random.Random(seed)
     out: list[bytes] = []
     texts: list[str] = []
+    republished = 0
     for i in range(n):
         if texts and rng.random() < 0.08:
+            republished += 1
             words = rng.choice(texts[-5000:]).split()
             words[rng.randrange(len(words))] = rng.choice(DAYS)
             text = " ".join(words)
@@ -87,7 +90,7 @@ def items(n: int, seed: int = 42) -> list[bytes]:
             texts.append(text)
         out.append(json.dumps({"id": f"n-{i:07d}", "source": rng.choice(SOURCES),
                                "ts": 1_790_000_000_000 + i, "text": text}).encode())
-    return out
+    return out, republished
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -169,7 +172,7 @@ def main() -> int:
         ensure_topics(broker.bootstrap, ["news"], partitions=args.partitions)
         ensure_topics(broker.bootstrap, ["news.fingerprints", "news.dead-letter"], partitions=1)
         console.print(f"generating {args.records:,} news items (~8 % near-duplicates)")
-        values = items(args.records)
+        values, republished = items(args.records)
         t0 = time.monotonic()
         produce(broker.bootstrap, "news", values)
         console.print(f"produced {len(values):,} records to 'news' in {time.monotonic() - t0:.1f} s")
@@ -217,7 +220,13 @@ status_interval_s = 0.5
         committed = sum(p.offset for p in parts if p.offset >= 0)
         dups = count_duplicates(broker.bootstrap, "news.fingerprints", final["outputs"])
         console.print(f"committed offsets cover {committed:,} of {args.records:,} records; "
-                      f"{dups:,} near-duplicates flagged in 'news.fingerprints'")
+                      f"{dups:,} near-duplicates flagged in 'news.fingerprints', of the {republished:,} "
+                      "republications generated")
+        console.print(f"(a republication is flagged when its original went through the same worker process: "
+                      f"the plugin's index lives in each worker, and a partition's batches go to whichever of "
+                      f"the {args.processes} workers is free, so about 1 in {args.processes} is flagged here. "
+                      "The band keys in each output let a downstream job find the rest: "
+                      "workers/fingerprint.py)", markup=False, highlight=False)
         if committed != args.records or final["records"] < args.records:
             console.print("[red]not every record was processed and committed[/]")
             return 1

@@ -2,9 +2,11 @@
 
 Input: a JSON object with ``text`` (and optionally ``id``), or plain UTF-8 text.
 Output (one per record, key = the record's key): JSON with the MinHash signature, its LSH
-band keys, and ``near_duplicate_of`` – the id of an earlier record of the same partition
-whose estimated Jaccard similarity is at least ``threshold`` (from a bounded LRU index
-kept per worker; band keys let a downstream job find duplicates across partitions).
+band keys, and ``near_duplicate_of`` – the id of an earlier record seen by the same worker
+process whose estimated Jaccard similarity is at least ``threshold`` (from a bounded LRU
+index kept per worker: with N workers about 1 near-duplicate in N is flagged here, since a
+partition's batches go to whichever worker is free; band keys let a downstream job find
+duplicates across workers and partitions).
 
 Settings (``[workers.settings]``): ``permutations`` (32), ``bands`` (8), ``shingle``
 (3 words), ``threshold`` (0.8), ``index_size`` (50000 signatures per worker),

@@ -9,7 +9,7 @@ import click
 
 from runtime.cli.loading import load
 from runtime.cli.outcome import fail
-from runtime.config import redacted
+from runtime.config import Settings, redacted
 from runtime.kafka.properties import effective_settings
 from runtime.ops.logs import configure_logging
 
@@ -18,14 +18,25 @@ from runtime.ops.logs import configure_logging
 @click.option("-c", "--config", "config", type=click.Path(dir_okay=False), required=True)
 @click.option("--shallow", is_flag=True,
               help="Only import the plugin; do not start it in a worker (no setup()/teardown()).")
-def check(config: str, shallow: bool) -> None:
+@click.option("--connect", is_flag=True,
+              help="Also ask the Kafka cluster (kafka.bootstrap_servers): does it answer, are the "
+                   "topics there, can it give the configuration what it needs.")
+def check(config: str, shallow: bool, connect: bool) -> None:
     """Validate a config, print the effective settings (librdkafka properties included,
     secrets redacted), then start the plugin in a throw-away worker: import, setup(),
     teardown(), as the daemon's workers do (bounded by workers.setup_timeout_s). Also says
     whether the C speedups are on, how many workers and why, and the shared memory the rings
-    need against what is free. Exit 2: the config is invalid; exit 3: the plugin cannot start
-    (one line says why); exit 4: this host cannot run it (too little shared memory, or a CPU
-    other than x86-64 without the C speedups)."""
+    need against what is free.
+
+    It does not contact the Kafka cluster unless --connect is given: "valid" is about the
+    file, not about the address in it. With --connect it asks the cluster for its topics
+    (within kafka.connect_timeout_s), says which of the config's topics exist, and refuses
+    what the cluster cannot give (exactly-once on the development broker).
+
+    Exit 2: the config is invalid (or, with --connect, the cluster cannot serve it); exit 3:
+    the plugin cannot start (one line says why); exit 4: this host cannot run it (too little
+    shared memory, or a CPU other than x86-64 without the C speedups); with --connect, exit 8:
+    the cluster did not answer, 14: it refused the credentials."""
     settings = load(config)
     from runtime.kafka.messages import bind_packer
     from runtime.transport import packing, speedups
@@ -33,7 +44,8 @@ def check(config: str, shallow: bool) -> None:
 
     bind_packer()  # the packer's path (C or Python) is known once it knows the message type
     click.echo(json.dumps(redacted(effective_settings(settings)), indent=2))
-    click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports",
+    contacted = "" if connect else " (the Kafka cluster was not contacted: --connect asks it)"
+    click.echo(f"config {config!r} is valid; plugin {settings.workers.plugin!r} imports{contacted}",
                err=True)
     paths: list[speedups.HotPath[Any]] = [packing.PACK, decoding.BUILD_RECORDS]
     click.echo(f"hot paths: {speedups.describe(paths)}", err=True)
@@ -48,6 +60,8 @@ def check(config: str, shallow: bool) -> None:
     if problem is not None:  # the daemon would refuse to start here (exit 4), with this line
         fail(SharedMemoryError(problem))
     click.echo(shm_report(settings)[0], err=True)
+    if connect:
+        _ask_the_cluster(settings)
     if settings.spark.source == "kafka":
         from runtime.spark.builtin_source import describe
 
@@ -63,3 +77,34 @@ def check(config: str, shallow: bool) -> None:
                f"took {outcome.seconds:.1f} s; teardown() ran", err=True)
     if outcome.teardown_problem is not None:
         click.echo(f"warning: {outcome.teardown_problem} (the daemon logs this and goes on)", err=True)
+
+
+def _ask_the_cluster(settings: Settings) -> None:
+    """``--connect``: the cluster answers, with the config's topics, and can serve it."""
+    from runtime.errors import ConfigError, RingmasterError
+    from runtime.kafka.admin import ClusterProbe
+    from runtime.kafka.properties import consumer_properties
+    from runtime.ops.cluster import cluster_problem, wait_for_cluster
+    from runtime.ops.logs import configure_command_logging
+
+    configure_command_logging()  # the client's lines through the log's throttle, warnings only
+    probe = ClusterProbe(consumer_properties(settings))
+    try:
+        topics = wait_for_cluster(settings, give_up_after_s=settings.kafka.connect_timeout_s, probe=probe)
+        assert topics is not None  # no stop condition: it answers or raises
+        problem = cluster_problem(settings, probe.cluster_id)
+        if problem is not None:
+            raise ConfigError(problem)
+    except RingmasterError as exc:
+        fail(exc)
+        return
+    click.echo(f"the Kafka cluster at {probe.bootstrap} answers (cluster id {probe.cluster_id})", err=True)
+    named = [(t, "input") for t in settings.kafka.topics if not t.startswith("^")]
+    named += [(t, what) for t, what in ((settings.output.topic, "[output] topic"),
+                                       (settings.dead_letter.topic, "[dead_letter] topic")) if t]
+    for topic, what in named:
+        if topic in topics:
+            click.echo(f"  {what} {topic!r}: {topics[topic]} partition(s)", err=True)
+        else:
+            click.echo(f"warning: {what} {topic!r} does not exist on the cluster (create it; the daemon "
+                       "waits for an output topic that is missing)", err=True)

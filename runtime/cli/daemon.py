@@ -38,11 +38,14 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" fo
     (1, "an internal error (a bug: the log has the traceback)"),
     (ConfigError.exit_code, "the configuration is invalid (not restarted by the systemd unit)"),
     (PluginError.exit_code, "the plugin cannot start: import or setup() failed (not restarted)"),
-    (SharedMemoryError.exit_code, "shared memory cannot be created"),
+    (SharedMemoryError.exit_code, "a resource of the host cannot be used: too little shared memory "
+                                  "(supervisor.shm_dir), a CPU other than x86-64 without the C speedups, "
+                                  "or the control socket's directory is another user's or not private"),
     (KafkaError.exit_code, "the Kafka client reported a fatal error"),
     (WorkerCrashLoop.exit_code, "workers die during start-up without saying why"),
     (PartitionsBlocked.exit_code, "--until-caught-up: partitions blocked at a failing record"),
-    (KafkaUnreachable.exit_code, "the cluster did not answer within kafka.connect_timeout_s"),
+    (KafkaUnreachable.exit_code, "--until-caught-up only: the cluster did not answer within "
+                                 "kafka.connect_timeout_s (a daemon waits for it as long as it takes)"),
     (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
     (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
     (KafkaAccessRefused.exit_code, "the cluster refused the credentials or its certificate is not "

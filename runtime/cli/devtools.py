@@ -37,7 +37,7 @@ def produce(config: str, topic: str | None, key_separator: str | None, partition
     except RingmasterError as exc:
         fail(exc)
         return
-    made = f" (created it with {partitions} partitions)" if created else ""
+    made = f" (created it with {partitions} partition{'' if partitions == 1 else 's'})" if created else ""
     click.echo(f"produced {count} record(s) to {name!r}{made}", err=True)
 
 
@@ -60,7 +60,12 @@ def tail(config: str, topic: str | None, dead_letters: bool, last: int | None, f
     """Print a topic's records, one per line: by default what the plugin produced. Without -n,
     every record from the beginning, then as they come (Ctrl-C to leave). Joins no group,
     commits nothing. Kafka orders records within a partition only: records of different
-    partitions come in an order that may differ from run to run, except with -n."""
+    partitions come in an order that may differ from run to run, except with -n.
+
+    It reads with the config's isolation level (kafka.consumer "isolation.level"; librdkafka's
+    default, read_committed): records of aborted transactions, and of transactions still open,
+    are not printed. To see them, set "isolation.level" = "read_uncommitted" in a copy of the
+    config."""
     from runtime.ops import devtools
 
     if follow and last is None:

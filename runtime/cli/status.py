@@ -74,16 +74,26 @@ def _daemons_on_host(settings: Settings) -> list[dict[str, Any]]:
 def top(config: str, interval: float) -> None:
     """A live view of the daemon (q or Ctrl-C to leave): rates, lag, pauses, workers; never
     imports the plugin. While there is nothing to read it keeps trying, and says why and what
-    to do; a daemon that stopped or died is shown with its last snapshot until it runs again."""
+    to do; a daemon that stopped or died is shown with its last snapshot until it runs again.
+
+    When stdout is not a terminal (a pipe, a file, a CI log) it prints the view once and exits,
+    0 when it could read the daemon's snapshot, 1 when there is nothing to read: a live view
+    has nowhere to be drawn there (`ringmaster status --json` is the form for scripts)."""
     from rich.console import Console
     from rich.live import Live
     from rich.text import Text
 
     from runtime.ops.keys import QUIT_KEYS, Keys
-    from runtime.ops.views import NoDaemon, NothingToRead, fit_to_content, read_snapshot, render
+    from runtime.ops.views import NoDaemon, NothingToRead, fit_to_content, read_snapshot, render, show
 
     settings = operator_settings(config)
     console = Console()
+    if not console.is_terminal:
+        try:
+            show(console, render(read_snapshot(settings)))
+        except (NothingToRead, NoDaemon) as exc:
+            fail(exc)
+        return
     # Ctrl-C leaves, as the help says, also when this process started with SIGINT ignored
     # (a shell runs a script's background jobs so, and Python then raises no KeyboardInterrupt).
     signal.signal(signal.SIGINT, signal.default_int_handler)

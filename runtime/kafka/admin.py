@@ -87,6 +87,7 @@ class ClusterProbe:
         # A refused login or TLS handshake reaches us only through error_cb: to list_topics()
         # it looks like a broker that went away (_TRANSPORT), which the daemon would wait out.
         self.refused: str | None = None
+        self.cluster_id: str | None = None  # as the last answer named it
         self._admin = AdminClient(with_logger(admin_properties(props)) | {"error_cb": self._on_error})
 
     def _on_error(self, err: _CKError) -> None:
@@ -109,6 +110,7 @@ class ClusterProbe:
             raise KafkaError(f"cannot read the cluster's metadata from {self.bootstrap}: {err}") from None
         finally:
             self._admin.poll(0)
+        self.cluster_id = meta.cluster_id
         return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
 
 

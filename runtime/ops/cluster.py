@@ -14,6 +14,9 @@ caller does about it:
 
 A cluster that answers but refuses the client (SASL authentication failed, a certificate not
 trusted) is not an outage: every caller stops at once with KafkaAccessRefused (exit 14).
+
+A cluster that answers but cannot give the configuration what it needs is said in one line
+(``cluster_problem``): the daemon does not start (exit 2), ``check --connect`` says so.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from runtime.kafka.properties import consumer_properties
 
 log = logging.getLogger("ringmaster.cluster")
 
+# The cluster id the embedded development broker (Tansu) answers with (docs/brokers.md).
+TANSU_CLUSTER_ID = "tansu_cluster"
 REPORT_EVERY_S = 30.0
 ATTEMPT_S = 1.0  # one metadata request's wait; also the pause between attempts
 
@@ -87,3 +92,15 @@ def refuse_early(settings: Settings, probe: ClusterProbe | None = None) -> None:
     probe = probe or ClusterProbe(consumer_properties(settings))
     with contextlib.suppress(KafkaUnreachable):
         probe.topics(ATTEMPT_S)
+
+
+def cluster_problem(settings: Settings, cluster_id: str | None) -> str | None:
+    """What this cluster cannot give the configuration, in one line; None when nothing is known
+    to be missing. Exactly-once needs ``read_committed`` readers that skip aborted records, which
+    Tansu hands them (docs/brokers.md): a batch that ran again would be read twice downstream."""
+    if settings.output.guarantee == "exactly-once" and cluster_id == TANSU_CLUSTER_ID:
+        return ('output.guarantee = "exactly-once" needs a broker whose read_committed readers skip '
+                f"aborted records; the cluster at {settings.kafka.bootstrap_servers} is Tansu, the "
+                f"development broker (cluster id {cluster_id!r}), which hands them over: run Apache Kafka "
+                '(ringmaster broker --apache-kafka) or set output.guarantee = "at-least-once"')
+    return None

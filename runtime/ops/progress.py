@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import termios
+import time
 from collections.abc import Callable
 from typing import IO
 
@@ -41,20 +42,33 @@ def _tostop(stream: IO[str]) -> bool:
 class ProgressDisplay:
     """The live view of ``ringmaster run`` on its terminal, drawn only while the process is in
     the terminal's foreground (``foreground``, injected for tests): in the background it writes
-    nothing, and it starts a fresh view below the shell's lines when brought back (``fg``)."""
+    nothing, and it starts a fresh view below the shell's lines when brought back (``fg``).
+    Where stderr is no terminal (a pipe, a file, a CI log: ``--progress`` asked for it) it
+    writes one plain line every ``LINE_EVERY_S`` instead: a view cannot be redrawn there."""
+
+    LINE_EVERY_S = 10.0
 
     def __init__(self, total: int | None = None, console: Console | None = None,
-                 foreground: Callable[[], bool] | None = None) -> None:
+                 foreground: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.console = console or Console(stderr=True)
         self.total = total
         self.foreground = foreground or (lambda: in_foreground(self.console.file))
+        self.clock = clock
         self._live = self._new_live()
         self._started = False
+        self._line_at: float | None = None
 
     def _new_live(self) -> Live:
         return Live(console=self.console, auto_refresh=False, transient=False)
 
     def update(self, snap: StatusSnapshot) -> None:
+        if not self.console.is_terminal:
+            now = self.clock()
+            if self._line_at is None or now - self._line_at >= self.LINE_EVERY_S or snap.stopped is not None:
+                self._line_at = now
+                self.console.print(self.line(snap), markup=False, highlight=False, soft_wrap=True)
+            return
         if not self.foreground():
             self._leave_quietly()
             return
@@ -91,6 +105,14 @@ class ProgressDisplay:
         if not self.console.is_terminal:
             self.console.line()
 
+    def line(self, snap: StatusSnapshot) -> str:
+        """The progress in one plain line (where no view can be drawn)."""
+        done = f"{snap.records:,}" + (f" of {self.total:,}" if self.total else "")
+        alive = sum(w.alive for w in snap.workers)
+        return (f"progress: {done} records done ({snap.recent_rate or snap.rate:,.0f}/s), lag {snap.lag:,}, "
+                f"{snap.outputs:,} outputs, {snap.dead_letters:,} dead letters, {alive} workers, "
+                f"{snap.elapsed_s:,.0f} s")
+
     def render(self, snap: StatusSnapshot) -> Group:
         head = Table.grid(padding=(0, 2))
         done = f"{snap.records:,}" + (f" / {self.total:,}" if self.total else "")
@@ -120,4 +142,12 @@ def summary_table(snap: StatusSnapshot) -> Table:
         t.add_row(f"worker {w.index} share", f"{w.records:,} ({w.records / total:.1%})")
     for tp, off in snap.committed.items():
         t.add_row(f"committed {tp}", f"{off:,}")
+    if not snap.committed and (snap.transactions_committed or snap.transactions_aborted):
+        # Exactly-once: the supervisor commits nothing; a batch is done once the transaction that
+        # carried its outputs and its offsets committed, so what is done is what is committed.
+        t.add_row("transactions", f"{snap.transactions_committed:,} committed, {snap.transactions_aborted:,} "
+                                  "aborted")
+        for p in snap.partitions:
+            if p.done_through is not None:
+                t.add_row(f"committed {p.tp}", f"{p.done_through:,} (in the workers' transactions)")
     return t

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.config import Settings, max_message_bytes
-from runtime.errors import RingmasterError, SharedMemoryError
+from runtime.errors import ConfigError, RingmasterError, SharedMemoryError
+from runtime.kafka.admin import ClusterProbe
 from runtime.kafka.consumer import GroupConsumer
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.properties import consumer_properties, producer_properties, share_consumer_properties
@@ -26,7 +27,7 @@ from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
 from runtime.kafka.transactions import transactional_id
 from runtime.ops import backstop
 from runtime.ops.admin_server import AdminServer
-from runtime.ops.cluster import wait_for_cluster
+from runtime.ops.cluster import cluster_problem, wait_for_cluster
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_socket import ControlServer, control_socket_path
 from runtime.ops.member_status import Extra, StatusPublisher, ensure_status_topic, member_id, status_topic
@@ -166,10 +167,14 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                 # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
                 # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
                 give_up = settings.kafka.connect_timeout_s if sup.stop_when_caught_up else None
+                probe = ClusterProbe(consumer_properties(settings))
                 if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop_requested,
-                                    notify=Notifier().notify) is None:
+                                    notify=Notifier().notify, probe=probe) is None:
                     log.info("stop requested while waiting for the Kafka cluster")
                     return RunResult(0, None, False)
+                problem = cluster_problem(settings, probe.cluster_id)
+                if problem is not None:
+                    raise ConfigError(problem)
             socket_path = control_socket_path(settings)
             admin_listen = settings.admin.listen
             if socket_path is not None:  # unusable: an error, before anything else

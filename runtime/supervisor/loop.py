@@ -322,7 +322,8 @@ class Supervisor(Generic[H]):
         self.flow.pause_all()
         self.results.settle_dead_letters(min(deadline, self.clock() + 2.0), self.sleep)
         held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
-        self.rebalance.release(list(self.partitions) + over, commit=True)  # over capacity: no slot taken
+        self.rebalance.release(list(self.partitions) + over, commit=True,  # over capacity: no slot taken
+                               why="partitions released: the daemon is stopping")
         self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)
         error = self.exit_error
         final = Stopped(error.exit_code, str(error)) if error else Stopped(0, self.stop_reason)

@@ -305,3 +305,23 @@ def test_the_supervisor_accepts_records_only_once_their_batch_is_done() -> None:
     assert [(o, k) for _, o, k in client.acks] == [(o, AcknowledgeType.ACCEPT) for o in range(4)]
     sup.fetch()
     assert consumer.counts.acquired == 5, "the next poll once all of the last one is acknowledged"
+
+
+def test_a_share_groups_partitions_announced_are_no_rebalance() -> None:
+    """docs/share-groups.md: nothing is ever revoked; status must not say "rebalances 1"."""
+    from fakes import Clock, FakeConsumer, FakePool, assign
+
+    from runtime.supervisor.loop import Supervisor
+
+    class ShareConsumer(FakeConsumer):
+        counts: dict[str, int] = {}
+
+        def acknowledge(self, tp: Any, first: int, last: int, outcome: Any, /) -> int:
+            return 0
+
+    for group_type, expected in (("share", 0), ("consumer", 1)):
+        pool = FakePool(1)
+        consumer = ShareConsumer() if group_type == "share" else FakeConsumer()
+        sup = Supervisor(_settings(group_type=group_type), consumer, pool, pool.epochs, clock=Clock())
+        assign(sup, consumer, [("t", 0)])
+        assert sup.rebalance.rebalances == expected, group_type

@@ -58,8 +58,11 @@ class Rebalance(Generic[H]):
         self.rebalances = 0  # callbacks: assignments, revocations, losses
 
     def on_assign(self, tps: list[TP]) -> None:
-        """Runs in: rebalance callback, after the client assigned tps."""
-        self.rebalances += 1
+        """Runs in: rebalance callback, after the client assigned tps. A share group's consumer
+        announces a partition when its first record comes: no rebalance (nothing is ever
+        revoked in a share group), so not counted as one."""
+        if not self.assignment.share:
+            self.rebalances += 1
         new = self.assignment.assign(tps)
         self.operator.hold_new(new)
         self.flow.new_partitions(new)
@@ -77,7 +80,9 @@ class Rebalance(Generic[H]):
         self.rebalances += 1
         self.release(tps, commit=False)
 
-    def release(self, tps: list[TP], commit: bool) -> list[Partition]:
+    def release(self, tps: list[TP], commit: bool, why: str = "") -> list[Partition]:
+        """Fence, wait for the batches in progress, commit (``commit``), forget. ``why``: what
+        the log line says (by default, revoked or lost)."""
         started = self.clock()
         self.assignment.let_go_over_capacity(tps)
         parts = self.assignment.fence(tps)
@@ -117,7 +122,7 @@ class Rebalance(Generic[H]):
         self.revocations = [*self.revocations[-99:], {
             "ms": took_ms, "fenced_ms": fenced_ms, "end_ns": time.monotonic_ns(), "committed": commit,
             "partitions": [p.label for p in parts]}]
-        log.info("partitions revoked" if commit else "partitions lost", extra={
+        log.info(why or ("partitions revoked" if commit else "partitions lost"), extra={
             "partitions": ",".join(p.label for p in parts), "took_ms": took_ms})
         self.take_in_over_capacity()
         return parts
