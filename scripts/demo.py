@@ -222,11 +222,12 @@ status_interval_s = 0.5
         console.print(f"committed offsets cover {committed:,} of {args.records:,} records; "
                       f"{dups:,} near-duplicates flagged in 'news.fingerprints', of the {republished:,} "
                       "republications generated")
+        n = args.processes
         console.print(f"(a republication is flagged when its original went through the same worker process: "
-                      f"the plugin's index lives in each worker, and a partition's batches go to whichever of "
-                      f"the {args.processes} workers is free, so about 1 in {args.processes} is flagged here. "
-                      "The band keys in each output let a downstream job find the rest: "
-                      "workers/fingerprint.py)", markup=False, highlight=False)
+                      f"the plugin's index lives in each worker, and a partition's batches go to whichever "
+                      f"of the {n} workers is free, so about 1 in {n} is flagged here. The band keys in each "
+                      "output let a downstream job find the rest: workers/fingerprint.py)",
+                      markup=False, highlight=False)
         if committed != args.records or final["records"] < args.records:
             console.print("[red]not every record was processed and committed[/]")
             return 1
