@@ -369,7 +369,8 @@ class ControlSettings(_Section):
                                   "supervisor does not start (pauses would be unknown)")
     status_interval_s: float = Field(default=5.0, ge=0, description="each member publishes a status record "
                                      "to the status topic this often, for `ringmaster console` (0: off)")
-    status_topic: str | None = Field(default=None, description="default: _ringmaster.status.<group_id>")
+    status_topic: str | None = Field(default=None, pattern=TOPIC_NAME,
+                                     description="default: _ringmaster.status.<group_id>")
 
     def status_topic_for(self, group_id: str) -> str:
         """The status topic: ``status_topic``, or ``_ringmaster.status.<group_id>`` by default."""
@@ -589,6 +590,13 @@ def check_topic_loops(settings: Settings) -> None:
             problems.append(f"the control topic {control!r} ([control] topic) {how(entry)} (kafka.topics): "
                             "the daemon would process its own pause records; set [control] topic to a "
                             "name outside the subscription, or narrow the pattern")
+    if settings.control.status_interval_s:
+        status = settings.control.status_topic_for(settings.kafka.group_id)
+        entry = subscribed_by(topics, status)
+        if entry is not None:
+            problems.append(f"the status topic {status!r} (control.status_topic) {how(entry)} "
+                            "(kafka.topics): the daemon would process the members' status records; set "
+                            "control.status_topic to a name outside the subscription, or narrow the pattern")
     if settings.output.topic and settings.output.topic == settings.dead_letter.topic:
         problems.append(f"dead_letter.topic is output.topic ({settings.output.topic!r}): dead letters "
                         "(failed input records) would reach the outputs' consumers as if they were outputs; "

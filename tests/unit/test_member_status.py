@@ -139,3 +139,22 @@ def test_requests_hand_on_the_commands_for_this_member_and_keep_their_answers() 
         ("mine", "done", "reloaded"), ("all", "failed", "above workers.max_processes")]
 
 
+
+
+def test_a_status_topic_the_cluster_refuses_is_a_warning_not_a_stop(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from fakes import settings
+
+    from runtime.errors import KafkaError
+    from runtime.supervisor import daemon
+
+    def refused(_settings: object) -> None:
+        raise KafkaError("cannot create the status topic '_ringmaster.status.g': TOPIC_AUTHORIZATION_FAILED")
+
+    monkeypatch.setattr(daemon, "ensure_status_topic", refused)
+    s = settings()
+    assert daemon._status_publisher(s, None, Requests(None, None, "h:1")) is None
+    [line] = [r for r in caplog.records if "no status records for the console" in r.getMessage()]
+    assert "TOPIC_AUTHORIZATION_FAILED" in line.error  # type: ignore[attr-defined]
+    off = s.model_copy(update={"control": s.control.model_copy(update={"status_interval_s": 0.0})})
+    assert daemon._status_publisher(off, None, Requests(None, None, "h:1")) is None
