@@ -44,8 +44,9 @@ _RUN_EXIT_CODES = "\b\nExit status:\n" + "\n".join(f"  {code!s:<5} {meaning}" fo
     (KafkaError.exit_code, "the Kafka client reported a fatal error"),
     (WorkerCrashLoop.exit_code, "workers die during start-up without saying why"),
     (PartitionsBlocked.exit_code, "--until-caught-up: partitions blocked at a failing record"),
-    (KafkaUnreachable.exit_code, "--until-caught-up only: the cluster did not answer within "
-                                 "kafka.connect_timeout_s (a daemon waits for it as long as it takes)"),
+    (KafkaUnreachable.exit_code, "--until-caught-up: the cluster did not answer within "
+                                 "kafka.connect_timeout_s; a daemon waits for it as long as it takes (exit 8 "
+                                 "only if it goes away between answering and the control topic being read)"),
     (NotCaughtUp.exit_code, "--until-caught-up ended before it caught up (one line says what is left)"),
     (AdminListenFailed.exit_code, "admin.listen cannot be bound (the port is in use): restarted"),
     (KafkaAccessRefused.exit_code, "the cluster refused the credentials or its certificate is not "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runtime.config import Settings
-from runtime.console.state import MAX_LETTERS, MAX_SAMPLES, GroupState
+from runtime.console.state import MAX_LETTERS, GroupState
 from runtime.errors import RingmasterError
 from runtime.kafka.topic_reader import tail
 from runtime.ops.control import OperatorPauses, reader_properties
@@ -24,6 +24,10 @@ log = logging.getLogger("ringmaster.console")
 
 _RETRY_S = 2.0
 _CONTROL_POLL_S = 0.5
+_POLL_S = 0.5  # a reader's wait for records, and for a topic not there yet
+# Status records read back at start, at most: an hour of 14 members at 1 s, of 70 at 5 s (the
+# state keeps an hour of each member's, MAX_SAMPLES at most).
+_HISTORY_RECORDS = 50_000
 
 
 class Followers:
@@ -72,16 +76,16 @@ class Followers:
     def _status(self) -> None:
         topic = status_topic(self.settings)
         # History first (placed by its own time), then what arrives (placed at its arrival).
-        for item in tail(topic, self.props, self._stop.is_set, last=MAX_SAMPLES, follow=False):
+        for item in tail(topic, self.props, self._stop.is_set, _POLL_S, last=_HISTORY_RECORDS, follow=False):
             self.state.take_status(item.key, item.value, live=False)
         self.state.problem(topic, None)
-        for item in tail(topic, self.props, self._stop.is_set, last=0, follow=True):
+        for item in tail(topic, self.props, self._stop.is_set, _POLL_S, last=0, follow=True):
             self.state.take_status(item.key, item.value, live=True)
 
     def _letters(self) -> None:
         topic = self.settings.dead_letter.topic
         assert topic is not None
-        for item in tail(topic, self.props, self._stop.is_set, last=MAX_LETTERS, follow=True):
+        for item in tail(topic, self.props, self._stop.is_set, _POLL_S, last=MAX_LETTERS, follow=True):
             self.state.take_letter(read_letter(item.partition, item.offset, item.key, item.value,
                                                item.headers, item.timestamp))
             self.state.problem(topic, None)

@@ -31,7 +31,8 @@ def help_of(*command: str) -> str:
 
 def test_the_help_texts_say_what_the_commands_do() -> None:
     run = help_of("run")
-    assert "8 --until-caught-up only: the cluster did not answer within kafka.connect_timeout_s" in run
+    assert "8 --until-caught-up: the cluster did not answer within kafka.connect_timeout_s; a daemon waits " \
+        "for it as long as it takes" in run
     assert "the control socket's directory is another user's or not private" in run, "exit 4's cases"
     check = help_of("check")
     assert "It does not contact the Kafka cluster unless --connect is given" in check
