@@ -236,7 +236,9 @@ def _topics(topics: str, extra: str = "") -> str:
      ["output.topic 'rx.out' matches the subscription pattern '^rx\\..*'",
       "dead_letter.topic 'rx.dlq' matches the subscription pattern"]),
     (_topics('["^.*"]'), ["the control topic '_ringmaster.control.g'",
-                          "matches the subscription pattern '^.*'"]),
+                          "matches the subscription pattern '^.*'",
+                          "the status topic '_ringmaster.status.g' (control.status_topic) matches"]),
+    (_topics('["in", "st"]', '[control]\nstatus_topic = "st"\n'), ["the status topic 'st'"]),
     (_topics('["^_ringmaster"]'), ["the control topic '_ringmaster.control.g'"]),
     (_topics('["in", "ctl"]', '[control]\ntopic = "ctl"\n'), ["the control topic 'ctl' ([control] topic) is "
                                                                "also an input topic"]),
@@ -256,7 +258,7 @@ def test_a_config_that_feeds_the_daemon_its_own_writes_is_refused(tmp_path: Path
 
 @pytest.mark.parametrize("text", [
     _topics('["^rx\\\\.in.*"]', '[output]\ntopic = "rx.out"\n[dead_letter]\ntopic = "rx.dlq"\n'),
-    _topics('["^.*"]', '[control]\nenabled = false\n'),
+    _topics('["^.*"]', '[control]\nenabled = false\nstatus_interval_s = 0\n'),
     _topics('["in"]', '[output]\ntopic = "in.out"\n[dead_letter]\ntopic = "in.dlq"\n'),
     _topics('["^in$"]', '[output]\ntopic = "in2"\n'),
 ])
