@@ -75,6 +75,7 @@ _LAST_RESORT_GRACE_S = 2.0
 _GAVE_UP = ("leaving the consumer group did not finish and the Kafka client holds the interpreter; exiting "
             "without it (offsets were committed before; the workers end with the supervisor; the broker "
             "drops this member after session.timeout.ms)")
+_STOPPING = "partitions released: the daemon is stopping"  # not "revoked": the group took nothing
 _IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
 # ... but Intake.hungry_wait_s (1 ms after records came, doubling while fetches bring none)
 # while batches wait for their lanes' busy workers and another worker has next to nothing
@@ -322,8 +323,7 @@ class Supervisor(Generic[H]):
         self.flow.pause_all()
         self.results.settle_dead_letters(min(deadline, self.clock() + 2.0), self.sleep)
         held, over = list(self.partitions.values()), list(self.assignment.over_capacity)
-        self.rebalance.release(list(self.partitions) + over, commit=True,  # over capacity: no slot taken
-                               why="partitions released: the daemon is stopping")
+        self.rebalance.release(list(self.partitions) + over, commit=True, why=_STOPPING)  # over capacity too
         self.exit_error = self.exit_error or self.caught_up.verdict(held, self.signals.stop_requested, over)
         error = self.exit_error
         final = Stopped(error.exit_code, str(error)) if error else Stopped(0, self.stop_reason)
