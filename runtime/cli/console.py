@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.loading import operator_settings
+from runtime.cli.loading import load
 from runtime.cli.outcome import fail
 from runtime.errors import ConfigError, RingmasterError
+from runtime.ops.logs import configure_logging
 
 TOKEN_ENV = "RINGMASTER_CONSOLE_TOKEN"
 
@@ -47,7 +48,10 @@ def console(configs: tuple[str, ...], listen: str, allow_remote: bool, token_fil
     Exit status: 0 stopped (Ctrl-C, SIGTERM); 2 a bad config or option (--allow-remote without
     a token, a --listen that is not loopback without --allow-remote), or the extra is not
     installed; 13 --listen cannot be bound (in use)."""
-    settings = [operator_settings(c) for c in configs]
+    settings = [load(c, check_plugin=False) for c in configs]
+    # A process that runs for long: its own lines (where it listens, what it cannot read) at
+    # INFO, and the Kafka clients' through the same throttled log.
+    configure_logging(settings[0].supervisor.log_level, settings[0].supervisor.log_format, role="console")
     token = None
     try:
         if token_file is not None:

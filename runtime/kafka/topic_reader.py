@@ -245,7 +245,7 @@ def tail(topic: str, props: Mapping[str, Any], stop: Callable[[], bool],
     orders records within a partition only, so this order is the same on every run), then,
     with ``follow``, whatever arrives. "Now" is each partition's end as its first fetch
     answers it."""
-    consumer = Consumer({**props, "enable.partition.eof": last is not None})
+    consumer = Consumer(with_logger({**props, "enable.partition.eof": last is not None}))
     try:
         parts: list[int] = []
         while not parts and not stop():
