@@ -92,6 +92,23 @@ def test_a_worker_that_does_not_let_go_is_killed_after_revoke_timeout() -> None:
     assert consumer.commits == [], "nothing of the unfinished batch is committed"
 
 
+def test_a_lost_partition_whose_worker_is_killed_is_still_logged_as_lost(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The fault matrix and the operators read "partitions lost" (CI: the kill's reason once
+    replaced that line when the release's own wording was shadowed)."""
+    sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    RingWorker(pool, 0, busy_for=10**9).step()  # never finishes
+    clock.step = 0.5
+    with caplog.at_level("INFO", logger="ringmaster.rebalance"):
+        sup.rebalance.on_lost([TP0])
+    clock.step = 0.0
+    assert pool.killed == [0]
+    lines = [r.getMessage() for r in caplog.records if r.name == "ringmaster.rebalance"]
+    assert "partitions lost" in lines, lines
+
+
 def test_a_revoked_partition_assigned_again_starts_at_its_commit_with_a_new_epoch() -> None:
     sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
     start(sup, consumer, [TP0])

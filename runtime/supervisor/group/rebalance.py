@@ -102,9 +102,9 @@ class Rebalance(Generic[H]):
         for i in waits:
             # INVARIANT (5): no worker touches a record of a revoked partition after this
             # returns; one that will not let go in time is killed (and restarted later).
-            why = (f"still busy on a revoked partition after supervisor.revoke_timeout_s "
-                   f"({self.revoke_timeout_s:g} s)")
-            self.workforce.kill_now(self.handles[i], why)
+            self.workforce.kill_now(self.handles[i], (
+                f"still busy on a revoked partition after supervisor.revoke_timeout_s "
+                f"({self.revoke_timeout_s:g} s)"))
         # What invariant 5 bounds: fencing and the batch in progress. The commit that
         # follows is a broker round trip (slower while the group is rebalancing).
         fenced_ms = round((self.clock() - started) * 1000, 1)
