@@ -116,6 +116,23 @@ def outputs(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in read_all(bootstrap, topic)]
 
 
+# Every URL the page loaded (the browser's own record of its fetches) and every address it
+# would load from (src, stylesheets, icons, forms): all on the console's own origin, so the
+# console works on a closed network and tells no third party who looks at it (docs/console.md).
+LOADED = """return [...performance.getEntriesByType('navigation'),
+  ...performance.getEntriesByType('resource')].map(e => e.name).concat(
+  [...document.querySelectorAll('[src]')].map(e => e.src),
+  [...document.querySelectorAll('link[href]')].map(e => e.href),
+  [...document.querySelectorAll('form[action]')].map(e => e.action))"""
+
+
+def assert_same_origin(driver: WebDriver, origin: str) -> None:
+    urls = driver.execute_script(LOADED)
+    assert urls, "the page loaded nothing: the check would pass on anything"
+    foreign = [u for u in urls if u and not (u == origin or u.startswith((origin + "/", "data:")))]
+    assert not foreign, f"the page reaches outside the console: {foreign}"
+
+
 def test_the_console_shows_both_members_pauses_a_partition_by_click_and_redrives_a_letter_once(
         broker: Any, names: dict[str, str], tmp_path: Path, browser: WebDriver) -> None:
     bs = broker.bootstrap
@@ -146,6 +163,7 @@ def test_the_console_shows_both_members_pauses_a_partition_by_click_and_redrives
         send(bs, names["in"], 0, ["warm-0"])
         until(browser, "an output", lambda: outputs(bs, names["out"]))
         shot(browser, tmp_path, "overview")
+        assert_same_origin(browser, console.url)
 
         # 2. Pause one partition by a click: every member acknowledges it, and while paused no
         # output of it appears though its records arrive (the others' do).
@@ -177,11 +195,13 @@ def test_the_console_shows_both_members_pauses_a_partition_by_click_and_redrives
         letter = until(browser, "the letter listed", lambda: browser.find_element(
             By.CSS_SELECTOR, "#letters tr[data-letter] a"), 60)
         shot(browser, tmp_path, "letters")
+        assert_same_origin(browser, console.url)
         letter.click()
         until(browser, "the letter in full",
               lambda: "poison:fixed-1" in browser.find_element(By.ID, "value").text)
         assert "poison record: fixed in the next release" in browser.page_source
         shot(browser, tmp_path, "letter")
+        assert_same_origin(browser, console.url)
         browser.find_element(By.ID, "plan").click()
         confirm = until(browser, "the plan", lambda: browser.find_element(By.ID, "confirm"))
         assert "would redrive 1" in browser.page_source
@@ -197,6 +217,7 @@ def test_the_console_shows_both_members_pauses_a_partition_by_click_and_redrives
         assert [o["redriven"] for o in outputs(bs, names["out"]) if o["id"] == "fixed-1"] == [True]
         browser.get(f"{base}/plots")
         shot(browser, tmp_path, "plots")
+        assert_same_origin(browser, console.url)
     finally:
         console.close()
         for rm in daemons:
