@@ -92,7 +92,7 @@ class ControlDirUnusable(RingmasterError):
 
 
 class ArtifactMissing(RingmasterError):
-    """Maven Central has no such artifact (runtime/ops/maven.py), as opposed to Maven failing
+    """Maven Central has no such artifact (runtime/dev/maven.py), as opposed to Maven failing
     to reach it: a caller may try another version."""
 
 

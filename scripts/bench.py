@@ -35,8 +35,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from benchkit.work import calibrate, time_work  # noqa: E402
 
+from runtime.dev.tansu import DevBroker, free_port  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
-from runtime.ops.devbroker import DevBroker, free_port  # noqa: E402
 
 console = Console(stderr=True)
 PY = str(ROOT / ".venv" / "bin" / "python")

@@ -27,9 +27,9 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 
 import benchkit.work as work  # noqa: E402
 
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
 from runtime.kafka.producer import OutputProducer  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
 from runtime.plugin import Context, Record, load_plugin  # noqa: E402
 from runtime.worker.batch_runner import BatchRunner  # noqa: E402
 from runtime.worker.spec import WorkerSpec  # noqa: E402

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.producer import OutputProducer  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
 from runtime.ops.member_status import Extra, StatusPublisher, render  # noqa: E402
 from runtime.ops.status import PartitionStatus, StatusSnapshot, WindowCpu, WorkerStatus  # noqa: E402
 

@@ -20,8 +20,8 @@ from rich.progress import Progress
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
 
 console = Console(stderr=True)
 RINGMASTER = ROOT / ".venv" / "bin" / "ringmaster"

@@ -20,8 +20,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from demo import items, produce  # noqa: E402
 
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
 
 
 def main() -> None:

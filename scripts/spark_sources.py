@@ -23,9 +23,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from demo import items, produce  # noqa: E402
 
 from runtime.config import load_settings  # noqa: E402
+from runtime.dev.kafkabroker import ApacheKafkaBroker  # noqa: E402
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
-from runtime.ops.kafkabroker import ApacheKafkaBroker  # noqa: E402
 
 
 def one_run(spark: Any, settings: Any, source: str, out: str) -> float:

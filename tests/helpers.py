@@ -21,9 +21,9 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from proxy import Proxy
 
+from runtime.dev.kafkabroker import ApacheKafkaBroker
+from runtime.dev.tansu import DevBroker, free_port
 from runtime.kafka.admin import ensure_topics
-from runtime.ops.devbroker import DevBroker, free_port
-from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = ROOT / "tests" / "plugins"
@@ -35,7 +35,7 @@ FAST_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300, "max.pol
 
 # The broker the integration tests, the fault matrices and chaos run against:
 # RINGMASTER_TEST_BROKER=tansu (the default: starts in 50 ms, memory-only) or kafka (Apache
-# Kafka itself, runtime/ops/kafkabroker.py: the reference for every guarantee).
+# Kafka itself, runtime/dev/kafkabroker.py: the reference for every guarantee).
 TEST_BROKER = os.environ.get("RINGMASTER_TEST_BROKER", "tansu").strip().lower()
 if TEST_BROKER not in ("tansu", "kafka"):
     raise SystemExit(f"RINGMASTER_TEST_BROKER={TEST_BROKER!r}: expected tansu or kafka")

@@ -1,5 +1,5 @@
 """``ringmaster broker``: a development broker in the foreground, the embedded Tansu or a
-single-node Apache Kafka (runtime/ops/devbroker.py, kafkabroker.py)."""
+single-node Apache Kafka (runtime/dev/tansu.py, kafkabroker.py)."""
 
 from __future__ import annotations
 
@@ -28,14 +28,14 @@ def broker(port: int, apache_kafka: bool, sasl_scram: str | None, tls_dir: str |
     --apache-kafka a single-node Apache Kafka with a log dir removed at stop."""
     import time
 
-    from runtime.ops.devbroker import FAST_JOIN, DevBroker
-    from runtime.ops.kafkabroker import (
+    from runtime.dev.kafkabroker import (
         KAFKA_VERSION,
         ApacheKafkaBroker,
         cache_dir,
         parse_scram_user,
         resolved,
     )
+    from runtime.dev.tansu import FAST_JOIN, DevBroker
 
     # RACE: the handler goes in before the banner, which is what tells a caller it may stop us.
     stop: list[int] = []

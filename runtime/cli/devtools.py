@@ -1,5 +1,5 @@
 """``ringmaster produce`` and ``tail``: write test records to a topic, and print what a topic
-holds (runtime/ops/devtools.py). Never import the plugin."""
+holds (runtime/dev/records.py). Never import the plugin."""
 
 from __future__ import annotations
 
@@ -24,16 +24,16 @@ def produce(config: str, topic: str | None, key_separator: str | None, partition
             values: tuple[str, ...]) -> None:
     """Write test records: each VALUE, or else each line of stdin, is one record's value,
     acknowledged by the broker. Uses the config's connection settings."""
-    from runtime.ops import devtools
+    from runtime.dev import records
 
     settings = operator_settings(config)
     try:
-        name = devtools.input_topic(settings, topic)
+        name = records.input_topic(settings, topic)
         # An outage is one line and exit 8, not a stream of client errors; the topics it reads
         # tell whether the topic must be created.
         topics = reach_cluster(settings)
         lines = values if values else sys.stdin
-        count, created = devtools.produce_lines(settings, name, lines, key_separator, partitions, topics)
+        count, created = records.produce_lines(settings, name, lines, key_separator, partitions, topics)
     except RingmasterError as exc:
         fail(exc)
         return
@@ -66,16 +66,16 @@ def tail(config: str, topic: str | None, dead_letters: bool, last: int | None, f
     default, read_committed): records of aborted transactions, and of transactions still open,
     are not printed. To see them, set "isolation.level" = "read_uncommitted" in a copy of the
     config."""
-    from runtime.ops import devtools
+    from runtime.dev import records
 
     if follow and last is None:
         fail(ConfigError("-f/--follow goes with -n N (without -n, tail follows from the beginning)"))
     settings = operator_settings(config)
     seen = 0
     try:
-        name = devtools.output_topic(settings, topic, dead_letters)
+        name = records.output_topic(settings, topic, dead_letters)
         reach_cluster(settings)
-        lines = devtools.tail_lines(settings, name, keys, max_records, timeout_s, last=last,
+        lines = records.tail_lines(settings, name, keys, max_records, timeout_s, last=last,
                                     follow=follow or last is None)
         for line in lines:
             click.echo(line)

@@ -12,8 +12,6 @@
     control_socket.py  `ringmaster reload` / `scale`: the daemon's Unix socket, and its client
     systemd.py       sd_notify
     logs.py          structured stdlib logging; the throttle for lines that repeat in storms
-    devbroker.py     the embedded development broker (Tansu)
-    devtools.py      ``ringmaster produce`` / ``tail``: test records in, outputs out
 
 Runs in: the supervisor (status, metrics, admin server thread, control reader, waiting for
 the cluster), the CLI (views, control writer), workers (logs). May import: runtime.kafka, runtime.transport,

@@ -4,7 +4,7 @@ Runs in: the driver. The same plugin, sink, outputs and dead letters as with rin
 source (runtime/spark/source.py); only the reading differs:
 
 * its jars (and kafka-clients, commons-pool2, spark-token-provider-kafka-0-10) are resolved
-  with Maven on first use and cached like Apache Kafka's (runtime/ops/maven.py);
+  with Maven on first use and cached like Apache Kafka's (runtime/dev/maven.py);
 * it runs the Java client, given the user's connection and security properties translated
   from librdkafka's (runtime/java_client.py) plus ``spark.kafka_options`` as they are;
 * it keeps its offsets in the checkpoint and never commits to the consumer group; the
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.config import Settings
+from runtime.dev import maven
 from runtime.errors import ArtifactMissing, RingmasterError
 from runtime.java_client import java_properties
-from runtime.ops import maven
 
 log = logging.getLogger("ringmaster.spark")
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from runtime.dev.kafkabroker import ApacheKafkaBroker
 from runtime.kafka.admin import ensure_topics
-from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 GUARANTEES = ("at-least-once", "exactly-once")
 

@@ -111,8 +111,8 @@ def _ppid(p: psutil.Process) -> int | None:
 def compare(args: argparse.Namespace, bench: Any) -> int:
     from benchkit.scale import _revision, machine
     from benchkit.work import calibrate, time_work
+    from runtime.dev.tansu import DevBroker
     from runtime.kafka.admin import ensure_topics
-    from runtime.ops.devbroker import DevBroker
 
     console = bench.console
     n = args.naive_workers

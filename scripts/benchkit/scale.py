@@ -54,8 +54,8 @@ def worker_counts(cores: int, wanted: str | None) -> list[int]:
 def sweep(args: argparse.Namespace, bench: Any) -> int:
     """bench: the scripts/bench.py module (its runners and the broker)."""
     from benchkit.work import calibrate, time_work
+    from runtime.dev.tansu import DevBroker
     from runtime.kafka.admin import ensure_topics
-    from runtime.ops.devbroker import DevBroker
 
     console = bench.console
     info = machine()

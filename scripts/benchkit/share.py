@@ -32,8 +32,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from benchkit.work import calibrate
+from runtime.dev.kafkabroker import ApacheKafkaBroker
 from runtime.kafka.admin import ensure_topics
-from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 
 def _config(bootstrap: str, topic: str, group: str, group_type: str, iterations: int, status: Path) -> str:

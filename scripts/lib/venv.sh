@@ -74,7 +74,7 @@ require_java() {
 }
 
 require_maven() {
-  # Apache Kafka, the reference broker of the tests (runtime/ops/kafkabroker.py), is resolved
+  # Apache Kafka, the reference broker of the tests (runtime/dev/kafkabroker.py), is resolved
   # from Maven Central with Maven on first use. Installed as require_java installs Java.
   if ! command -v mvn >/dev/null 2>&1; then
     local sudo=""
@@ -100,7 +100,7 @@ require_apache_kafka() {
   require_maven
   .venv/bin/python -c 'import sys
 from runtime.errors import RingmasterError
-from runtime.ops.kafkabroker import KAFKA_VERSION, cache_dir, resolve, resolved
+from runtime.dev.kafkabroker import KAFKA_VERSION, cache_dir, resolve, resolved
 if not resolved():
     print(f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {cache_dir()}", file=sys.stderr)
 try:

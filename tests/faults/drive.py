@@ -82,9 +82,9 @@ from helpers import (
 )
 from proxy import OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Proxy
 
+from runtime.dev.tansu import free_port
 from runtime.execution.deadletter_format import dead_letter_headers
 from runtime.kafka.admin import create_topic
-from runtime.ops.devbroker import free_port
 from tests.wire import RawRecord, WireProducer
 
 from .matrix import POISONS, REDRIVE_LETTERS, TRANSACTIONS, Fault

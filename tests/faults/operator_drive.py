@@ -45,8 +45,8 @@ from helpers import (
     wait_for,
 )
 
+from runtime.dev.tansu import free_port
 from runtime.kafka.admin import create_topic
-from runtime.ops.devbroker import free_port
 
 from .operator_matrix import Command, OperatorFault, Record
 

@@ -35,7 +35,7 @@ from helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.ops.devbroker import free_port
+from runtime.dev.tansu import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))

@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from helpers import ROOT, exited, make_topics, unique, wait_for
 
-from runtime.ops.devbroker import free_port
-from runtime.ops.kafkabroker import KAFKA_VERSION, cache_dir
+from runtime.dev.kafkabroker import KAFKA_VERSION, cache_dir
+from runtime.dev.tansu import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

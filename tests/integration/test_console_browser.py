@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 from helpers import PLUGINS, ROOT, Ringmaster, daemon_config, make_topics, read_all, wait_for
 
-from runtime.ops.devbroker import free_port
+from runtime.dev.tansu import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

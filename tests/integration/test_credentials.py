@@ -24,11 +24,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from helpers import PLUGINS, ROOT, Ringmaster, base_config, to_toml, unique, wait_for
 
+from runtime.dev.certificates import make_certificates
+from runtime.dev.kafkabroker import ApacheKafkaBroker
+from runtime.dev.tansu import free_port
 from runtime.errors import KafkaAccessRefused
 from runtime.kafka.admin import ensure_topics
-from runtime.ops.devbroker import free_port
-from runtime.ops.devcerts import make_certificates
-from runtime.ops.kafkabroker import ApacheKafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.timeout(600)]
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from helpers import PLUGINS, ROOT, Ringmaster, daemon_config, make_topics, wait_for
 
-from runtime.ops.devbroker import free_port
+from runtime.dev.tansu import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PLUGINS), str(ROOT)]))

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, SHM_DIR
 
-from runtime.ops.devbroker import free_port
+from runtime.dev.tansu import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.tansu, pytest.mark.timeout(300)]
 

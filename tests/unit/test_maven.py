@@ -1,4 +1,4 @@
-"""runtime/ops/maven.py: a resolution is used only once complete, and a missing artifact is
+"""runtime/dev/maven.py: a resolution is used only once complete, and a missing artifact is
 told apart from Maven failing (the Spark Kafka source then tries the next version). Maven
 itself is faked by a script on PATH."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from runtime.dev import maven
 from runtime.errors import ArtifactMissing, RingmasterError
-from runtime.ops import maven
 
 ART = [maven.Artifact("org.example", "thing", "1.0")]
 # The fake's first lines: the directory Maven is told to copy the jars to.

@@ -1,6 +1,6 @@
 """Apache Kafka itself as a development and test broker: a single KRaft node on loopback.
 
-The reference broker for every guarantee (Tansu, runtime/ops/devbroker.py, is the quick
+The reference broker for every guarantee (Tansu, runtime/dev/tansu.py, is the quick
 embedded one). Resolved from Maven Central with Maven on first use and cached in
 :func:`cache_dir`; each start formats a fresh log dir of its own, removed at stop, so like
 Tansu it keeps nothing between runs. Used by ``ringmaster broker --apache-kafka``, the tests
@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from runtime.dev import maven
+from runtime.dev.certificates import DevCertificates, make_certificates
+from runtime.dev.tansu import _die_with_parent, free_port
 from runtime.errors import ConfigError, RingmasterError
-from runtime.ops import maven
-from runtime.ops.devbroker import _die_with_parent, free_port
-from runtime.ops.devcerts import DevCertificates, make_certificates
 
 # The newest 4.x on Maven Central when pinned. Changing it re-resolves into a new cache dir.
 KAFKA_VERSION = "4.4.0"
@@ -138,7 +138,7 @@ def _marker(version: str) -> str:
 
 def resolve(version: str = KAFKA_VERSION) -> Path:
     """The directory of the broker's jars, resolved with Maven the first time
-    (runtime/ops/maven.py)."""
+    (runtime/dev/maven.py)."""
     if not resolved(version):
         java()
     return maven.resolve(cache_dir(version), _artifacts(version), _marker(version),
@@ -184,7 +184,7 @@ def server_properties(port: int, controller_port: int, advertised_port: int, dat
 class ApacheKafkaBroker:
     """``with ApacheKafkaBroker() as b: b.bootstrap`` – Apache Kafka on a free loopback port.
 
-    The same interface as :class:`runtime.ops.devbroker.DevBroker`. ``overrides`` replace
+    The same interface as :class:`runtime.dev.tansu.DevBroker`. ``overrides`` replace
     server properties (tests shorten the KIP-848 session timeout with them). ``scram`` (user,
     password) makes the listener SASL_SSL with SCRAM-SHA-512 and that one user, its TLS
     certificates made at start in ``tls_dir`` (default: in the log dir); ``ca`` is then the

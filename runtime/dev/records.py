@@ -12,14 +12,11 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 
 from runtime.config import Settings
 from runtime.errors import ConfigError
+from runtime.execution.deadletter_format import HEADER_PREFIX
 from runtime.kafka.admin import admin_properties, create_topic
 from runtime.kafka.producer import write_acknowledged
 from runtime.kafka.properties import consumer_properties, producer_properties
 from runtime.kafka.topic_reader import Item, tail
-
-# The dead-letter headers' prefix (runtime/execution/deadletter_format.py, a layer above this one;
-# tests/unit/test_devtools.py checks they agree).
-HEADER_PREFIX = "ringmaster."
 
 
 def input_topic(settings: Settings, topic: str | None) -> str:

