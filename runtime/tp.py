@@ -5,9 +5,10 @@ from __future__ import annotations
 
 TP = tuple[str, int]
 
-# A name Kafka accepts for a topic: the configured topics are checked at start (runtime/config.py),
-# a plugin's routed outputs by the worker (runtime/kafka/producer.py, ``invalid_topic``). Here,
-# not in config.py, so that a worker checks names without importing the settings models.
+# A name Kafka accepts for a topic: the configured topics are checked at start
+# (runtime/config/models.py), a plugin's routed outputs by the worker (runtime/kafka/producer.py,
+# ``invalid_topic``). Here, not in runtime/config/, so that a worker checks names without
+# importing the settings models.
 TOPIC_NAME = r"^[a-zA-Z0-9._-]{1,249}$"
 
 

@@ -43,7 +43,7 @@ RECORD_ERRORS = frozenset({
     # came from, after the topic was created again with fewer): only an explicit partition can.
     _CKError._UNKNOWN_PARTITION,
     # "Broker: Invalid topic": a name Kafka never accepts ("no such topic!", 250 characters).
-    # Configured topic names are checked at start (runtime/config.py), and a worker refuses a
+    # Configured topic names are checked at start (runtime/config/models.py), and a worker refuses a
     # routed output's before producing it (``invalid_topic``): kept for any other producer.
     _CKError.TOPIC_EXCEPTION,
 })

@@ -203,7 +203,7 @@ class BatchRunner:
         """An Output(topic=...) into a topic the group reads is allowed – a deliberate re-queue
         (a retry topic the same group reads, a state machine) – but it feeds the daemon its
         own outputs, so the plugin must make it end: one warning per worker and topic. (The
-        configured output and dead-letter topics are refused instead, runtime/config.py.) A
+        configured output and dead-letter topics are refused instead, runtime/config/checks.py.) A
         name Kafka never accepts is the record's fault, refused here on every output that
         carries it (runtime/kafka/producer.py, ``invalid_topic``)."""
         refused = invalid_topic(topic)

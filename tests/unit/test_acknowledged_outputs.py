@@ -246,7 +246,7 @@ def test_an_output_routed_to_a_name_kafka_never_accepts_is_refused_before_the_cl
     assert "Invalid topic; not a valid topic name" in failures[0].message
     assert invalid_topic("orders.v2-retry_1") is None
     assert invalid_topic("x" * 250) is not None
-    assert invalid_topic("orders\n") is not None  # refused by the config check too (runtime/config.py)
+    assert invalid_topic("orders\n") is not None  # refused by the config check too (runtime/config/models.py)
 
 
 def test_a_deferred_batch_back_on_the_same_worker_writes_nothing_twice() -> None:

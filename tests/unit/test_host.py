@@ -109,7 +109,8 @@ def test_no_proc_file_at_all(tmp_path: Path) -> None:
 
 
 def test_the_config_default_is_the_budget_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "cpu_budget", lambda: host.CpuBudget(2, "the cgroup CPU quota (2 CPUs)"))
+    budget = host.CpuBudget(2, "the cgroup CPU quota (2 CPUs)")
+    monkeypatch.setattr(config.models, "cpu_budget", lambda: budget)
     s = settings()
     assert s.workers.processes == 2
     assert s.workers.processes_from == "the cgroup CPU quota (2 CPUs)"

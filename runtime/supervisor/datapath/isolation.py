@@ -72,7 +72,7 @@ def letters_batch(batch: Batch, letter_at: LetterAt, max_bytes: int, max_frame: 
     batch stood in the partition's lane, and a lane's batches run one after the other, in
     order, on one worker at a time (scheduler.py, invariant 2), each committing before it
     reports. So only a partition-ordered lane may get one (exactly-once allows no other
-    ordering: runtime/config.py, guarantee_problem)."""
+    ordering: runtime/config/checks.py, guarantee_problem)."""
     if batch.count != 1 or batch.bucket is not None or batch.buckets is not None:
         raise ValueError("a letter batch stands for one record of a partition-ordered lane")
     return fitted_letter_batch(batch.batch_id, batch.tp, batch.slot, batch.epoch, batch.first, letter_at,

@@ -1,53 +1,33 @@
-"""Settings: a TOML file, then RINGMASTER__SECTION__KEY environment overrides, validated.
+"""The settings' models: one pydantic model per section of the TOML file, each key with its
+type, default, bounds and description, and the checks that need only their own section
+(a security section set once, a topic name Kafka accepts, a Unix socket path that fits).
+Checks across sections are checks.py's; reading a file and the environment is loading.py's.
 
-Runs in: the CLI, before anything touches Kafka. Every problem becomes one ConfigError
-whose message names the key (``workers.processes: ...``) so a user can fix it at once.
-The librdkafka properties built from these settings are runtime/kafka/properties.py's.
+Runs in: the CLI, before anything touches Kafka (and every process that reads the settings).
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from runtime import durations
-from runtime.errors import ConfigError, KafkaUnreachable, NotCaughtUp, PluginError
+from runtime.errors import KafkaUnreachable, NotCaughtUp, PluginError
 from runtime.host import cpu_budget
-from runtime.java_client import java_properties
-from runtime.subscription import subscribed_by
 from runtime.tp import TOPIC_NAME
 
-ENV_PREFIX = "RINGMASTER__"
-# Keys whose values are secrets, in librdkafka properties (ssl.key.password, ssl.key.pem, ssl_key,
-# ssl.keystore.password, sasl.password, sasl.oauthbearer.config, ...client.secret,
-# ...assertion.private.key.passphrase/.pem), Java-style and schema-registry properties
-# (sasl.jaas.config, ssl.keystore.key, basic.auth.user.info), Spark/Hadoop conf (fs.s3a.access.key,
-# fs.azure.account.key.*) and plugin settings (api_key, auth_token, private_key, ...).
-_SECRET_KEY = re.compile(
-    r"password|passwd|passphrase|secret|token|credential|jaas|oauthbearer\.config|user\.info"
-    r"|(api|private|access|account|keystore)[._-]?key|^ssl[._]key$|\.pem$", re.I)
-# ... except where the value only says where a secret is (a path, a URL) or is a public id or a
-# count: ssl.key.location, sasl.oauthbearer.assertion.private.key.file, ...token.endpoint.url,
-# ...client.credentials.client.id, a plugin's tokenizer or max_tokens.
-_NOT_SECRET = re.compile(r"[._-](location|file|path|url|client[._-]id)$|tokeni[sz]|(max|min|num)[._-]?tokens",
-                         re.I)
 LibrdkafkaValue = str | int | float | bool
 _SUN_PATH_MAX = 108  # sockaddr_un.sun_path on Linux, the terminating NUL included
 
@@ -454,346 +434,6 @@ class Settings(_Section):
     spark: SparkSettings = Field(default_factory=SparkSettings)
 
 
-def members_problem(members: int, processes: int) -> str | None:
-    """Why ``members`` supervisors cannot share ``processes`` workers (each runs at least one)."""
-    if processes >= members:
-        return None
-    return (f"workers.processes ({processes}) is fewer than supervisor.members ({members}): each member "
-            "runs at least one worker; raise workers.processes or lower supervisor.members (--members)")
-
-
-def load_settings(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None = None,
-                  check_plugin: bool = True) -> Settings:
-    """Read, override and validate; raise ConfigError/PluginError with one readable line."""
-    raw: dict[str, Any] = {}
-    if path is not None:
-        raw = _read_toml(Path(path))
-    from_env = _apply_env_overrides(raw, os.environ if env is None else env)
-    try:
-        settings = Settings.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc, path, from_env)) from None
-    max_message_bytes(settings)  # read by the runtime itself: a bad value fails here, not mid-run
-    problem = members_problem(settings.supervisor.members, settings.workers.processes)
-    if problem is not None:  # `ringmaster check` says it too, before any member starts
-        raise ConfigError(problem)
-    check_topic_loops(settings)
-    if settings.spark.source == "kafka":
-        check_kafka_source(settings)
-    problems = share_group_problems(settings)
-    if problems:
-        raise ConfigError("; ".join(problems))
-    problem = guarantee_problem(settings)
-    if problem is not None:  # `ringmaster check` says it, before Kafka is touched
-        raise ConfigError(problem)
-    if settings.admin.listen:
-        parse_listen(settings.admin.listen, settings.admin.allow_remote)  # the same, before any socket
-    if check_plugin:
-        check_plugin_importable(settings.workers.plugin)
-    return settings
-
-
-def check_kafka_source(settings: Settings) -> None:
-    """Spark's own Kafka source runs the Java client: every property of kafka.consumer must have
-    a Java equivalent (runtime/java_client.py), and it subscribes to topic names (the Python
-    source and the planner list partitions by name too)."""
-    try:
-        java_properties(settings.kafka.consumer)
-    except ValueError as exc:
-        raise ConfigError(f"kafka.consumer.{exc} (spark.source = \"kafka\")") from None
-    patterns = [t for t in settings.kafka.topics if t.startswith("^")]
-    if patterns:
-        raise ConfigError(f"kafka.topics: {', '.join(patterns)}: the Spark backend reads topics by name, "
-                          "not by pattern; list the topics")
-
-
-# librdkafka properties a share consumer has no use for, and where their meaning lives instead.
-_NOT_FOR_SHARE_GROUPS = {
-    "group.protocol": "a share group has one protocol",
-    "auto.offset.reset": "a share group's start is the group config share.auto.offset.reset "
-                         "(ringmaster sets it to earliest when it was never set)",
-    "partition.assignment.strategy": "share group members are not assigned partitions",
-    "group.instance.id": "share groups have no static members",
-    "share.acknowledgement.mode": "ringmaster acknowledges each record, once its outputs are delivered",
-    # The client refuses these at construction (the run died with a traceback, issue 27):
-    "session.timeout.ms": "it is the group config share.session.timeout.ms, set on the broker side",
-    "heartbeat.interval.ms": "it is the group config share.heartbeat.interval.ms, set on the broker side",
-}
-
-
-def share_group_problems(settings: Settings) -> list[str]:
-    """What a share group (``kafka.group_type = "share"``) cannot honour, one line each. A
-    share group hands a partition's records to several members at once and redelivers any
-    record whose lock ran out, so no order holds and no offset marks "done up to here"."""
-    if settings.kafka.group_type != "share":
-        return []
-    problems = []
-    if settings.workers.ordering != "unordered":
-        problems.append(f'kafka.group_type = "share" hands records out in no order: set workers.ordering = '
-                        f'"unordered" (it is {settings.workers.ordering!r})')
-    if settings.supervisor.stop_when_caught_up:
-        problems.append('kafka.group_type = "share" has no end to catch up with (no offsets are committed): '
-                        "remove supervisor.stop_when_caught_up (or --until-caught-up)")
-    for key in sorted(_NOT_FOR_SHARE_GROUPS.keys() & settings.kafka.consumer.keys()):
-        problems.append(f'kafka.consumer.{key} does not apply to kafka.group_type = "share" '
-                        f"({_NOT_FOR_SHARE_GROUPS[key]}); remove it")
-    return problems
-
-
-def guarantee_problem(settings: Settings) -> str | None:
-    """Why ``output.guarantee = "exactly-once"`` cannot hold with these settings, in one line
-    (None: it can, or it is not asked for). Also checked when ``--until-caught-up`` is added
-    to settings that passed load_settings (runtime/cli/daemon.py)."""
-    if settings.output.guarantee != "exactly-once":
-        return None
-    if settings.workers.ordering != "partition":
-        # A transaction commits its partition's offset with its outputs: in key/unordered
-        # order a later batch finishes first, and its outputs would be committed while the
-        # offset stays below an earlier batch still running; a crash then runs it again.
-        return (f'output.guarantee = "exactly-once" needs workers.ordering = "partition" (not '
-                f'{settings.workers.ordering!r}): in that order batches of a partition finish out of '
-                "order, and outputs committed ahead of the partition's offset would be written again "
-                "after a crash")
-    return None
-
-
-def check_topic_loops(settings: Settings) -> None:
-    """Refuse a configuration that feeds the daemon its own writes: an output, dead-letter or
-    control topic that the subscription takes in (equal to an input topic, or matched by a
-    ``^pattern``) would be consumed again, and every output would make another (10 records
-    became 1,220 in 7 s). Dead letters in the output topic would reach the outputs' consumers
-    as if they were outputs. One ConfigError naming every problem, before Kafka is touched.
-
-    ``Output(topic=...)`` from the plugin is its own decision, taken per record at run time:
-    allowed, with a warning (runtime/worker/batch_runner.py)."""
-    topics = settings.kafka.topics
-    problems = []
-
-    def how(entry: str) -> str:
-        # Shown as written in the file (a repr would double every backslash of a pattern).
-        return (f"matches the subscription pattern '{entry}'" if entry.startswith("^")
-                else "is also an input topic")
-
-    written = [("output.topic", settings.output.topic, "its own outputs"),
-               ("dead_letter.topic", settings.dead_letter.topic,
-                "its own dead letters (and fail them again)")]
-    for key, topic, what in written:
-        entry = subscribed_by(topics, topic) if topic else None
-        if topic and entry is not None:
-            problems.append(f"{key} {topic!r} {how(entry)} (kafka.topics): the daemon would consume "
-                            f"{what} forever; write them to a topic the group does not read"
-                            + (", or narrow the pattern" if entry.startswith("^") else ""))
-    if settings.control.enabled:
-        control = settings.control.topic_for(settings.kafka.group_id)
-        entry = subscribed_by(topics, control)
-        if entry is not None:
-            problems.append(f"the control topic {control!r} ([control] topic) {how(entry)} (kafka.topics): "
-                            "the daemon would process its own pause records; set [control] topic to a "
-                            "name outside the subscription, or narrow the pattern")
-    if settings.control.status_interval_s:
-        status = settings.control.status_topic_for(settings.kafka.group_id)
-        entry = subscribed_by(topics, status)
-        if entry is not None:
-            problems.append(f"the status topic {status!r} (control.status_topic) {how(entry)} "
-                            "(kafka.topics): the daemon would process the members' status records; set "
-                            "control.status_topic to a name outside the subscription, or narrow the pattern")
-    if settings.output.topic and settings.output.topic == settings.dead_letter.topic:
-        problems.append(f"dead_letter.topic is output.topic ({settings.output.topic!r}): dead letters "
-                        "(failed input records) would reach the outputs' consumers as if they were outputs; "
-                        "use a topic of their own")
-    if problems:
-        raise ConfigError("; ".join(problems))
-
-
-def check_plugin_importable(module_name: str) -> None:
-    """Import the plugin once in the supervisor so a typo fails before Kafka is touched."""
-    try:
-        module = importlib.import_module(module_name)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # any import-time failure of user code, sys.exit() too
-        hint = ""
-        if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
-            hint = (f" (searched the current directory {os.getcwd()!r}, PYTHONPATH and the installed "
-                    "packages: run ringmaster where the plugin's package is, set PYTHONPATH, or "
-                    "install it)")
-        raise PluginError(
-            f"workers.plugin: cannot import {module_name!r}: {type(exc).__name__}: {exc}{hint}"
-        ) from None
-    if not callable(getattr(module, "process", None)):
-        raise PluginError(f"workers.plugin: module {module_name!r} has no process(batch) function")
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
-
-
-def _apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str]) -> dict[tuple[str, ...], str]:
-    """RINGMASTER__WORKERS__PROCESSES=4 sets workers.processes. Under kafka.consumer,
-    kafka.producer and spark.conf the last part names a property with dots written as
-    underscores (RINGMASTER__KAFKA__CONSUMER__FETCH_MAX_BYTES -> fetch.max.bytes). The value is
-    read by the type of the key it sets (_env_value). Returns which variable set which key,
-    so that an error can name the variable."""
-    from_env: dict[tuple[str, ...], str] = {}
-    for name, text in sorted(env.items()):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
-        if len(parts) < 2:
-            raise ConfigError(f"environment variable {name}: expected {ENV_PREFIX}SECTION__KEY")
-        if parts[:2] in (["kafka", "consumer"], ["kafka", "producer"], ["spark", "conf"]):
-            parts = [*parts[:2], ".".join(parts[2:]).replace("_", ".")]
-        node = raw
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"environment variable {name}: {part} is not a section")
-            node = child
-        node[parts[-1]] = _env_value(name, text, _key_kind(parts))
-        from_env[tuple(parts)] = name
-    return from_env
-
-
-def _key_kind(parts: list[str]) -> str:
-    """How an override of the key at `parts` is read, from the type the models give it:
-    "list", "toml" (free-form plugin settings, a whole table) or "text": the string exactly as
-    given – a string-typed key keeps it (a secret like ``0x1F`` stays ``0x1F``), a librdkafka
-    or Spark property is parsed by its client, and for numbers, booleans and unknown keys
-    pydantic validates the text and names the key when it is wrong."""
-    model: type[BaseModel] = Settings
-    for i, part in enumerate(parts):
-        field = model.model_fields.get(part)
-        if field is None:
-            return "text"
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            model = ann
-            continue
-        if i < len(parts) - 1:  # a key inside a table: pass-through properties or plugin settings
-            return "toml" if get_args(ann)[1:] == (Any,) else "text"
-        return _type_kind(ann)
-    return "toml"  # a whole section given as an inline table
-
-
-def _type_kind(ann: Any) -> str:
-    origin = get_origin(ann)
-    if origin in (Union, UnionType):
-        kinds = {_type_kind(a) for a in get_args(ann) if a is not type(None)}
-        return kinds.pop() if len(kinds) == 1 else "text"
-    if origin is list:
-        return "list"
-    if origin is dict:
-        return "toml"
-    return "text"
-
-
-def _env_value(name: str, text: str, kind: str) -> Any:
-    if kind == "toml":
-        try:
-            return tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError:
-            return text
-    if kind == "list":
-        if not text.lstrip().startswith("["):
-            return [item.strip() for item in text.split(",")]
-        try:
-            return tomllib.loads(f"v = {text}")["v"]
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"environment variable {name}: expected a TOML array like "
-                              f'["a", "b"] or a comma-separated list like a,b ({exc})') from None
-    return text
-
-
-def librdkafka_int(props: Mapping[str, Any], key: str, default: int) -> int:
-    """An integer librdkafka property read by the runtime itself (message.max.bytes, ...).
-
-    The config file gives an int, an environment override the string as typed (librdkafka parses
-    its properties itself, so pass-through values stay strings): both are accepted here. Only
-    decimal digits, as librdkafka accepts; anything else is a ConfigError naming the key."""
-    value = props.get(key, default)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        return int(value)
-    raise ConfigError(f"{key}: expected an integer (got {value!r})")
-
-
-def _describe(exc: ValidationError, path: Any, from_env: Mapping[tuple[str, ...], str] | None = None) -> str:
-    where = f"config {str(path)!r}" if path is not None else "config"
-    problems = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
-        var = (from_env or {}).get(tuple(str(p) for p in err["loc"]))
-        source = "" if var is None else f" (set by {var})"
-        if err["type"] == "missing":
-            problems.append(f"{key}: required key is missing")
-        elif err["type"] == "extra_forbidden":
-            problems.append(f"{key}: unknown key{_did_you_mean(err['loc'])}{source}")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = err.get("input")
-            shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
-            problems.append(f"{key}: {msg}{shown}{source}")
-    return f"{where}: " + "; ".join(problems)
-
-
-def _did_you_mean(loc: tuple[Any, ...]) -> str:
-    """' (did you mean processes?)' for a misspelt key, from the keys its section has."""
-    model: type[BaseModel] | None = Settings
-    for part in loc[:-1]:
-        field = model.model_fields.get(str(part)) if model is not None else None
-        ann = field.annotation if field is not None else None
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-    if model is None:
-        return ""
-    known = list(model.model_fields)
-    close = difflib.get_close_matches(str(loc[-1]).lower(), known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]}?)"
-    section = ".".join(str(p) for p in loc[:-1])
-    return f" ({section or 'sections'}: {', '.join(known)})"
-
-
-def config_keys() -> dict[str, list[str]]:
-    """Every configuration key, by section (``{"workers": ["plugin", ...]}``): what the
-    documentation must describe (tests/unit/test_docs.py checks it does)."""
-    keys: dict[str, list[str]] = {}
-    for name, field in Settings.model_fields.items():
-        section = field.annotation
-        assert isinstance(section, type) and issubclass(section, BaseModel), name  # every section is a model
-        keys[name] = list(section.model_fields)
-    return keys
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a key (a librdkafka/Spark property or a plugin setting) holds a secret."""
-    return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET.search(key)
-
-
-def redacted(data: dict[str, Any]) -> dict[str, Any]:
-    """Settings as plain data (``effective_settings``, runtime/kafka/properties.py), with every
-    secret value replaced: what ``ringmaster check`` prints."""
-
-    def scrub(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: ("***" if is_secret_key(str(k)) else scrub(v)) for k, v in node.items()}
-        if isinstance(node, list):
-            return [scrub(v) for v in node]
-        return node
-
-    scrubbed: dict[str, Any] = scrub(data)  # a dict in, a dict out
-    return scrubbed
-
-
 # Under KIP-848 (group.protocol = "consumer") the group's timing and assignor are the
 # broker's settings (or the group's, kafka-configs --entity-type groups): librdkafka refuses
 # the client-side ones.
@@ -809,34 +449,3 @@ def group_protocol(props: Mapping[str, Any]) -> str:
     """The group protocol a consumer config asks for: "classic" (librdkafka's default) or
     "consumer" (KIP-848)."""
     return str(props.get("group.protocol", "classic")).strip().lower()
-
-
-def max_message_bytes(settings: Settings) -> int:
-    """The producer's message.max.bytes (librdkafka's default 1,000,000): the size a dead
-    letter is made to fit."""
-    try:
-        return librdkafka_int(settings.kafka.producer, "message.max.bytes", 1_000_000)
-    except ConfigError as exc:
-        raise ConfigError(f"kafka.producer.{exc}") from None
-
-
-def parse_listen(listen: str, allow_remote: bool, option: str = "admin.listen",
-                 remote: str = "the admin endpoint has no authentication, so set admin.allow_remote = true "
-                               "to expose it (behind a firewall)") -> tuple[str, int]:
-    """'9464', ':9464', 'localhost:9464', '127.0.0.1:9464', '0.0.0.0:9464' -> (host, port).
-    ``option`` names the setting in errors; ``remote`` says how to allow a non-loopback address."""
-    host, sep, port = listen.rpartition(":")
-    if not sep:
-        host, port = "", listen
-    host = host.strip("[]") or "127.0.0.1"
-    if host == "localhost":
-        host = "127.0.0.1"
-    try:
-        port_n = int(port)
-    except ValueError:
-        raise ConfigError(f"{option}: {listen!r} is not HOST:PORT") from None
-    if not 0 <= port_n < 65536:
-        raise ConfigError(f"{option}: port {port_n} out of range")
-    if host not in ("127.0.0.1", "::1") and not allow_remote:
-        raise ConfigError(f"{option}: {host} is not loopback; {remote}")
-    return host, port_n
