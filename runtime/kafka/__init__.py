@@ -2,7 +2,9 @@
 aside: runtime/spark/offsets.py and source.py read partitions and offsets for Spark's
 planner with their own short-lived clients).
 
-    consumer.py      the supervisor's group consumer (rebalance callbacks, pause, commit, seek)
+    consumer.py      the supervisor's group consumer: membership (rebalance callbacks) and fetching
+    offset_commits.py  its commits, asynchronous and synchronous, and the broker's answers
+    positions.py     where each of its partitions is read from: pauses, resumes, seeks
     producer.py      producing with acknowledgements; delivery errors: a record's fault vs an outage
     topic_reader.py  assign-only reading: a whole topic (the control topic, ``ringmaster tail``), the
                      bounds of a topic's partitions and single records (``ringmaster redrive``)

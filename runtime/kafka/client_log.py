@@ -21,8 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError as _CKError
+from confluent_kafka import KafkaException
+
+from runtime.errors import KafkaError
 
 log = logging.getLogger("ringmaster.kafka.client")
+call_log = logging.getLogger("runtime.kafka.consumer")  # the calls the supervisor makes on its consumer
 
 # confluent-kafka maps librdkafka's syslog levels before calling log(): 0-2 CRITICAL, 3 ERROR,
 # 4 WARNING, 5-6 INFO, 7 DEBUG. librdkafka's "errors" are mostly connections it retries by
@@ -100,3 +104,13 @@ def log_client_error(what: str, err: _CKError, bootstrap: str) -> None:
     else:
         log.warning(f"{what} error", extra={"error": str(err),
                                             "throttle": f"error {what} {err.code()} {same_line(err.str())}"})
+
+
+def raise_or_log(exc: KafkaException, what: str) -> None:
+    """Every librdkafka error that reaches the loop is handled here: a fatal one becomes
+    a KafkaError (exit 5, one line), anything else is logged and the loop goes on."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], _CKError) else None
+    if err is not None and err.fatal():
+        raise KafkaError(f"fatal Kafka client error during {what}: {err}") from None
+    call_log.warning("kafka client call failed; carrying on", extra={
+        "call": what, "error": str(exc), "throttle": f"call failed {what} {same_line(str(exc))}"})

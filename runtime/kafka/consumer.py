@@ -1,8 +1,16 @@
-"""The group consumer: the supervisor's one member of the consumer group.
+"""The group consumer: the supervisor's one member of the consumer group. Its jobs, by module:
 
-Runs in: supervisor. Rebalance callbacks run inside ``consume()`` on the supervisor's one
-thread. ``runtime/kafka/`` is the only package that imports ``confluent_kafka`` (the Spark
-backend aside: it reads offsets and partitions for Spark's planner, runtime/spark/offsets.py).
+    consumer.py        membership (subscribe, the rebalance callbacks, assign, leave) and
+                       fetching (consume: runs per partition, end-of-partition events)
+    offset_commits.py  commits, asynchronous and synchronous, and the broker's answers
+    positions.py       where each partition is read from: pauses, resumes, seeks, the
+                       committed offsets a start reads
+
+GroupConsumer is the one object the rooms hold (runtime/supervisor/seams.py); it hands
+each call to the job that does it. Runs in: supervisor. Rebalance callbacks run inside
+``consume()`` on the supervisor's one thread. ``runtime/kafka/`` is the only package that
+imports ``confluent_kafka`` (the Spark backend aside: it reads offsets and partitions for
+Spark's planner, runtime/spark/offsets.py).
 """
 
 from __future__ import annotations
@@ -12,15 +20,12 @@ import enum
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
     Consumer,
     KafkaException,
     Message,
@@ -28,14 +33,14 @@ from confluent_kafka import (
 )
 from confluent_kafka import KafkaError as _CKError
 
-from runtime.backoff import backoff_s
 from runtime.errors import KafkaError
-from runtime.kafka import coordinator
-from runtime.kafka.client_log import log_client_error, same_line, with_logger
+from runtime.kafka.client_log import log_client_error, raise_or_log, same_line, with_logger
 from runtime.kafka.group_offsets import GroupOffsets, GroupStanding
 from runtime.kafka.messages import bind_packer, offset_of, tp_of
+from runtime.kafka.offset_commits import CommitResult, OffsetCommits
+from runtime.kafka.positions import Positions
 from runtime.kafka.watermarks import LatestOffsets
-from runtime.tp import TP, tp_label
+from runtime.tp import TP
 from runtime.transport.packing import Run
 
 log = logging.getLogger(__name__)
@@ -85,23 +90,6 @@ class Fetched:
     count: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """What one commit call came to. Asynchronous: only whether it was sent (the broker's
-    answer comes later, through on_commit: refused offsets are taken with
-    take_refused_commits). Synchronous: the broker's answer, per partition."""
-
-    sent: bool
-    refused: dict[TP, str] = field(default_factory=dict)  # synchronous: partition -> why
-    # Synchronous: those of ``refused`` that a moving or loading group coordinator refused
-    # (runtime/kafka/coordinator.py) after the commit asked again until its time was half gone.
-    busy: frozenset[TP] = frozenset()
-
-    @property
-    def ok(self) -> bool:
-        return self.sent and not self.refused
-
-
 # Errors that librdkafka reports but recovers from by itself.
 _TRANSIENT = {
     _CKError._TRANSPORT, _CKError._ALL_BROKERS_DOWN, _CKError._TIMED_OUT,
@@ -116,20 +104,17 @@ class GroupConsumer:
     """A group member. Callbacks receive lists of (topic, partition) tuples."""
 
     def __init__(self, props: Mapping[str, Any], latest: LatestOffsets | None = None,
-                 on_group_metadata: Callable[[bytes], None] | None = None) -> None:
+                 on_group_metadata: Callable[[bytes], None] | None = None,
+                 client: Consumer | None = None) -> None:
         """``on_group_metadata``: called with the group's serialised metadata (member,
-        generation) whenever it changes (exactly-once: runtime/transport/groupmeta.py)."""
+        generation) whenever it changes (exactly-once: runtime/transport/groupmeta.py).
+        ``client``: the confluent-kafka consumer to drive (tests pass a fake; by default one
+        made from ``props``)."""
         bind_packer()  # the supervisor packs what this consumer hands back
         props = with_logger(props)
         self._on_group_metadata = on_group_metadata
         self._group_metadata = b""
         self._bootstrap = str(props.get("bootstrap.servers", ""))
-        # The partitions this member has paused in the client, and their ends asked for by
-        # ListOffsets (a paused partition's cached high watermark stands still: watermarks.py).
-        self._paused: set[TP] = set()
-        # Where each partition was last sought: where it fetches from until consume() returns
-        # one of its records and gives it a position (_wake_fetcher).
-        self._sought: dict[TP, int] = {}
         self._stopping = False  # stop(): no new requests but the commit and the leave
         self._latest = latest if latest is not None else LatestOffsets(props)
         self._group_props = props  # where the whole group stands, asked for once subscribed
@@ -140,23 +125,35 @@ class GroupConsumer:
             props["stats_cb"] = self._on_stats
         self.stats_summary: dict[str, float] = {}  # the last statistics.interval.ms report, summed up
         self.fatal: str | None = None
-        self._refused: dict[TP, int] = {}
-        self.acknowledged: dict[TP, int] = {}  # the last offset the broker acknowledged, per partition
-        self._c = Consumer(props)
+        self._c = client if client is not None else Consumer(props)
+        # Its jobs besides fetching: commits and their answers, and where each partition is
+        # read from (pauses, seeks, committed offsets).
+        self._commits = OffsetCommits(self._c)
+        reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
+        self._positions = Positions(self._c, self._commits, reset_to_end)
         self.state = ConsumerState.CREATED
-        self.abandoned = False  # close() or a commit gave up waiting for librdkafka (see close())
-        # A synchronous commit that never returned holds the client: every call on it would
-        # wait behind that one (measured: consume, pause, get_watermark_offsets all block).
-        self.wedged: str | None = None
+        self._closing_abandoned = False  # close() gave up waiting for librdkafka (see close())
         self._in_callback = False  # inside a rebalance callback, i.e. inside consume()
         self._run_key: Callable[[Message], Any] = _topic_partition_of
         # Incremental assignment: cooperative-sticky under the classic protocol, and always
         # under KIP-848 (group.protocol = "consumer"), whose callbacks carry only the change.
         self.cooperative = ("cooperative" in str(props.get("partition.assignment.strategy", ""))
                             or str(props.get("group.protocol", "classic")).strip().lower() == "consumer")
-        self._reset_to_end = str(props.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
-        # Where a partition with no committed offset starts when the runtime seeks it itself.
-        self._reset = OFFSET_END if self._reset_to_end else OFFSET_BEGINNING
+
+    @property
+    def wedged(self) -> str | None:
+        """Why the client is held by a synchronous commit that never returned (offset_commits.py)."""
+        return self._commits.wedged
+
+    @property
+    def abandoned(self) -> bool:
+        """close() or a commit gave up waiting for librdkafka: the process must end with os._exit."""
+        return self._closing_abandoned or self._commits.abandoned
+
+    @property
+    def acknowledged(self) -> dict[TP, int]:
+        """The last offset the broker acknowledged, per partition."""
+        return self._commits.acknowledged
 
     def _check(self) -> None:
         if self.state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
@@ -177,21 +174,11 @@ class GroupConsumer:
             log.debug("unreadable librdkafka statistics")
 
     def _on_commit(self, err: _CKError | None, parts: list[TopicPartition]) -> None:
-        """Runs in: consume()/commit(). Remember refused offsets so they are sent again:
-        an asynchronous commit that fails (broker away, REBALANCE_IN_PROGRESS, ...) must
-        not be forgotten, or the group lags behind what was done until the next record."""
-        for p in parts:
-            if err is not None or p.error is not None:
-                self._refused[(p.topic, p.partition)] = p.offset
-            elif p.offset >= 0:
-                self.acknowledged[(p.topic, p.partition)] = p.offset
-        if err is not None and err.code() != _CKError._NO_OFFSET:
-            log.warning("commit refused; will retry", extra={
-                "error": str(err), "partitions": len(parts), "throttle": f"commit refused {err.code()}"})
+        """Runs in: consume()/commit() (librdkafka's on_commit)."""
+        self._commits.on_commit(err, parts)
 
     def take_refused_commits(self) -> dict[TP, int]:
-        refused, self._refused = self._refused, {}
-        return refused
+        return self._commits.take_refused()
 
     def subscribe(self, topics: list[str], on_assign: Callable[[list[TP]], None],
                   on_revoke: Callable[[list[TP]], None], on_lost: Callable[[list[TP]], None],
@@ -209,13 +196,13 @@ class GroupConsumer:
 
         def assign(consumer: Consumer, parts: list[TopicPartition]) -> None:
             tps = [(p.topic, p.partition) for p in parts]
-            self._paused.difference_update(tps)  # librdkafka starts a new assignment fetching
+            self._positions.assigned(tps)  # librdkafka starts a new assignment fetching
             # Not while closing: the coordinator refuses offset fetches of a group that is
             # leaving, and the read would be asked again until read_start_s, holding close().
             if read_start_s is not None and tps and self.state is ConsumerState.CONSUMING \
                     and not self._stopping:
                 try:
-                    parts = self._at_committed(tps, read_start_s)
+                    parts = self._positions.at_committed(tps, read_start_s)
                 except KafkaError as exc:
                     log.warning("committed offsets not read; the client reads them itself",
                                 extra={"error": str(exc), "partitions": len(tps)})
@@ -225,7 +212,7 @@ class GroupConsumer:
                 consumer.incremental_assign(parts)
             else:
                 consumer.assign(parts)
-            self._note_start(parts)
+            self._positions.note_start(parts)
             # While closing, librdkafka turns a late assignment into an unassignment: the
             # runtime has already let go of everything and must not take on new partitions.
             if self.state is ConsumerState.CONSUMING:
@@ -289,19 +276,11 @@ class GroupConsumer:
         again and never fetches the partition (librdkafka#5586); ``committed()`` asks until the
         coordinator answers."""
         self._check()
-        parts = self._at_committed(list(tps), timeout_s)
+        parts = self._positions.at_committed(list(tps), timeout_s)
         self._run_key = Message.partition if topics == 1 else _topic_partition_of
         self._c.assign(parts)
-        self._note_start(parts)
+        self._positions.note_start(parts)
         self.state = ConsumerState.CONSUMING
-
-    def _at_committed(self, tps: list[TP], timeout_s: float) -> list[TopicPartition]:
-        """``tps`` at the group's committed offsets, the reset position where there is none,
-        read now (asked again until answered, at most timeout_s): KafkaError if unanswered."""
-        start = self.committed(tps, timeout_s, ask_again=True)
-        reset = self._reset
-        offsets = {tp: reset if offset is None else offset for tp, offset in start.items()}
-        return [TopicPartition(t, p, offsets.get((t, p), reset)) for t, p in tps]
 
     def _share_group_metadata(self) -> None:
         """Hand on the group's metadata if it changed: after each consume() and as a rebalance
@@ -346,7 +325,7 @@ class GroupConsumer:
                 if messages and max_records > 1:
                     messages += self._c.consume(max_records - 1, 0)
         except KafkaException as exc:
-            self._raise_or_log(exc, "consume")
+            raise_or_log(exc, "consume")
             messages = []
         self._share_group_metadata()
         for _, run_iter in groupby(messages, self._run_key):
@@ -385,288 +364,37 @@ class GroupConsumer:
         else:
             log.error("consume error", extra={"error": str(err)})
 
-    def _raise_or_log(self, exc: KafkaException, what: str) -> None:
-        """Every librdkafka error that reaches the loop is handled here: a fatal one becomes
-        a KafkaError (exit 5, one line), anything else is logged and the loop goes on."""
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], _CKError) else None
-        if err is not None and err.fatal():
-            raise KafkaError(f"fatal Kafka client error during {what}: {err}") from None
-        log.warning("kafka client call failed; carrying on", extra={
-            "call": what, "error": str(exc), "throttle": f"call failed {what} {same_line(str(exc))}"})
-
     def pause(self, tps: Iterable[TP]) -> None:
-        tps = list(tps)
-        parts = [TopicPartition(t, p) for t, p in tps]
-        if parts and not self.wedged:
-            try:
-                self._c.pause(parts)
-                self._paused.update(tps)
-            except KafkaException as exc:  # e.g. a partition no longer assigned: nothing to pause
-                self._raise_or_log(exc, "pause")
+        self._positions.pause(tps)
 
     def resume(self, tps: Iterable[TP]) -> None:
-        tps = list(tps)
-        parts = [TopicPartition(t, p) for t, p in tps]
-        if parts and not self.wedged:
-            paused = [part for part, tp in zip(parts, tps, strict=True) if tp in self._paused]
-            self._paused.difference_update(tps)
-            try:
-                self._c.resume(parts)
-            except KafkaException as exc:
-                self._raise_or_log(exc, "resume")
-                return
-            self._wake_fetcher(paused)
-
-    def _wake_fetcher(self, parts: list[TopicPartition]) -> None:
-        """Make the resumed partitions fetch now. librdkafka's resume only clears a flag: the
-        broker thread notices it when it next wakes, and a thread whose partitions were all
-        paused has no fetch in flight and sleeps up to a second. The flow control pauses every
-        partition when the backlog fills the rings and counts on records coming back within a
-        fetch's round trip of a resume: instead the rings ran dry and the workers waited
-        (20-800 ms on both brokers, tests/integration/test_consumer_resume.py).
-
-        A partition that was paused is sought to its position, where the pause left librdkafka
-        to fetch from anyway (past the last record consume() returned): the seek changes its
-        fetch state, which wakes its broker thread (3-17 ms), and the thread then looks at all
-        of its partitions. One with no position (nothing consumed since it was sought: a
-        partition just assigned, or rewound) is sought again where it was last sought, which
-        it still fetches from (a real offset: ``_remember_start``). Any other is left to wait."""
-        # A sought offset that is out of range is reset by librdkafka; sought again it is reset
-        # again, to the same start (or to what retention kept: the partition was paused, so
-        # nothing more is skipped) but to a newer end: under a reset to the end, no second seek.
-        sought: dict[TP, int] = {} if self._reset_to_end else self._sought
-        for tp in self._c.position(parts) if parts else []:
-            key = (tp.topic, tp.partition)
-            offset = tp.offset if tp.offset >= 0 else sought.get(key)
-            # seek() passes no leader epoch (librdkafka would first validate it, a round
-            # trip); one it refuses is logged, and the resume stands.
-            if tp.error is None and offset is not None:
-                self.seek(key, offset)
-
-    def _note_start(self, parts: list[TopicPartition]) -> None:
-        """An assignment starts each partition where it says, as a seek would."""
-        for p in parts:
-            self._remember_start((p.topic, p.partition), p.offset)
-
-    def _remember_start(self, tp: TP, offset: int) -> None:
-        """Where ``tp`` fetches from until a record of it is read, for _wake_fetcher: a real
-        offset only. A logical one (the start or end, OFFSET_INVALID: where librdkafka finds
-        it) is resolved once by librdkafka, and sought again it would be resolved anew: a
-        newer end than the one the partition fetches from skips the records in between."""
-        if offset >= 0:
-            self._sought[tp] = offset
-        else:
-            self._sought.pop(tp, None)
+        self._positions.resume(tps)
 
     def _let_go(self, tps: list[TP]) -> None:
-        self._paused.difference_update(tps)
-        for tp in tps:
-            self._sought.pop(tp, None)
+        self._positions.let_go(tps)
         self._latest.forget(tps)
 
     def commit(self, offsets: Mapping[TP, int], asynchronous: bool,
                timeout_s: float = 30.0) -> CommitResult:
-        """Commit next-offsets. Never raises for commit errors (logged): an uncommitted offset
-        is only a duplicate later, never a loss; but a synchronous commit says, per
-        partition, whether the broker acknowledged it (``--until-caught-up`` exits 0 only
-        then).
-
-        A synchronous commit at a stop waits at most ``timeout_s``: librdkafka's has no
-        timeout, and a broker that takes OffsetCommit requests without answering them kept it
-        waiting for ever (librdkafka times a request out after socket.timeout.ms and sends it
-        again), holding SIGTERM with it. It runs on a helper thread; one that does not return
-        in time is abandoned (its partitions count as refused), the client is ``wedged`` (every
-        call on it would wait behind the commit) and the process must end with os._exit, as
-        after an abandoned close(). Inside a rebalance callback it cannot: the client is
-        busy in consume() there, and a commit from another thread waits for that to return
-        (measured), so a revocation's commit is the plain synchronous call, bounded only by
-        librdkafka's request timeout (socket.timeout.ms) and retries.
-
-        Outside a callback, partitions that a moving or loading group coordinator refused are
-        committed again (runtime/kafka/coordinator.py): librdkafka finds the new coordinator
-        but hands the refusal to the caller, and a final commit is the one that says whether
-        the work is done."""
-        if not offsets:
-            return CommitResult(False)
-        if self.state is not ConsumerState.CONSUMING or self.wedged:
-            why = f"not sent: {self.wedged or 'the consumer is ' + self.state.value}"
-            return CommitResult(False, {tp: why for tp in offsets})
-        parts = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
-        if asynchronous:
-            try:
-                self._c.commit(offsets=parts, asynchronous=True)
-            except KafkaException as exc:
-                error = str(exc.args[0])
-                log.warning("commit failed", extra={"error": error, "partitions": len(parts),
-                                                    "throttle": f"commit failed {same_line(error)}"})
-                return CommitResult(False)
-            return CommitResult(True)
-        if self._in_callback:
-            answer: list[Any] = []
-            try:
-                answer.append(self._c.commit(offsets=parts, asynchronous=False))
-            except KafkaException as exc:
-                answer.append(exc)
-            return self._answered(answer[0], offsets)
-        return self._commit_sync(offsets, timeout_s)
-
-    def _commit_sync(self, offsets: Mapping[TP, int], timeout_s: float) -> CommitResult:
-        """A synchronous commit outside a callback, sent again for the partitions a busy group
-        coordinator refused. A new attempt starts only while half of ``timeout_s`` is left, so
-        each has that long to be answered: a healthy broker is never abandoned (wedging the
-        client) just because an earlier attempt found its coordinator loading."""
-        deadline = time.monotonic() + timeout_s
-        pending = dict(offsets)
-        refused: dict[TP, str] = {}
-        sent, refusals = False, 0
-        while True:
-            answer = self._commit_once(pending, max(deadline - time.monotonic(), 0.0))
-            if answer is None:
-                self.abandoned = True
-                self.wedged = (f"a commit got no answer from the broker within {timeout_s:g} s and holds the "
-                               "Kafka client; stopping (a new start makes a new client)")
-                log.error("the broker did not answer a commit in time; going on without it",
-                          extra={"timeout_s": timeout_s, "partitions": len(pending)})
-                why = f"no answer from the broker within {timeout_s:g} s"
-                return CommitResult(True, {**refused, **dict.fromkeys(pending, why)})
-            result = self._answered(answer, pending)
-            sent = sent or result.sent
-            refused.update({tp: why for tp, why in result.refused.items() if tp not in result.busy})
-            busy = {tp: result.refused[tp] for tp in result.busy}
-            wait = backoff_s(coordinator.FIRST_WAIT_S, refusals, coordinator.MAX_WAIT_S)
-            if not busy or deadline - (time.monotonic() + wait) < timeout_s / 2:
-                return CommitResult(sent, {**refused, **busy}, frozenset(busy))
-            refusals += 1
-            log.info("the group coordinator is busy; committing again", extra={
-                "error": next(iter(busy.values())), "partitions": len(busy), "refusals": refusals,
-                "throttle": "coordinator busy commit"})
-            time.sleep(wait)
-            pending = {tp: offsets[tp] for tp in busy}
-
-    def _commit_once(self, offsets: Mapping[TP, int], timeout_s: float) -> Any:
-        """One synchronous commit on a helper thread: its answer (the partitions, or the
-        KafkaException), or None when none came within ``timeout_s``."""
-        parts = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
-        answer: list[Any] = []
-
-        def commit_sync() -> None:
-            try:
-                answer.append(self._c.commit(offsets=parts, asynchronous=False))
-            except KafkaException as exc:
-                answer.append(exc)
-
-        helper = threading.Thread(target=commit_sync, name="kafka-commit", daemon=True)
-        helper.start()
-        helper.join(timeout_s)
-        return answer[0] if answer else None
-
-    def _answered(self, answer: Any, offsets: Mapping[TP, int]) -> CommitResult:
-        """A synchronous commit's answer: a KafkaException, or the partitions with their errors."""
-        if isinstance(answer, KafkaException):
-            error = str(answer.args[0])
-            log.warning("commit failed", extra={"error": error, "partitions": len(offsets)})
-            return CommitResult(False, dict.fromkeys(offsets, error),
-                                frozenset(offsets) if coordinator.is_busy(answer) else frozenset())
-        refused, busy = {}, set()
-        for p in answer or []:
-            tp = (p.topic, p.partition)
-            if p.error:
-                refused[tp] = str(p.error)
-                if coordinator.is_busy(p.error):
-                    busy.add(tp)
-            else:
-                self.acknowledged[tp] = p.offset
-        if refused:
-            log.warning("commit failed for some partitions",
-                        extra={"error": next(iter(refused.values())), "partitions": len(refused)})
-        return CommitResult(True, refused, frozenset(busy))
+        """Commit next-offsets (offset_commits.py); never raises for commit errors."""
+        return self._commits.commit(offsets, asynchronous, timeout_s,
+                                    self.state is ConsumerState.CONSUMING, self._in_callback)
 
     def committed(self, tps: Iterable[TP], timeout_s: float = 5.0,
                   ask_again: bool = False) -> dict[TP, int | None]:
-        """The group's committed offsets; raises KafkaError when the broker does not answer
-        within timeout_s, or refuses a partition (bounded: this runs on the supervisor's loop,
-        which asks again on its next turn). ``ask_again``: a busy coordinator's refusal is
-        asked again until timeout_s has passed (runtime/kafka/coordinator.py), for callers
-        with nothing else to do."""
-        start, refused = self._read_committed(tps, timeout_s, ask_again)
-        if refused:
-            tp, why = next(iter(refused.items()))
-            more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""
-            raise KafkaError(f"reading committed offsets failed: {tp_label(tp)}: {why}{more}")
-        return start
-
-    def _read_committed(self, tps: Iterable[TP], timeout_s: float,
-                        ask_again: bool) -> tuple[dict[TP, int | None], dict[TP, str]]:
-        """The committed offsets the coordinator gave, and the partitions it refused in its
-        answer, with why (an error of its own, e.g. not authorised: no answer for that
-        partition; read as "nothing committed" it would start at the reset position).
-        KafkaError when the request as a whole got no answer."""
-        if self.wedged:
-            raise KafkaError(self.wedged)
-        wanted = [TopicPartition(t, p) for t, p in tps]
-        deadline = time.monotonic() + timeout_s
-
-        def ask() -> list[TopicPartition]:
-            return self._c.committed(wanted, timeout=max(deadline - time.monotonic(), 0.1))
-
-        try:
-            parts = coordinator.until_answered(ask, timeout_s, "committed offsets") if ask_again else ask()
-        except KafkaException as exc:
-            raise KafkaError(f"reading committed offsets failed: {exc.args[0]}") from None
-        start: dict[TP, int | None] = {}
-        refused: dict[TP, str] = {}
-        for p in parts:
-            if p.error is not None:
-                refused[(p.topic, p.partition)] = str(p.error)
-            else:
-                start[(p.topic, p.partition)] = None if p.offset < 0 else p.offset  # OFFSET_INVALID: none
-        return start, refused
+        """The group's committed offsets (positions.py); KafkaError if unanswered or refused."""
+        return self._positions.committed(tps, timeout_s, ask_again)
 
     def release(self, tp: TP, run: Run) -> None:
         """Nothing to do: dropped records are read again from the seek that follows a fence."""
 
     def seek_to_start(self, tps: Iterable[TP]) -> list[TP]:
-        """Restart fetching of just-assigned partitions at their committed offset (or the
-        reset position). A seek also discards whatever librdkafka had queued for them.
-        Returns the partitions that could not be sought now (the broker did not answer in
-        time): the caller keeps them paused and tries again."""
-        tps = list(tps)
-        if not tps:
-            return []
-        try:
-            start, refused = self._read_committed(tps, 5.0, ask_again=False)
-        except KafkaError as exc:
-            log.warning("cannot read committed offsets yet; will retry",
-                        extra={"error": str(exc), "throttle": "committed offsets unread"})
-            return tps
-        for tp, why in refused.items():  # only these wait: the others start
-            log.warning("the coordinator refused a partition's committed offset; will retry",
-                        extra={"tp": tp_label(tp), "error": why,
-                               "throttle": f"committed refused {tp_label(tp)}"})
-        failed = list(refused)
-        for tp, offset in start.items():
-            if not self.seek(tp, self._reset if offset is None else offset):
-                failed.append(tp)
-        return failed
+        """Just-assigned partitions to their committed offsets (positions.py); those that could
+        not be sought now are returned."""
+        return self._positions.seek_to_start(tps)
 
     def seek(self, tp: TP, offset: int) -> bool:
-        """Fetch tp from offset next; what librdkafka had queued for it is discarded (its op
-        version moves on). False (logged) if librdkafka refused."""
-        if self.wedged:
-            return False
-        try:
-            self._c.seek(TopicPartition(tp[0], tp[1], offset))
-            self._remember_start(tp, offset)
-            return True
-        except KafkaException as exc:
-            # A held partition's seek is tried again and again, with a back-off (librdkafka
-            # refuses it while its own fetch of the committed offset is unanswered): said once
-            # in a while.
-            err = exc.args[0]
-            code = err.code() if hasattr(err, "code") else ""
-            log.warning("seek failed", extra={"tp": tp_label(tp), "offset": offset, "error": str(err),
-                                              "throttle": f"seek failed {tp_label(tp)} {code}"})
-            return False
+        return self._positions.seek(tp, offset)
 
     def high_watermark(self, tp: TP) -> int | None:
         """The high watermark cached from fetch responses; for a paused partition (not
@@ -679,8 +407,9 @@ class GroupConsumer:
         except KafkaException:
             cached = -1
         high = cached if cached >= 0 else None
-        if tp in self._paused and self.state is ConsumerState.CONSUMING and not self._stopping:
-            self._latest.refresh(self._paused)
+        paused = self._positions.paused
+        if tp in paused and self.state is ConsumerState.CONSUMING and not self._stopping:
+            self._latest.refresh(paused)
             listed = self._latest.high(tp)
             if listed is not None and (high is None or listed > high):
                 return listed
@@ -726,7 +455,7 @@ class GroupConsumer:
             return False  # close() would wait behind the commit too; the member times out
         finished, failure = close_within(self._c.close, timeout_s, "kafka-close")
         if not finished:
-            self.abandoned = True
+            self._closing_abandoned = True
             log.error("leaving the consumer group did not finish in time; exiting without it "
                       "(the broker drops this member after session.timeout.ms)",
                       extra={"timeout_s": timeout_s})

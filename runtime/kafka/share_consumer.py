@@ -44,8 +44,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from runtime.errors import KafkaError
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
-from runtime.kafka.consumer import CommitResult, Fetched, close_within
+from runtime.kafka.consumer import Fetched, close_within
 from runtime.kafka.messages import bind_packer, offset_of, tp_of
+from runtime.kafka.offset_commits import CommitResult
 from runtime.tp import TP
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runtime.errors import KafkaError
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import Fetched
+from runtime.kafka.offset_commits import CommitResult
 from runtime.kafka.topic_reader import Stored
 from runtime.redrive.actions import Action, Outcome, Result
 from runtime.redrive.ledger import Ledger

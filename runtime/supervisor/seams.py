@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import Fetched
 from runtime.kafka.group_offsets import GroupStanding
+from runtime.kafka.offset_commits import CommitResult
 from runtime.tp import TP
 from runtime.transport.board import Board
 from runtime.transport.packing import Run

@@ -1,5 +1,5 @@
-"""A resumed partition fetches again at once, against the real broker (runtime/kafka/consumer.py,
-``GroupConsumer._wake_fetcher``). The flow control pauses every partition when the backlog
+"""A resumed partition fetches again at once, against the real broker (runtime/kafka/positions.py,
+``Positions._wake_fetcher``). The flow control pauses every partition when the backlog
 fills the rings and resumes them when it has drained halfway, counting on the records coming
 back within a fetch's round trip. librdkafka's own resume left a broker thread with no
 partition to fetch asleep for up to a second: the rings ran dry and the workers waited."""

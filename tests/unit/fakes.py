@@ -16,9 +16,10 @@ from confluent_kafka import Message
 
 from runtime.config import Settings
 from runtime.errors import DeliveryFailed, SharedMemoryError
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import Fetched
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.messages import bind_packer
+from runtime.kafka.offset_commits import CommitResult
 from runtime.ops.metrics import Histograms
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.loop import Supervisor

@@ -69,9 +69,7 @@ def at(offset: int) -> Callable[[list[TopicPartition]], list[TopicPartition]]:
 
 
 def consumer_with(client: Client) -> GroupConsumer:
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit"})
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()  # never connected; closes at once
+    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit"}, client=client)  # type: ignore[arg-type]
     gc.state = ConsumerState.CONSUMING
     return gc
 

@@ -13,6 +13,9 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from runtime.errors import KafkaError as KafkaErrorOfOurs
 from runtime.kafka.consumer import ConsumerState, GroupConsumer
 
+UNIT = {"bootstrap.servers": "127.0.0.1:9", "group.id": "unit"}
+COOPERATIVE = {**UNIT, "partition.assignment.strategy": "cooperative-sticky"}
+
 
 class ClientThatHangsOnClose:
     """Stands in for confluent_kafka.Consumer: close() blocks like librdkafka#4527."""
@@ -37,10 +40,7 @@ class ClientThatHangsOnClose:
 
 
 def consumer_with(client: ClientThatHangsOnClose) -> GroupConsumer:
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
-                        "partition.assignment.strategy": "cooperative-sticky"})
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()  # never connected; closes at once
+    gc = GroupConsumer(COOPERATIVE, client=client)  # type: ignore[arg-type]
     return gc
 
 
@@ -106,10 +106,8 @@ def test_an_assignment_is_applied_incrementally_under_kip848_and_cooperative_sti
         props: dict[str, str], incremental: bool) -> None:
     """librdkafka's callbacks under KIP-848 carry only the change: applied as a full
     assignment, it would drop every partition held before."""
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit", **props})
     client = AssigningClient()
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()
+    gc = GroupConsumer({**UNIT, **props}, client=client)  # type: ignore[arg-type]
     gc.subscribe(["t"], on_assign=lambda tps: None, on_revoke=lambda tps: None, on_lost=lambda tps: None)
     client.callbacks["on_assign"](client, [TopicPartition("t", 1)])
     assert (client.assigned, client.full) == (([[TopicPartition("t", 1)]], []) if incremental
@@ -190,9 +188,7 @@ def test_a_look_without_joining_assigns_the_committed_offsets_it_read_itself(res
     itself, asking again past the refusal, and assigns them (the reset position, -2 earliest
     or -1 latest, where none was committed): librdkafka has nothing left to fetch for it."""
     client = CoordinatorLoadingClient()
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit", "auto.offset.reset": reset})
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()
+    gc = GroupConsumer({**UNIT, "auto.offset.reset": reset}, client=client)  # type: ignore[arg-type]
     gc.assign([("t", 0), ("t", 1)], timeout_s=5)
     assert client.asked == 2, "a refused fetch is asked again"
     assert client.plain_assigned == [[(0, 40), (1, no_commit)]]
@@ -205,10 +201,7 @@ def test_a_member_that_asks_for_it_is_assigned_the_committed_offsets_read_in_the
     given explicit offsets read in the callback, past one refusal; a fetch that stays refused
     leaves the partitions to librdkafka, as before, rather than failing the assignment."""
     client = CoordinatorLoadingClient()
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
-                        "partition.assignment.strategy": "cooperative-sticky"})
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()
+    gc = GroupConsumer(COOPERATIVE, client=client)  # type: ignore[arg-type]
     seen: list[list[tuple[str, int]]] = []
     gc.subscribe(["t"], seen.append, lambda tps: None, lambda tps: None, read_start_s=5)
     client.callbacks["on_assign"](client, [TopicPartition("t", 0), TopicPartition("t", 1)])
@@ -253,8 +246,7 @@ def test_a_rewind_to_a_logical_offset_or_under_a_reset_to_the_end_is_not_sought_
     assert [c[1][0] for c in client.calls if c[0] == "seek"] == [(0, -1), (1, 70), (1, 70)]
     gc.close(5)
     client = ResumingClient({0: -1001})
-    gc = consumer_with(client)
-    gc._reset_to_end = True
+    gc = GroupConsumer({**COOPERATIVE, "auto.offset.reset": "latest"}, client=client)  # type: ignore[arg-type]
     gc.pause([("t", 0)])
     assert gc.seek(("t", 0), 70)
     gc.resume([("t", 0)])
@@ -289,10 +281,7 @@ def test_a_member_closing_does_not_read_the_offsets_of_a_late_assignment() -> No
     """While closing, the coordinator refuses the offset fetches of a group that is leaving, and
     the read would be asked again for read_start_s, holding close(): librdkafka is left to it."""
     client = CoordinatorLoadingClient()
-    gc = GroupConsumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "unit",
-                        "partition.assignment.strategy": "cooperative-sticky"})
-    real, gc._c = gc._c, client  # type: ignore[assignment]
-    real.close()
+    gc = GroupConsumer(COOPERATIVE, client=client)  # type: ignore[arg-type]
     gc.subscribe(["t"], lambda tps: None, lambda tps: None, lambda tps: None, read_start_s=5)
     gc.state = ConsumerState.CLOSING
     client.callbacks["on_assign"](client, [TopicPartition("t", 0)])

@@ -14,7 +14,8 @@ from confluent_kafka import Message
 from runtime.errors import DeliveryFailed
 from runtime.execution.deadletter_format import REDRIVE_COUNT, dead_letter_headers
 from runtime.execution.run import RetryPolicy
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import Fetched
+from runtime.kafka.offset_commits import CommitResult
 from runtime.kafka.topic_reader import Stored
 from runtime.plugin import VERSION_HEADER, Backoff, Output, Plugin, Record, Reject
 from runtime.redrive.actions import Outcome, Result, ThroughPlugin, ToSource

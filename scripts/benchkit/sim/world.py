@@ -29,8 +29,9 @@ from zlib import crc32
 
 from confluent_kafka import Message
 
-from runtime.kafka.consumer import CommitResult, Fetched
+from runtime.kafka.consumer import Fetched
 from runtime.kafka.messages import bind_packer
+from runtime.kafka.offset_commits import CommitResult
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import DONE, Result, decode_frame, encode_result
 
