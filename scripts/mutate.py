@@ -65,8 +65,8 @@ def results() -> list[Mutant]:
 
 
 def module_of(name: str) -> str:
-    """runtime.supervisor.datapath.offsets.xǁOffsetTrackerǁcomplete__mutmut_3 ->
-    runtime.supervisor.datapath.offsets"""
+    """runtime.supervisor.partition.offsets.xǁOffsetTrackerǁcomplete__mutmut_3 ->
+    runtime.supervisor.partition.offsets"""
     return re.split(r"\.x[_ǁ]", name, maxsplit=1)[0]
 
 

@@ -53,7 +53,7 @@ def check(config: str, shallow: bool, connect: bool) -> None:
     if slow is not None:
         click.echo(f"warning: {slow}", err=True)
     from runtime.errors import PluginError, SharedMemoryError
-    from runtime.supervisor.daemon import check_plugin_starts, host_problem, shm_report
+    from runtime.supervisor.daemon.run import check_plugin_starts, host_problem, shm_report
 
     click.echo(f"workers: {settings.workers.processes} ({settings.workers.processes_from})", err=True)
     problem = host_problem(settings)

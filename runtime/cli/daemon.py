@@ -1,5 +1,5 @@
 """``ringmaster run``: the supervisor daemon in the foreground, or with ``--members N`` the
-parent of N of them (runtime/supervisor/members.py)."""
+parent of N of them (runtime/supervisor/daemon/members.py)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     from runtime.supervisor.control.signals import SignalQueue
 
     signals = SignalQueue().install()  # before anything else: no signal finds its default action
-    from runtime.supervisor.members import MEMBER_ENV, die_with_parent
+    from runtime.supervisor.daemon.members import MEMBER_ENV, die_with_parent
 
     member_of = os.environ.get(MEMBER_ENV)
     if member_of is not None and not die_with_parent():
@@ -119,7 +119,7 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
     configure_logging(settings.supervisor.log_level, settings.supervisor.log_format,
                       role="supervisor" if member_of is None else f"supervisor.{member_of}")
     from runtime.ops.progress import ProgressDisplay, summary_table
-    from runtime.supervisor.daemon import run_daemon
+    from runtime.supervisor.daemon.run import run_daemon
 
     display = None
     if progress or (progress is None and sys.stderr.isatty()):
@@ -156,8 +156,8 @@ def run(config: str, progress: bool | None, until_caught_up: bool, summary: bool
 def _run_members(settings: Settings, config: str, count: int, progress: bool | None,
                  until_caught_up: bool, summary: bool, summary_json: str | None,
                  signals: SignalQueue) -> None:
-    """``run --members N``: the parent of N daemons (runtime/supervisor/members.py)."""
-    from runtime.supervisor.members import run_members
+    """``run --members N``: the parent of N daemons (runtime/supervisor/daemon/members.py)."""
+    from runtime.supervisor.daemon.members import run_members
 
     if progress:
         fail(ConfigError("--progress draws one daemon: with --members, watch the group with "

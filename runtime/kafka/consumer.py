@@ -6,7 +6,7 @@
     positions.py       where each partition is read from: pauses, resumes, seeks, the
                        committed offsets a start reads
 
-GroupConsumer is the one object the rooms hold (runtime/supervisor/seams.py); it hands
+GroupConsumer is the one object the rooms hold (runtime/supervisor/seams/consumer.py); it hands
 each call to the job that does it. Runs in: supervisor. Rebalance callbacks run inside
 ``consume()`` on the supervisor's one thread. ``runtime/kafka/`` is the only package that
 imports ``confluent_kafka`` (the Spark backend aside: it reads offsets and partitions for

@@ -1,5 +1,5 @@
 """The share consumer: the supervisor's one member of a share group (KIP-932), behind the same
-seam as the group consumer (runtime/supervisor/seams.py ``Consumer``) plus ``acknowledge``.
+seam as the group consumer (runtime/supervisor/seams/consumer.py ``Consumer``) plus ``acknowledge``.
 
 A share group hands each record to one member at a time under an acquisition lock
 (``group.share.record.lock.duration.ms``, 30 s by default); the member accepts, releases or

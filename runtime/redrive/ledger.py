@@ -1,6 +1,6 @@
 """The progress of one partition of the dead-letter topic: which offset may be committed.
 
-The one rule, as in runtime/supervisor/datapath/offsets.py: a committed offset is the next one to read,
+The one rule, as in runtime/supervisor/partition/offsets.py: a committed offset is the next one to read,
 and it moves past a letter only when that letter and every letter before it are settled –
 redriven and acknowledged by the broker (the copy, or its new dead letter), or passed over.
 Letters are taken in offset order and settle in any order (copies to different partitions

@@ -33,7 +33,7 @@ from runtime.ops.control_records import shown
 from runtime.redrive.letters import MAX_MS, MAX_OFFSET, MAX_PARTITION, Letter
 
 # The error type the supervisor gives a record that crashed or hung its worker
-# (runtime/supervisor/loop.py). In this process it would take the redrive down with it.
+# (runtime/supervisor/daemon/loop.py). In this process it would take the redrive down with it.
 WORKER_CRASHED = "WorkerCrashed"
 
 

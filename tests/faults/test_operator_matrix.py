@@ -83,7 +83,7 @@ def members(obs: drive.Observation, tail: str) -> None:
     assert max(sizes) <= f.max_status_bytes, f"status files of {sizes} bytes"
     if f.effect == "pauses":
         # Nothing past the start: a partition still empty when its first report came is
-        # committed at its end, 0 (runtime/supervisor/datapath/offsets.py start_at_end); a record
+        # committed at its end, 0 (runtime/supervisor/partition/offsets.py start_at_end); a record
         # processed while paused would move it past 0.
         during = obs.extra["committed_while_paused"]
         assert all(offset <= 0 for offset in during.values()), f"committed while paused: {during}"

@@ -153,7 +153,7 @@ def test_a_partition_pause_holds_only_that_partition(broker: Any, names: dict[st
         wait_for(lambda: committed(broker.bootstrap, names["group"], names["in"], 2)[0] == counts[0], 60,
                  "partition 0 processed")
         # Nothing of partition 1 processed: no commit, or its start (0), committed when the
-        # consumer first reported it empty (runtime/supervisor/datapath/offsets.py start_at_end).
+        # consumer first reported it empty (runtime/supervisor/partition/offsets.py start_at_end).
         assert committed(broker.bootstrap, names["group"], names["in"], 2)[1] <= 0, "partition 1 waited"
         r = ringmaster_cli(rm, "resume", "--topic", names["in"])
         assert f"{names['in']}[1]" in r.stdout, "resuming the topic ends its partitions' pauses"

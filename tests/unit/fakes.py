@@ -21,8 +21,8 @@ from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.messages import bind_packer
 from runtime.kafka.offset_commits import CommitResult
 from runtime.ops.metrics import Histograms
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.loop import Supervisor
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import Result, encode_result
 

@@ -107,7 +107,7 @@ def test_supervisor_shutdown_ends_when_the_consumer_close_holds_the_gil(tmp_path
         from fakes import TP0, Clock, FakeConsumer, FakePool, assign
         from runtime.config import Settings
         from runtime.kafka.consumer import close_within
-        from runtime.supervisor.loop import Supervisor
+        from runtime.supervisor.daemon.loop import Supervisor
 
         settings = Settings.model_validate({
             "kafka": {"bootstrap_servers": "x:1", "group_id": "g", "topics": ["t"]},
@@ -146,7 +146,7 @@ def test_the_release_after_the_supervisor_stopped_is_bounded_too(tmp_path: Path)
         import time
         from types import SimpleNamespace
         from runtime.ops.status import Stopped
-        from runtime.supervisor import daemon
+        from runtime.supervisor.daemon import run as daemon
         from runtime.transport.shm import SegmentSet
         from fakes import settings
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from runtime.config import WorkerSettings
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.datapath.partitions import Partition, new_partition
+from runtime.supervisor.partition.partition import Partition, new_partition
 
 TP = ("t", 0)
 

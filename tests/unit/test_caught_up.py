@@ -14,8 +14,8 @@ from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
 from runtime.config import Settings
 from runtime.errors import NotCaughtUp, PartitionsBlocked
 from runtime.kafka.group_offsets import GroupStanding
-from runtime.supervisor.datapath.partitions import PauseReason
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
+from runtime.supervisor.partition.partition import PauseReason
 from runtime.transport.board import PHASE_CALL, EpochTable
 
 TIMEOUT_S = 30.0

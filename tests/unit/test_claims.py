@@ -30,7 +30,7 @@ def test_every_path_the_docs_and_docstrings_cite_exists() -> None:
 
 
 def test_every_module_in_designs_table_exists() -> None:
-    # The table's module cells: `supervisor/loop.py`, `caught_up.py` ... (a bare name is in the
+    # The table's module cells: `supervisor/daemon/loop.py`, `caught_up.py` ... (a bare name is in the
     # folder of the cell's first path), relative to runtime/.
     missing = []
     for line in (ROOT / "docs/design.md").read_text().splitlines():
@@ -65,7 +65,7 @@ def test_the_scheduler_is_the_one_writer_of_rings() -> None:
                  and isinstance(n.func, ast.Attribute) and n.func.attr == "try_write"]
         if calls:
             writers[str(path.relative_to(ROOT))] = calls
-    assert set(writers) == {"runtime/supervisor/datapath/scheduler.py"}, f"ring writes elsewhere: {writers}"
+    assert set(writers) == {"runtime/supervisor/scheduling/scheduler.py"}, f"ring writes elsewhere: {writers}"
 
 
 def test_no_room_is_handed_a_function_of_another_or_of_the_loop() -> None:
@@ -84,6 +84,6 @@ def test_no_room_is_handed_a_function_of_another_or_of_the_loop() -> None:
         for attr, value in vars(room).items():
             if inspect.ismethod(value) and id(value.__self__) in rooms and value.__self__ is not room:
                 held.append(f"{name}.{attr} = {rooms[id(value.__self__)]}.{value.__name__}")
-            elif inspect.isfunction(value) and value.__module__ == "runtime.supervisor.loop":
+            elif inspect.isfunction(value) and value.__module__ == "runtime.supervisor.daemon.loop":
                 held.append(f"{name}.{attr} = {value.__qualname__}")
     assert held == [], held

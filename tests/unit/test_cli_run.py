@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import runtime.supervisor.daemon as daemon
+import runtime.supervisor.daemon.run as daemon
 from runtime.cli import main
 from runtime.errors import NotCaughtUp
 from runtime.supervisor.control.signals import SignalQueue
-from runtime.supervisor.daemon import RunResult
+from runtime.supervisor.daemon.run import RunResult
 
 CONFIG = """
 [kafka]

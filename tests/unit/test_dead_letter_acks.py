@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 from fakes import TP0, TP1, FakePool, FakeProducer, feed, make, make_desk, msgs, report, start
 
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.workers.workforce import Death
 from runtime.transport.frames import DONE, Result, decode_frame
 
@@ -127,7 +127,7 @@ def test_a_rewound_partition_reads_the_dead_lettered_record_again_until_its_lett
     """An operator pause (a rewind) while a letter is on its way: the tracker forgets the
     unfinished batch, so the acknowledgement that follows completes nothing, and the
     partition restarts at or before the record."""
-    from runtime.supervisor.datapath.partitions import PauseReason
+    from runtime.supervisor.partition.partition import PauseReason
 
     sup, consumer, _clock, pool, producer = supervisor()
     start(sup, consumer, [TP0])

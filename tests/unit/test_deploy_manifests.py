@@ -18,7 +18,7 @@ import yaml
 
 from runtime.config import load_settings
 from runtime.ops.admin_server import PATHS
-from runtime.supervisor.daemon import shm_needed
+from runtime.supervisor.daemon.run import shm_needed
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "config" / "kubernetes.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fakes import TP0, assign, make
 
 from runtime.supervisor.datapath.flowcontrol import wants_flow_pause
-from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.partition.partition import PauseReason
 
 
 def test_pause_at_the_share_and_resume_below_its_low_watermark() -> None:

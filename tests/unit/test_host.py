@@ -14,8 +14,8 @@ import pytest
 
 from runtime import config, host
 from runtime.config import Settings
-from runtime.supervisor import daemon
 from runtime.supervisor.control.signals import SignalQueue
+from runtime.supervisor.daemon import run as daemon
 from runtime.transport import ordered, speedups
 from runtime.transport.board import BOARD_BYTES
 from runtime.transport.shm import segment_bytes

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fakes import feed, make, make_desk, msgs, report, start
 
-from runtime.supervisor.datapath.batches import Batch
 from runtime.supervisor.datapath.isolation import isolate
-from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.partition.offsets import OffsetTracker
+from runtime.supervisor.scheduling.batches import Batch
 from runtime.supervisor.workers.workforce import Death
 from runtime.transport.frames import DONE, Columns, Result, decode_frame, encode_batch
 

@@ -146,7 +146,7 @@ def test_a_status_topic_the_cluster_refuses_is_a_warning_not_a_stop(
     from fakes import settings
 
     from runtime.errors import KafkaError
-    from runtime.supervisor import daemon
+    from runtime.supervisor.daemon import run as daemon
 
     def refused(_settings: object) -> None:
         raise KafkaError("cannot create the status topic '_ringmaster.status.g': TOPIC_AUTHORIZATION_FAILED")

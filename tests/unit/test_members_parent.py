@@ -16,7 +16,7 @@ from fakes import settings
 from runtime.cli import main
 from runtime.errors import ConfigError
 from runtime.supervisor.control.signals import SignalQueue
-from runtime.supervisor.members import Members, budget, exit_status, split
+from runtime.supervisor.daemon.members import Members, budget, exit_status, split
 
 CONFIG = """
 [kafka]
@@ -151,8 +151,8 @@ def test_a_members_run_the_parent_refuses_says_one_line_exit_2_and_starts_nothin
 
 
 def test_the_parent_counts_every_members_rings_against_shm_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime.supervisor.members as members_mod
-    from runtime.supervisor.daemon import shm_needed
+    import runtime.supervisor.daemon.members as members_mod
+    from runtime.supervisor.daemon.run import shm_needed
 
     s = settings(processes=4)
     need = shm_needed(s, 3) * 2  # 2 members of 2 workers, each with room for a reload's extra one

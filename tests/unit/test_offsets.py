@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.partition.offsets import OffsetTracker
 
 
 @st.composite

@@ -1,4 +1,4 @@
-"""runtime.supervisor.datapath.offsets.OffsetTracker with lanes: a cut (span) of a partition is handed out as
+"""runtime.supervisor.partition.offsets.OffsetTracker with lanes: a cut (span) of a partition is handed out as
 several batches whose offsets interleave (key ordering), batches finish in any order, some
 are bisected before they finish. The committable offset is the end of the longest prefix of
 fully done spans, and never passes a record that is not done (invariant 1)."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.partition.offsets import OffsetTracker
 
 
 @dataclass

@@ -12,7 +12,7 @@ from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
 
 from runtime.ops.control import OperatorPauses
 from runtime.ops.control_records import ALL, Pause, scope_key
-from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.partition.partition import PauseReason
 
 Record = tuple[bytes | None, bytes | None]
 WALL_MS = 1_700_000_000_000

@@ -13,7 +13,7 @@ from fakes import FakeConsumer, assign, make
 
 from runtime.errors import NotCaughtUp
 from runtime.ops.metrics import SnapshotCollector
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
 
 SLOTS = 16
 TPS = [("t", i) for i in range(SLOTS + 4)]

@@ -1,4 +1,4 @@
-"""Each part of a partition's state has one writer (runtime/supervisor/datapath/partitions.py): this
+"""Each part of a partition's state has one writer (runtime/supervisor/partition/partition.py): this
 test reads every module of the supervisor and fails when one assigns, deletes or mutates
 (append, pop, item assignment, ...) a field of a part that another room owns. An object's
 writes to its own attributes (``self.x = ...``) are its own business and are not counted."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.supervisor.datapath.partitions import Fence, IntakeState, PauseState, Stats
+from runtime.supervisor.partition.partition import Fence, IntakeState, PauseState, Stats
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNERS = {
@@ -88,7 +88,7 @@ def test_the_check_sees_every_kind_of_write(code: str) -> None:
 def test_the_supervisor_class_stays_a_story_under_250_lines() -> None:
     # The loop reads like a story only while the rooms keep their own work: a Supervisor
     # that grows past this has taken a room's job back (docs/design.md, "Rooms").
-    tree = ast.parse((ROOT / "runtime/supervisor/loop.py").read_text())
+    tree = ast.parse((ROOT / "runtime/supervisor/daemon/loop.py").read_text())
     (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Supervisor"]
     assert cls.end_lineno is not None
     assert cls.end_lineno - cls.lineno + 1 < 250

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fakes import TP0, TP1, feed, make, msgs, report, start
 
-from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.partition.partition import PauseReason
 from runtime.supervisor.workers.workforce import Death
 from runtime.transport.frames import DEFERRED, DONE, Result, decode_frame
 

@@ -11,7 +11,7 @@ from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
 
 from runtime.kafka.consumer import Fetched
 from runtime.ops.metrics import RuntimeMetrics
-from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.partition.partition import PauseReason
 
 
 def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_the_rest() -> None:

@@ -18,9 +18,9 @@ import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import ConfigError
 from runtime.supervisor.control.rollout import OpKind, OpState, Rollout, not_applied
-from runtime.supervisor.datapath.batches import Batch
-from runtime.supervisor.datapath.scheduler import Scheduler
-from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.scheduling.batches import Batch
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.pool import PluginCode
 from runtime.supervisor.workers.workforce import Death, State, Workforce
 from runtime.transport.board import PHASE_CALL
 from runtime.transport.frames import STOP_FRAME

@@ -1,4 +1,4 @@
-"""The scheduler (runtime/supervisor/datapath/scheduler.py): batch-level placement. A lane's batches in
+"""The scheduler (runtime/supervisor/scheduling/scheduler.py): batch-level placement. A lane's batches in
 rings are on one worker at a time and leave their lane in order (invariant 2), however
 batches are completed, workers die or stop accepting; every backlogged lane makes progress;
 lanes move to workers that have nothing to do."""
@@ -12,8 +12,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from runtime.supervisor.datapath.batches import Batch
-from runtime.supervisor.datapath.scheduler import Scheduler
+from runtime.supervisor.scheduling.batches import Batch
+from runtime.supervisor.scheduling.scheduler import Scheduler
 from runtime.supervisor.workers.workforce import NO_LIMIT
 
 

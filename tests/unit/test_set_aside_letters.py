@@ -16,7 +16,7 @@ from fakes import TP0, Clock, FakeConsumer, FakePool, FakeProducer, feed, make, 
 
 from runtime.config import Settings
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.transport import speedups
 from runtime.transport.frames import DONE, BatchFrame, Result, decode_frame
 

@@ -14,9 +14,9 @@ from runtime.config import Settings, share_group_problems
 from runtime.errors import ConfigError
 from runtime.kafka.properties import share_consumer_properties
 from runtime.kafka.share_consumer import Outcome, ShareGroupConsumer
-from runtime.supervisor.datapath.acknowledgements import AckTracker, Intent
-from runtime.supervisor.datapath.partitions import new_partition
 from runtime.supervisor.group.commits import ShareCommitter, committer_for
+from runtime.supervisor.partition.acknowledgements import AckTracker, Intent
+from runtime.supervisor.partition.partition import new_partition
 
 
 def _settings(**kafka: Any) -> Settings:
@@ -275,7 +275,7 @@ def test_the_supervisor_accepts_records_only_once_their_batch_is_done() -> None:
     the batch DONE, then every record of it is accepted, and only then does the next poll run."""
     from fakes import TP0, Clock, FakePool, msgs
 
-    from runtime.supervisor.loop import Supervisor
+    from runtime.supervisor.daemon.loop import Supervisor
     from runtime.transport.frames import DONE, Result, decode_frame, encode_result
 
     client = _Client([msgs(TP0, 0, 1, 2, 3), msgs(TP0, 4)])  # type: ignore[list-item]
@@ -311,7 +311,7 @@ def test_a_share_groups_partitions_announced_are_no_rebalance() -> None:
     """docs/share-groups.md: nothing is ever revoked; status must not say "rebalances 1"."""
     from fakes import Clock, FakeConsumer, FakePool, assign
 
-    from runtime.supervisor.loop import Supervisor
+    from runtime.supervisor.daemon.loop import Supervisor
 
     class ShareConsumer(FakeConsumer):
         counts: dict[str, int] = {}

@@ -11,8 +11,8 @@ from typing import Any
 from fakes import TP0, TP1, assign, make, msgs, report
 
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.datapath.batches import Batch
-from runtime.supervisor.datapath.partitions import PauseReason
+from runtime.supervisor.partition.partition import PauseReason
+from runtime.supervisor.scheduling.batches import Batch
 from runtime.transport.frames import (
     BLOCKED,
     DEFERRED,

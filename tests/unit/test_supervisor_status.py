@@ -13,9 +13,9 @@ from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
 
 from runtime.config import Settings
 from runtime.ops.status import PartitionStatus, RecentRates, StatusFile, StatusSnapshot, WindowCpu
-from runtime.supervisor.datapath.batches import Batch
-from runtime.supervisor.datapath.partitions import PauseReason
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
+from runtime.supervisor.partition.partition import PauseReason
+from runtime.supervisor.scheduling.batches import Batch
 from runtime.transport.board import EpochTable
 
 

@@ -15,7 +15,7 @@ import logging
 from runtime.ops.control import OperatorPauses
 from runtime.supervisor.datapath.assignment import Assignment
 from runtime.supervisor.datapath.flowcontrol import FlowControl
-from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
+from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
 
 log = logging.getLogger("ringmaster.operator")
 

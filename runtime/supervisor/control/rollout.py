@@ -47,8 +47,8 @@ from runtime.config import Settings
 from runtime.errors import RingmasterError
 from runtime.ops.status import OperationStatus
 from runtime.supervisor.datapath.flowcontrol import FlowControl
-from runtime.supervisor.datapath.scheduler import Scheduler
-from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.pool import PluginCode
 from runtime.supervisor.workers.workforce import State, Workforce
 
 log = logging.getLogger("ringmaster.rollout")

@@ -37,9 +37,9 @@ from runtime.errors import RingmasterError
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.flowcontrol import FlowControl
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason, new_partition
-from runtime.supervisor.datapath.scheduler import Scheduler
-from runtime.supervisor.seams import Consumer
+from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason, new_partition
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP, tp_label
 from runtime.transport.board import EpochTable
 

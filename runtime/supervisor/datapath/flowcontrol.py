@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable
 
 from runtime.config import WorkerSettings
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.datapath.partitions import HOLDS, Hold, Partition, Partitions, PauseReason
-from runtime.supervisor.datapath.scheduler import Scheduler
-from runtime.supervisor.seams import Consumer
+from runtime.supervisor.partition.partition import HOLDS, Hold, Partition, Partitions, PauseReason
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP
 
 log = logging.getLogger("ringmaster.flowcontrol")

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from runtime.config import WorkerSettings
 from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
-from runtime.supervisor.datapath.batches import Batch, Bucket
 from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
 from runtime.supervisor.datapath.isolation import fitted_letter_batch
-from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
-from runtime.supervisor.seams import Consumer
+from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.scheduling.batches import Batch, Bucket
+from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP, tp_label
 from runtime.transport.packing import Run, fields_of, keys_of, offset_of, pack_run, salvage, split_by_key
 

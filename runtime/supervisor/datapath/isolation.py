@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.execution.deadletter_format import DeadLetter, reference_dead_letter
-from runtime.supervisor.datapath.batches import Batch
+from runtime.supervisor.scheduling.batches import Batch
 from runtime.tp import TP
 from runtime.transport.frames import Columns, batch_head, decode_frame, encode_columns, encode_letters
 

@@ -27,13 +27,13 @@ from runtime.ops.metrics import Histograms
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
 from runtime.supervisor.datapath.assignment import Assignment
-from runtime.supervisor.datapath.batches import Batch
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.datapath.intake import BatchIds, Intake, SetAside
 from runtime.supervisor.datapath.isolation import isolate, letters_batch
-from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
-from runtime.supervisor.datapath.scheduler import Scheduler
-from runtime.supervisor.seams import H
+from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.scheduling.batches import Batch
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.pool import H
 from runtime.supervisor.workers.workforce import Death, Workforce
 from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_frame, decode_result
 

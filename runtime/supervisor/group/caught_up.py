@@ -54,9 +54,9 @@ from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.supervisor.datapath.assignment import Assignment
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.datapath.partitions import Partition, Partitions, PauseReason
 from runtime.supervisor.group.commits import SyncCommit
-from runtime.supervisor.seams import Consumer
+from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.seams.consumer import Consumer
 from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP, tp_label
 

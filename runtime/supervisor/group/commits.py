@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from runtime.kafka.share_consumer import Outcome, ShareCounts
-from runtime.supervisor.datapath.acknowledgements import AckTracker
-from runtime.supervisor.datapath.partitions import Partition, Partitions
-from runtime.supervisor.seams import Consumer
+from runtime.supervisor.partition.acknowledgements import AckTracker
+from runtime.supervisor.partition.partition import Partition, Partitions
+from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP
 
 

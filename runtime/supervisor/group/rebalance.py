@@ -24,12 +24,12 @@ from runtime.supervisor.control.operator import OperatorHolds
 from runtime.supervisor.datapath.assignment import Assignment
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.datapath.flowcontrol import FlowControl
-from runtime.supervisor.datapath.partitions import Partition
 from runtime.supervisor.datapath.results import Results
-from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.group.caught_up import CaughtUp
 from runtime.supervisor.group.commits import Committer
-from runtime.supervisor.seams import H, Handle
+from runtime.supervisor.partition.partition import Partition
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.pool import H, Handle
 from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP
 

@@ -32,7 +32,7 @@ import multiprocess.connection
 import psutil
 
 from runtime.errors import SharedMemoryError
-from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.seams.pool import PluginCode
 from runtime.supervisor.workers.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result

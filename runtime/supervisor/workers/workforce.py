@@ -59,7 +59,7 @@ from runtime.backoff import backoff_s
 from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
 from runtime.ops.status import ExitCause
-from runtime.supervisor.seams import PluginCode, Pool, S
+from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
 from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
 

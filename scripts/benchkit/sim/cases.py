@@ -14,7 +14,7 @@ from benchkit.sim.pool import simulate_pool
 from benchkit.sim.world import Costs, SimConsumer, SimPool, World, make_topic
 from runtime.config import Settings
 from runtime.supervisor.control.signals import SignalQueue
-from runtime.supervisor.loop import Supervisor
+from runtime.supervisor.daemon.loop import Supervisor
 
 
 @dataclass(frozen=True)

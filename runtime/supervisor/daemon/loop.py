@@ -50,18 +50,19 @@ from runtime.supervisor.control.commands import Commands
 from runtime.supervisor.control.operator import OperatorHolds
 from runtime.supervisor.control.rollout import Rollout
 from runtime.supervisor.control.signals import Intent, SignalHandlers, SignalQueue, log_status
+from runtime.supervisor.daemon.report import Reporter
 from runtime.supervisor.datapath.assignment import Assignment, SlotTable
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.datapath.flowcontrol import FlowControl
 from runtime.supervisor.datapath.intake import BatchIds, Intake
-from runtime.supervisor.datapath.partitions import Partition, Partitions
 from runtime.supervisor.datapath.results import Results
-from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.group.caught_up import CaughtUp
 from runtime.supervisor.group.commits import committer_for
 from runtime.supervisor.group.rebalance import Rebalance
-from runtime.supervisor.report import Reporter
-from runtime.supervisor.seams import Consumer, H, LoopPool
+from runtime.supervisor.partition.partition import Partition, Partitions
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.consumer import Consumer
+from runtime.supervisor.seams.pool import H, LoopPool
 from runtime.supervisor.workers.pool import become_subreaper
 from runtime.supervisor.workers.workforce import Workforce
 from runtime.transport.board import EpochTable

@@ -36,9 +36,9 @@ from runtime.ops.status import StatusFile, StatusSnapshot
 from runtime.ops.systemd import Notifier
 from runtime.ops.topic_commands import Requests
 from runtime.supervisor.control.signals import SignalQueue
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.loop import Supervisor
-from runtime.supervisor.seams import PluginCode
+from runtime.supervisor.seams.pool import PluginCode
 from runtime.supervisor.workers.pool import ProbeOutcome, WorkerPool, probe_plugin
 from runtime.supervisor.workers.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, EpochTable
@@ -141,7 +141,7 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
     shared memory left behind (the loop acts on what arrived once it runs).
 
     ``member``: this daemon's index among the members ``ringmaster run --members`` started
-    (runtime/supervisor/members.py). Member 0 is the one a lone daemon would be: the config's
+    (runtime/supervisor/daemon/members.py). Member 0 is the one a lone daemon would be: the config's
     control socket, admin endpoint and status file; the others serve a pid-named control
     socket only, whichever of them gets there first."""
     signals = (signals or SignalQueue()).install()

@@ -1,9 +1,9 @@
-"""The seams between the supervisor's rooms and what they drive: the group consumer, the worker
-pool and its handles, each as a Protocol of what the rooms call on it and no more.
+"""What the rooms call on the worker pool and its handles: Protocols of what they use and no
+more.
 
-The real ones are runtime/kafka/consumer.py GroupConsumer and pool.py WorkerPool and
-WorkerHandle; tests/unit/fakes.py has fakes. Neither inherits from these: both fit them
-structurally, which is what lets the rooms be built on fakes in the unit tests.
+The real ones are runtime/supervisor/workers/pool.py WorkerPool and WorkerHandle;
+tests/unit/fakes.py has fakes. Neither inherits from these: both fit them structurally,
+which is what lets the rooms be built on fakes in the unit tests.
 
 A pool is generic in its handle type: the workforce hands back to the pool the very handles
 the pool gave it (spawn, kill, forget), so the rooms that pass handles on (the loop, the
@@ -17,19 +17,12 @@ supervisor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from runtime.kafka.consumer import Fetched
-from runtime.kafka.group_offsets import GroupStanding
-from runtime.kafka.offset_commits import CommitResult
-from runtime.tp import TP
 from runtime.transport.board import Board
-from runtime.transport.packing import Run
-
-OnPartitions = Callable[[list[TP]], None]
 
 
 @dataclass(frozen=True)
@@ -40,37 +33,6 @@ class PluginCode:
     generation: int
     plugin: str
     settings: dict[str, Any]
-
-
-class Consumer(Protocol):
-    """The group consumer, as the rooms use it."""
-
-    @property
-    def acknowledged(self) -> dict[TP, int]:
-        """The last offset the broker acknowledged, per partition."""
-    @property
-    def stats_summary(self) -> dict[str, float]: ...
-
-    def subscribe(self, topics: list[str], on_assign: OnPartitions, on_revoke: OnPartitions,
-                  on_lost: OnPartitions, /) -> None: ...
-    def consume(self, max_records: int, timeout_s: float, /) -> Fetched: ...
-    def pause(self, tps: list[TP], /) -> None: ...
-    def resume(self, tps: list[TP], /) -> None: ...
-    def commit(self, offsets: dict[TP, int], asynchronous: bool, timeout_s: float, /) -> CommitResult: ...
-    def take_refused_commits(self) -> dict[TP, int]: ...
-    def release(self, tp: TP, run: Run, /) -> None:
-        """Fetched records the loop dropped before running them: a share consumer hands them
-        back to its group; a group consumer reads them again after the seek that follows."""
-    def seek_to_start(self, tps: list[TP], /) -> list[TP]: ...
-    def seek(self, tp: TP, offset: int, /) -> bool: ...
-    def high_watermark(self, tp: TP, /) -> int | None: ...
-    def group_standing(self, ask_committed: bool, /, settle_s: float = 0.0,
-                       held: Collection[TP] = ()) -> GroupStanding | None:
-        """None: no view of the group (a share group, a test's fake): a member is judged alone.
-        ``settle_s``: ask the committed offsets anew, stable, and wait for them that long;
-        ``held``: this member's partitions (it judges them itself)."""
-    def stop(self) -> None: ...
-    def close(self, timeout_s: float, /) -> bool: ...
 
 
 class SlotRing(Protocol):

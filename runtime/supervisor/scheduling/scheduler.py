@@ -62,8 +62,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runtime.supervisor.datapath.batches import Batch, Bucket
-from runtime.supervisor.seams import Bell, SlotRing
+from runtime.supervisor.scheduling.batches import Batch, Bucket
+from runtime.supervisor.seams.pool import Bell, SlotRing
 from runtime.tp import TP
 from runtime.transport.frames import STOP_FRAME
 

@@ -17,12 +17,13 @@ from runtime.supervisor.control.operator import OperatorHolds
 from runtime.supervisor.control.rollout import OpKind, Rollout
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.datapath.partitions import Partition, Partitions
 from runtime.supervisor.datapath.results import Results
-from runtime.supervisor.datapath.scheduler import Scheduler
 from runtime.supervisor.group.commits import Committer
 from runtime.supervisor.group.rebalance import Rebalance
-from runtime.supervisor.seams import Consumer, Handle
+from runtime.supervisor.partition.partition import Partition, Partitions
+from runtime.supervisor.scheduling.scheduler import Scheduler
+from runtime.supervisor.seams.consumer import Consumer
+from runtime.supervisor.seams.pool import Handle
 from runtime.supervisor.workers.workforce import State, Workforce
 from runtime.tp import tp_label
 

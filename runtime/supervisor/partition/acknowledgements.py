@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runtime.kafka.share_consumer import Outcome
-from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.partition.offsets import OffsetTracker
 
 
 @dataclass(frozen=True, slots=True)

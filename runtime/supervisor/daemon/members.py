@@ -48,7 +48,7 @@ from runtime.config import Settings, members_problem
 from runtime.errors import ConfigError, SharedMemoryError
 from runtime.ops.control_socket import clear_stale, control_socket_path
 from runtime.supervisor.control.signals import SignalQueue
-from runtime.supervisor.daemon import shm_needed
+from runtime.supervisor.daemon.run import shm_needed
 from runtime.transport.shm import free_bytes, reclaim_stale
 
 log = logging.getLogger("ringmaster.members")

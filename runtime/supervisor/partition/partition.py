@@ -30,8 +30,8 @@ from typing import Any
 
 # PauseReason lives with the status snapshot (ops reads it too); the rooms name it from here.
 from runtime.ops.status import PauseReason as PauseReason
-from runtime.supervisor.datapath.acknowledgements import AckTracker
-from runtime.supervisor.datapath.offsets import OffsetTracker
+from runtime.supervisor.partition.acknowledgements import AckTracker
+from runtime.supervisor.partition.offsets import OffsetTracker
 from runtime.tp import TP, tp_label
 
 HOLDS = (PauseReason.OPERATOR, PauseReason.BACKOFF, PauseReason.DELIVERY, PauseReason.BLOCKED,
