@@ -187,7 +187,7 @@ class GroupConsumer:
         (asked again for at most this long) and assigned explicitly, as ``assign()`` does,
         rather than left to librdkafka (librdkafka#5586); if they cannot be read, librdkafka
         reads them. For members that do not seek their partitions after each assignment (the
-        supervisor does, off the callback: supervisor/datapath/assignment.py)."""
+        supervisor does, off the callback: runtime/supervisor/datapath/starts.py)."""
         self._check()
 
         def assign_cb(consumer: Consumer, parts: list[TopicPartition]) -> None:

@@ -9,7 +9,7 @@ delivery count raised. This adapter maps that onto the loop's shape:
 * records come out of ``consume()`` grouped by partition, in offset order, like the group
   consumer's; a partition is announced (``on_assign``) the first time one of its records
   arrives, and its records of that call are returned by the next call (the loop drops what
-  a call that announced partitions returned, assignment.py ``settle``);
+  a call that announced partitions returned, runtime/supervisor/datapath/starts.py ``settle``);
 * INVARIANT: confluent-kafka refuses ``poll()`` while a record of the previous poll is not
   acknowledged (explicit mode), so ``consume()`` polls only when every record it handed out
   is acknowledged, and otherwise waits (on the workers' results, through ``wait``). A poll

@@ -215,7 +215,7 @@ class StatusSnapshot:
     scale: OperationStatus | None = None  # the last resize, or the one in progress
     operations: dict[str, int] = field(default_factory=dict)  # "reload succeeded": 2, "scale failed": 1, ...
     # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
-    # (runtime/supervisor/datapath/assignment.py). Each {"tp", "high" (watermark or None), "since_s"}.
+    # (runtime/supervisor/partition/table.py). Each {"tp", "high" (watermark or None), "since_s"}.
     over_capacity: list[dict[str, Any]] = field(default_factory=list)
     # kafka.group_type = "share": records acquired, accepted, released, rejected and lock
     # expiries (acknowledgements refused because the lock ran out), since the start; else None.

@@ -23,6 +23,9 @@ from runtime.kafka.offset_commits import CommitResult
 from runtime.ops.metrics import Histograms
 from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
+from runtime.supervisor.partition.partition import Outside, Partition
+from runtime.supervisor.scheduling.capacity import Capacity
+from runtime.supervisor.workers.workforce import NO_LIMIT
 from runtime.transport.board import BOARD_BYTES, Board, EpochTable
 from runtime.transport.frames import Result, encode_result
 
@@ -190,9 +193,10 @@ class FakeConsumer:
         self.group_asks: list[bool] = []
         self.settled: GroupStanding | None = None
         self.settle_asks = 0
+        self.callbacks: dict[str, Any] = {}  # what subscribe() was given, as librdkafka keeps it
 
     def subscribe(self, topics: list[str], on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
-        pass
+        self.callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
 
     def consume(self, n: int, timeout: float) -> Fetched:
         return self.next_fetch(n, timeout)
@@ -322,29 +326,121 @@ def make_desk(clock: Callable[[], float], max_bytes: int = 1_000_000) -> tuple[D
     return DeadLetterDesk("dlq", lambda: p, max_bytes, clock, backoff_s=1.0, backoff_max_s=4.0), p  # type: ignore[arg-type,return-value]
 
 
+class _Nobody:
+    """What a partition made alone in a test tells its changes to: nobody (epoch 1)."""
+
+    def fence(self, slot: int) -> int:
+        return 1
+
+    def release(self, tp: Any, run: Any) -> None:
+        pass
+
+    def seek(self, tp: Any, offset: int) -> bool:
+        return True
+
+    def discard(self, tp: Any) -> None:
+        pass
+
+
+def partition(tp: Any = TP0, batch_records: int = 500, share: bool = False) -> Partition:
+    """A partition on its own, outside any supervisor."""
+    nobody = _Nobody()
+    return Partition(tp, 0, batch_records, Outside(nobody, nobody, nobody, lambda: 0.0), 0.0, share)
+
+
+def room(workers: int = 1) -> Capacity:
+    """Every worker has room and nothing waits for one: a cut takes whatever is open."""
+    return Capacity((NO_LIMIT,) * workers, frozenset(range(workers)), frozenset(range(workers)), False)
+
+
 def assign(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
-    """The group assigns tps: the client assigns them (and forgets pauses), then calls back."""
+    """The group assigns tps inside a consume() that returns nothing: the client assigns them
+    (and forgets pauses) and calls back; the loop's rebalance step applies the assignment and
+    starts each partition at its committed offset."""
     consumer.assign(tps)
     sup.rebalance.on_assign(tps)
+    sup.rebalanced(Fetched())
+
+
+def revoke(sup: Supervisor, tps: list[Any]) -> None:
+    """The group revokes tps inside a consume() that returns nothing: the callback releases
+    them (fence, wait, commit, forget) and the loop's rebalance step hears what that left."""
+    sup.rebalance.on_revoke(tps)
+    sup.rebalanced(Fetched())
+
+
+def lose(sup: Supervisor, tps: list[Any]) -> None:
+    """The same for partitions lost (nothing committed)."""
+    sup.rebalance.on_lost(tps)
+    sup.rebalanced(Fetched())
+
+
+def assign_in_consume(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
+    """The callback alone, as librdkafka runs it inside consume(): the loop's rebalance step
+    applies it once consume() returns."""
+    consumer.assign(tps)
+    sup.rebalance.on_assign(tps)
+
+
+def fetch(sup: Supervisor) -> Fetched:
+    """The tick's steps up to the cut, as the loop runs them: wait, consume() (its callbacks),
+    the rebalance step, start retries, the fatal check, the records handed to the partitions."""
+    capacity = sup.capacity()
+    fetched = sup.fetch(capacity, sup.flow.records_wanted())
+    sup.rebalanced(fetched)
+    sup.starts.retry()
+    sup.check_fatal()
+    sup.take(fetched)
+    return fetched
 
 
 def start(sup: Supervisor, consumer: FakeConsumer, tps: list[Any]) -> None:
     """The group assigns tps and the next tick settles them (each starts at its committed
     offset), as the loop does."""
-    assign(sup, consumer, tps)
-    sup.fetch()
+    assign_in_consume(sup, consumer, tps)
+    fetch(sup)
+
+
+def cut(sup: Supervisor, drained: bool = True) -> None:
+    """The tick's cut as if every worker had room: batches to the lanes, records set aside
+    dead-lettered."""
+    sup.cut(room(len(sup.pool.handles)), drained)
 
 
 def feed(sup: Supervisor, consumer: FakeConsumer, tp: Any, messages: list[Message]) -> None:
     """One tick's intake, as the loop runs it: consume() returns these messages; they are
     cut, what fits no ring is set aside for a dead letter, the rest goes to rings."""
     consumer.next_fetch = lambda n, t: Fetched(runs={tp: messages}, count=len(messages))
-    sup.fetch()
+    fetch(sup)
     consumer.next_fetch = lambda n, t: Fetched()
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    sup.results.dead_letter_set_aside(sup.intake.too_large)
-    sup.intake.too_large.clear()
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    cut(sup)
+    dispatch(sup)
+
+
+def dispatch(sup: Supervisor) -> None:
+    """The tick's placing: batches to rings, as far as the workers have room now."""
+    sup.scheduler.dispatch(sup.capacity())
+
+
+
+def applied(sup: Supervisor, worker: int, result: Result) -> None:
+    """Worker ``worker``'s report, read and applied (as the loop's collect does)."""
+    sup.applier.apply(sup.results.apply(worker, result))
+
+
+def redeliver(sup: Supervisor, death: Any) -> None:
+    """A dead worker's batches, back in their lanes (as the loop's manage_workers does)."""
+    sup.applier.apply(sup.results.redeliver(death))
+
+
+def pending(sup: Supervisor, tp: Any) -> int:
+    """Batches of tp cut and waiting for a ring."""
+    return sup.scheduler.snapshot().pending.get(tp, 0)
+
+
+def status(sup: Supervisor) -> Any:
+    """The status snapshot as the loop builds it now."""
+    return sup.reporter.snapshot(sup.sections(), 0.0, True, None)
 
 
 def report(pool: FakePool, worker: int, result: Result) -> None:

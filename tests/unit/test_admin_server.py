@@ -324,7 +324,7 @@ def test_psutil_failing_with_oserror_does_not_stop_the_status(monkeypatch: pytes
         raise OSError(errno.EMFILE, "Too many open files")
 
     monkeypatch.setattr(psutil, "Process", emfile)
-    s = sup.reporter.snapshot(0.0, True, None)
+    s = sup.reporter.snapshot(sup.sections(), 0.0, True, None)
     assert s.supervisor_rss is None and s.workers[0].rss is None, "unknown, and the daemon goes on"
     sup.workforce._recycle_if_needed(sup.scheduler.counts(), watch=True)
     sup.pool.watch_descendants()

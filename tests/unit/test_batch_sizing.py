@@ -1,4 +1,4 @@
-"""How many records a batch holds (runtime/supervisor/datapath/intake.py, ``Intake._size``):
+"""How many records a batch holds (runtime/supervisor/datapath/intake.py, ``batch_size``):
 about batch_target_ms of plugin work, up to 4 × that when the partition has a backlog, never
 more than batch_max_records. And how many records key ordering gathers before a cut
 (``Intake._gather``): a batch for each key bucket, under a backlog, while no worker is short
@@ -8,47 +8,57 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes import partition
+
 from runtime.config import WorkerSettings
-from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.partition.partition import Partition, new_partition
+from runtime.supervisor.datapath.intake import BatchIds, Cut, Intake, Shape, Sizing, batch_size
+from runtime.supervisor.partition.partition import Partition
+from runtime.supervisor.scheduling.capacity import Capacity
 
 TP = ("t", 0)
 
 
 def _intake(**workers: Any) -> tuple[Intake, Partition]:
     w = WorkerSettings.model_validate({"plugin": "p", **workers})
-    p = new_partition(TP, 0, 1, w.batch_max_records, 0.0)
+    p = partition(TP, w.batch_max_records)
     buckets = 16 if w.ordering == "key" else 0
-    intake = Intake(w, False, None, {TP: p}, buckets, 8 << 20, 1 << 20, lambda: 1, lambda: 0.0)  # type: ignore[arg-type]
-    p.intake.bytes_per_record = 100.0
-    intake.learn_cost(p, busy_ms=10.0, records=100)  # 100 µs a record: 10 ms is 100 records
+    sizing = Sizing(w.batch_max_records, w.batch_target_ms, 1 << 20, 8 << 20)
+    intake = Intake(Shape(w, sizing, False, buckets), None, {TP: p}, BatchIds(), lambda: 0.0)  # type: ignore[arg-type]
+    p.learn_bytes(100.0)
+    p.learn_cost(busy_ms=10.0, records=100)  # 100 µs a record: 10 ms is 100 records
+    p.sized(batch_size(sizing, p))
     return intake, p
+
+
+def busy(hungry: bool = False) -> Capacity:
+    """No worker has room; ``hungry``: one has next to nothing to do all the same."""
+    return Capacity((), frozenset(), frozenset({0}) if hungry else frozenset(), False)
 
 
 def test_a_batch_holds_about_batch_target_ms_of_work() -> None:
     intake, p = _intake()
     assert p.intake.batch_records == 100
-    assert intake._size(p, backlog=False) == 100
+    assert batch_size(intake.sizing, p, backlog=False) == 100
 
 
 def test_a_partition_with_a_backlog_is_cut_in_batches_of_four_times_the_target() -> None:
     intake, p = _intake()
     assert not intake._backlog(p)
-    p.intake.behind = 24 * 100  # the log holds 24 batches not fetched yet
+    p.set_behind(24 * 100)  # the log holds 24 batches not fetched yet
     assert intake._backlog(p)
-    assert intake._size(p, backlog=True) == 400
+    assert batch_size(intake.sizing, p, backlog=True) == 400
     p.intake.behind, p.intake.open_msgs = 0, [object()] * 2400  # or they were fetched and not cut
     assert intake._backlog(p)
 
 
 def test_a_backlog_never_makes_a_batch_larger_than_batch_max_records() -> None:
     intake, p = _intake(batch_max_records=250)
-    assert intake._size(p, backlog=True) == 250
+    assert batch_size(intake.sizing, p, backlog=True) == 250
 
 
 def test_no_target_no_stretch() -> None:
     intake, p = _intake(batch_target_ms=0)
-    assert intake._size(p, backlog=True) == intake._size(p, backlog=False) == 500
+    assert batch_size(intake.sizing, p, backlog=True) == batch_size(intake.sizing, p, backlog=False) == 500
 
 
 def _key_backlog(**workers: Any) -> tuple[Intake, Partition, list[int]]:
@@ -56,13 +66,11 @@ def _key_backlog(**workers: Any) -> tuple[Intake, Partition, list[int]]:
     each cut instead of packing it. The clock stands at 0."""
     intake, p = _intake(ordering="key", **workers)
     p.intake.lane_records = {b: 1 for b in range(16)}
-    p.intake.behind = 100_000
+    p.set_behind(100_000)
     cuts: list[int] = []
 
-    def cut(part: Partition, now: float) -> list[Any]:
-        cuts.append(len(part.intake.open_msgs))
-        part.intake.open_msgs = []
-        return []
+    def cut(part: Partition, now: float, out: Cut) -> None:
+        cuts.append(len(part.take_open()))
     intake._cut = cut  # type: ignore[method-assign]
     return intake, p, cuts
 
@@ -71,24 +79,24 @@ def test_key_ordering_gathers_a_full_batch_for_each_bucket_while_no_worker_is_sh
     intake, p, cuts = _key_backlog()
     assert intake._gather(p) == 16 * 400  # 16 buckets × the backlog's 400-record batches
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1  # older than batch_max_wait_ms
-    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
+    intake.cut(busy(), drained=True)
     assert cuts == []  # their turn is far off: no cut until the gathering is done
     p.intake.open_msgs += [object()] * (16 * 400 - 1000)
-    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
+    intake.cut(busy(), drained=True)
     assert cuts == [16 * 400]
 
 
 def test_gathering_waits_at_most_ten_batch_max_waits() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.21  # 10 × 20 ms ago, and more
-    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
+    intake.cut(busy(), drained=True)
     assert cuts == [1000]
 
 
 def test_a_hungry_worker_a_paused_partition_or_no_backlog_cuts_as_usual() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.open_msgs, p.intake.open_since = [object()] * 1000, -0.1
-    intake.cut(worker_has_room=False, worker_hungry=lambda: True)  # gathering would starve that worker
+    intake.cut(busy(hungry=True), drained=True)  # gathering would starve that worker
     assert cuts == [1000]
     p.intake.open_msgs = [object()] * 1000
     p.pause.paused = True  # over its share of the backlog budget: no more records are coming
@@ -96,7 +104,7 @@ def test_a_hungry_worker_a_paused_partition_or_no_backlog_cuts_as_usual() -> Non
     p.pause.paused, p.intake.behind, p.intake.open_msgs = False, 0, []
     assert intake._gather(p) == 0
     partition, q = _intake()
-    q.intake.behind = 100_000
+    q.set_behind(100_000)
     assert partition._gather(q) == 0  # partition ordering: a cut is one lane's frames already
 
 
@@ -104,7 +112,7 @@ def test_at_the_end_of_a_burst_what_the_log_holds_is_cut_at_once() -> None:
     intake, p, cuts = _key_backlog()
     p.intake.behind, p.intake.open_msgs, p.intake.open_since = 0, [object()] * 3000, 0.0
     assert intake._backlog(p)  # 3,000 open records are 30 batches of work
-    intake.cut(worker_has_room=False, worker_hungry=lambda: False)
+    intake.cut(busy(), drained=True)
     assert cuts == [3000]  # nothing more is coming: no wait for 6,400
 
 

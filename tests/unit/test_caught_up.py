@@ -8,8 +8,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import fakes
 import pytest
-from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
+from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign, lose, revoke
 
 from runtime.config import Settings
 from runtime.errors import NotCaughtUp, PartitionsBlocked
@@ -108,7 +109,7 @@ def test_a_lost_partition_is_waited_for_then_named_with_what_is_left() -> None:
     sup.commits.commit(list(sup.partitions.values()), asynchronous=False)  # acknowledged up to 1,500
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 10)
-    sup.rebalance.on_lost([TP0])
+    lose(sup, [TP0])
     assert TP0 not in sup.partitions
     for _ in range(10):
         assert not tick(sup, clock, 1.0), "a lost partition may come back: not caught up"
@@ -127,7 +128,7 @@ def test_a_lost_partition_assigned_back_and_finished_is_caught_up() -> None:
     assign(sup, consumer, [TP0])
     fetched(sup, consumer, TP0, 0, 100)
     done(sup, TP0, 0, 40)
-    sup.rebalance.on_lost([TP0])
+    lose(sup, [TP0])
     assert not tick(sup, clock)
     assign(sup, consumer, [TP0])  # the member rejoined: the group gives it back
     fetched(sup, consumer, TP0, 0, 100)  # read again from the last commit
@@ -141,7 +142,7 @@ def test_a_clean_revocation_hands_the_partition_over() -> None:
     assign(sup, consumer, [TP0, TP1])
     fetched(sup, consumer, TP0, 0, 100)
     done(sup, TP0, 0, 30)
-    sup.rebalance.on_revoke([TP0])  # another member joined; the commit is acknowledged
+    revoke(sup, [TP0])  # another member joined; the commit is acknowledged
     assert consumer.commits[-1] == {TP0: 30}
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 10)
@@ -155,7 +156,7 @@ def test_a_revocation_whose_commit_is_refused_is_no_hand_over() -> None:
     fetched(sup, consumer, TP0, 0, 100)
     done(sup, TP0, 0, 30)
     consumer.refuse_sync = {TP0: "REBALANCE_IN_PROGRESS"}
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     consumer.refuse_sync = {}
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 10)
@@ -216,7 +217,7 @@ def test_partitions_blocked_at_a_failing_record_and_nothing_else_are_exit_7() ->
     assign(sup, consumer, [TP0, TP1])
     fetched(sup, consumer, TP0, 0, 100)
     done(sup, TP0, 0, 10)
-    sup.flow.hold(sup.partitions[TP0], PauseReason.BLOCKED, "offset 10: ValueError: bad")
+    sup.partitions[TP0].hold(PauseReason.BLOCKED, "offset 10: ValueError: bad")
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 10)
     assert tick(sup, clock)
@@ -236,9 +237,9 @@ def test_no_progress_ends_the_run_but_a_busy_worker_and_an_operator_pause_are_no
     assert h.board.phase == PHASE_CALL
     assert not tick(sup, clock, TIMEOUT_S + 1)
     h.board.end(0)
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "maintenance")
     assert not tick(sup, clock, TIMEOUT_S + 1), "an operator pause is a deliberate wait"
-    sup.flow.release(sup.partitions[TP0], PauseReason.OPERATOR)
+    sup.partitions[TP0].release(PauseReason.OPERATOR)
     assert not tick(sup, clock, TIMEOUT_S / 2)
     assert tick(sup, clock, TIMEOUT_S / 2 + 1)
     err = stop(sup)
@@ -285,7 +286,7 @@ def _take(sup: Supervisor, consumer: FakeConsumer, tp: Any, offsets: range, eof:
         f.eof[tp] = eof
     consumer.high[tp] = high
     sup.intake.take(f)
-    for batch in sup.intake.cut(worker_has_room=True):
+    for batch in sup.intake.cut(fakes.room(), drained=True).batches:
         sup.partitions[tp].tracker.complete(batch.batch_id)
 
 
@@ -337,7 +338,7 @@ def test_the_end_event_skips_nothing_while_records_before_it_are_not_done() -> N
     f.runs[TP0], f.count, f.eof[TP0] = msgs(TP0, *range(10)), 10, 11
     consumer.high[TP0] = 11
     sup.intake.take(f)
-    batches = sup.intake.cut(worker_has_room=True)
+    batches = sup.intake.cut(fakes.room(), drained=True).batches
     tracker = sup.partitions[TP0].tracker
     assert tracker.committable is None, "nothing is done: the marker's offset waits behind the records"
     for b in batches:
@@ -356,7 +357,7 @@ def test_a_batch_deferred_again_and_again_is_no_progress_whatever_the_workers_do
     assert not tick(sup, clock)
     h = pool.handles[0]
     h.alive = True
-    monkeypatch.setattr(sup.assignment.scheduler, "has_out", lambda tp: tp == TP0)
+    monkeypatch.setattr(sup.scheduler, "has_out", lambda tp: tp == TP0)
     p = sup.partitions[TP0]
     p.stats.deferrals = 3  # deferred three times in a row (results.py)
     stopped = False
@@ -453,7 +454,7 @@ def test_a_refused_commit_on_a_partition_another_member_finished_is_caught_up() 
     fetched(sup, consumer, TP0, 0, 100)
     done(sup, TP0, 0, 30)
     consumer.refuse_sync = {TP0: "ILLEGAL_GENERATION"}
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     consumer.refuse_sync = {}
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 10)
@@ -576,7 +577,7 @@ def test_under_exactly_once_a_partition_handed_over_is_not_lost() -> None:
     assign(sup, consumer, [TP0, TP1])
     fetched(sup, consumer, TP1, 0, 10)
     done(sup, TP1, 0, 4)
-    sup.rebalance.on_revoke([TP1])
+    revoke(sup, [TP1])
     fetched(sup, consumer, TP0, 0, 10)
     done(sup, TP0, 0, 10)
     assert not tick(sup, clock), "t[1] went to another member, not at its end yet"
@@ -596,7 +597,7 @@ def test_a_lost_partition_is_not_at_its_end_because_the_group_view_says_a_short_
     for tp in (TP0, TP1):
         fetched(sup, consumer, tp, 0, 1000, high=3000)
         done(sup, tp, 0, 500)
-    sup.rebalance.on_lost([TP0, TP1])
+    lose(sup, [TP0, TP1])
     for _ in range(5):
         assert not tick(sup, clock, 1.0), "500 of 3,000 is not the end, whatever ListOffsets said"
     consumer.group = standing({TP0: 3000, TP1: 3000}, ends={TP0: 1, TP1: 1})

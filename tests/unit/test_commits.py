@@ -43,10 +43,9 @@ def test_a_synchronous_commit_answers_for_each_partition_with_its_offset() -> No
     assign(sup, consumer, [TP0, TP1])
     done(sup, TP0, 0, 9, 1)
     consumer.refuse_sync = {TP0: "REBALANCE_IN_PROGRESS"}
-    sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
-    answers = sup.commits.take_sync_answers()
+    answers = sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
     assert answers[TP0].offset == 10 and answers[TP0].refused == "REBALANCE_IN_PROGRESS"
     assert answers[TP1].offset is None and answers[TP1].refused is None
-    assert answers[TP0].epoch == sup.partitions[TP0].fence.epoch
+    assert answers[TP0].epoch == sup.partitions[TP0].epoch
     assert sup.partitions[TP0].tracker.committed is None, "a refused offset is not taken as committed"
-    assert sup.commits.take_sync_answers() == {}, "taken once"
+    assert sup.commits.commit(list(sup.partitions.values()), asynchronous=True) == {}, "none asynchronously"

@@ -9,7 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from confluent_kafka import KafkaError, Message
-from fakes import TP0, TP1, FakePool, FakeProducer, feed, make, make_desk, msgs, report, start
+from fakes import (
+    TP0,
+    TP1,
+    FakePool,
+    FakeProducer,
+    feed,
+    make,
+    make_desk,
+    msgs,
+    redeliver,
+    report,
+    revoke,
+    start,
+)
 
 from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.workers.workforce import Death
@@ -35,13 +48,13 @@ def worker_runs(sup: Supervisor, pool: FakePool, crash_on: int | None = None) ->
             f = decode_frame(raw)
             assert f is not None
             if f.columns.first == crash_on:
-                sup.results.collect()  # what it reported before it died is read first (workforce.manage)
-                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL", version="1.4"))
+                sup.applier.collect()  # what it reported before it died is read first (workforce.manage)
+                redeliver(sup, Death(0, f.batch_id, "killed by SIGKILL", version="1.4"))
                 crash_on = None
                 break
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
-        sup.results.collect()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.scheduler.dispatch(sup.capacity())
 
 
 def test_a_crashing_record_is_committed_past_only_once_its_dead_letter_is_acknowledged() -> None:
@@ -51,7 +64,7 @@ def test_a_crashing_record_is_committed_past_only_once_its_dead_letter_is_acknow
     feed(sup, consumer, TP0, msgs(TP0, 0, 1, 2))
     worker_runs(sup, pool, crash_on=1)
     assert p.tracker.committable == 1, "offsets 0 and 2 done, 1 isolated: the commit stops at 1"
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     (letter,) = producer.sent
     h = letter["headers"]
     assert h["ringmaster.error.type"] == b"WorkerCrashed" and h["ringmaster.source.offset"] == b"1"
@@ -60,7 +73,7 @@ def test_a_crashing_record_is_committed_past_only_once_its_dead_letter_is_acknow
     sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
     assert consumer.commits[-1] == {TP0: 1}, "sent, not acknowledged: nothing past the record"
     producer.deliver_next(None)  # the broker has it
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == 3 and p.stats.dead_letters == 1 and sup.results.totals.dead_letters == 1
     sup.commits.commit(list(sup.partitions.values()), asynchronous=False)
     assert consumer.commits[-1] == {TP0: 3}
@@ -74,13 +87,13 @@ def test_a_record_too_large_for_a_ring_waits_for_its_dead_letter_too() -> None:
     feed(sup, consumer, TP0, [*msgs(TP0, 0), big, *msgs(TP0, 2)])
     worker_runs(sup, pool)
     assert p.tracker.committable == 1
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     h = producer.sent[0]["headers"]
     assert h["ringmaster.error.type"] == b"RecordTooLarge" and h["ringmaster.attempts"] == b"1"
     assert "ringmaster.plugin.version" not in h, "no plugin ran it"
     assert p.tracker.committable == 1
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == 3
 
 
@@ -90,16 +103,16 @@ def test_an_outage_keeps_the_commit_at_the_record_until_a_later_attempt_is_ackno
     p = sup.partitions[TP0]
     feed(sup, consumer, TP0, msgs(TP0, 0, 1))
     worker_runs(sup, pool, crash_on=0)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     producer.deliver_next(KafkaError(KafkaError._MSG_TIMED_OUT))  # not delivered: an outage
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable is None and len(producer.sent) == 1, "waits for its back-off"
     clock.now += 1.0
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert len(producer.sent) == 2, "sent again after the back-off"
     assert p.tracker.committable is None
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == 2
 
 
@@ -111,13 +124,13 @@ def test_the_report_of_a_letter_whose_partition_was_released_meanwhile_completes
     start(sup, consumer, [TP0, TP1])
     feed(sup, consumer, TP0, msgs(TP0, 0, 1))
     worker_runs(sup, pool, crash_on=0)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert producer.pending, "the letter is in flight"
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     assert all(TP0 not in c for c in consumer.commits), "nothing of partition 0 was committable"
     start(sup, consumer, [TP0])
     producer.deliver_next(None)  # the late report of the released letter
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert sup.partitions[TP0].tracker.committable is None
     assert sup.results.totals.dead_letters == 0 and sup.dead_letters is not None
     assert sup.dead_letters.pending() == 0
@@ -134,12 +147,12 @@ def test_a_rewound_partition_reads_the_dead_lettered_record_again_until_its_lett
     p = sup.partitions[TP0]
     feed(sup, consumer, TP0, msgs(TP0, 0, 1, 2))
     worker_runs(sup, pool, crash_on=1)
-    sup.results.deliver_dead_letters()
-    sup.assignment.rewind(p, PauseReason.OPERATOR, "maintenance", None)
-    sup.assignment.advance_rewinds()
+    sup.deliver_dead_letters()
+    p.rewind(PauseReason.OPERATOR, "maintenance", None)
+    sup.starts.read_again()
     assert consumer.seeks == [(TP0, 1)], "read again from the record whose letter is not acknowledged"
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == 1, "a letter acknowledged after the rewind moves nothing"
 
 
@@ -150,9 +163,9 @@ def test_every_acknowledged_dead_letter_is_counted() -> None:
     worker_runs(sup, pool, crash_on=0)
     feed(sup, consumer, TP0, msgs(TP0, 3, 4))
     worker_runs(sup, pool, crash_on=3)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     producer.deliver_next(None)
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert sup.results.totals.dead_letters == 2 and sup.partitions[TP0].stats.dead_letters == 2
     assert sup.partitions[TP0].tracker.committable == 5

@@ -11,7 +11,7 @@ import sqlite3
 from typing import Any
 
 import pytest
-from fakes import TP0, assign, make
+from fakes import TP0, applied, assign, make, pending
 
 from runtime.errors import WorkerExhausted
 from runtime.execution.run import RetryPolicy, exhausted, run_batch
@@ -141,14 +141,14 @@ def test_a_worn_worker_out_of_descriptors_is_replaced_at_once_and_its_batch_runs
     b = _batch_in_flight(sup, 5)
     h.board.begin(5, b.slot)  # it was running batch 5 when it ran out
     emfile = "file descriptors (EMFILE)"
-    sup.results._on_result(h, Result(EXHAUSTED, 5, b.slot, b.epoch, detail=emfile, cause=WORN))
+    applied(sup, h.index, Result(EXHAUSTED, 5, b.slot, b.epoch, detail=emfile, cause=WORN))
     assert sup.workforce.lives[0].state is State.RETIRING and not sup.workforce.takes_frames(0)
     _dies(pool, h)
     sup.manage_workers()
     life = sup.workforce.lives[0]
     assert life.exits == {"exhausted": 1} and life.crashes == 0
     assert "ran out of file descriptors (EMFILE)" in (life.last_exit or "")
-    assert b.crashes == 0 and sup.scheduler.pending(TP0) == 1, "back in its lane, uncounted"
+    assert b.crashes == 0 and pending(sup, TP0) == 1, "back in its lane, uncounted"
     assert not sup.scheduler.out_on(0, b.batch_id)
     clock.now += 0.01
     sup.manage_workers()
@@ -165,7 +165,7 @@ def test_a_fresh_worker_out_of_descriptors_in_its_first_batch_counts_a_crash_of_
     b = _batch_in_flight(sup, 5)
     h.board.begin(5, b.slot)
     emfile = "file descriptors (EMFILE)"
-    sup.results._on_result(h, Result(EXHAUSTED, 5, b.slot, b.epoch, detail=emfile, cause=FRESH))
+    applied(sup, h.index, Result(EXHAUSTED, 5, b.slot, b.epoch, detail=emfile, cause=FRESH))
     _dies(pool, h)
     sup.manage_workers()
     assert b.crashes == 1, "a batch that exhausts a fresh worker is at fault: isolation may follow"
@@ -180,7 +180,7 @@ def test_an_exhausted_worker_that_does_not_leave_is_stopped() -> None:
     h.board.reset()
     h.board.beat()
     sup.workforce.lives[0].state = State.READY
-    sup.results._on_result(h, Result(EXHAUSTED, 5, 0, 1, detail="memory (MemoryError)", cause=WORN))
+    applied(sup, h.index, Result(EXHAUSTED, 5, 0, 1, detail="memory (MemoryError)", cause=WORN))
     clock.now += workforce_module._EXHAUSTED_EXIT_S + 1
     h.board.beat()
     sup.workforce._enforce_bounds(h, sup.workforce.lives[0], clock.now)

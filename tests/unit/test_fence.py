@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.supervisor.group.rebalance import _batch_in_progress
+from runtime.supervisor.datapath.release import _batch_in_progress
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock, EpochTable
 from runtime.worker.fence import FenceCheck
 

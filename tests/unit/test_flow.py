@@ -20,17 +20,18 @@ def test_holds_pause_until_released_or_expired_and_say_why() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    sup.flow.hold(p, PauseReason.OPERATOR, "maintenance")
-    sup.flow.hold(p, PauseReason.BACKOFF, "downstream", until=clock.now + 5)
+    p.hold(PauseReason.OPERATOR, "maintenance")
+    p.hold(PauseReason.BACKOFF, "downstream", until=clock.now + 5)
     assert p.held and p.pause_reasons() == [PauseReason.OPERATOR, PauseReason.BACKOFF]
-    assert TP0 in consumer.paused, "a hold stops fetching at once, not at the next reconcile"
+    sup.flow.pause_held()  # as the loop asks after an operator's pause: not at the next reconcile
+    assert TP0 in consumer.paused
     clock.now += 4.9
     sup.flow.reconcile()
     assert PauseReason.BACKOFF in p.pause.holds
     clock.now += 0.1
     sup.flow.reconcile()
     assert list(p.pause.holds) == [PauseReason.OPERATOR]
-    assert sup.flow.release(p, PauseReason.OPERATOR) and not sup.flow.release(p, PauseReason.OPERATOR)
+    assert p.release(PauseReason.OPERATOR) and not p.release(PauseReason.OPERATOR)
     assert not p.held
 
 
@@ -38,10 +39,10 @@ def test_a_hold_renewed_keeps_its_first_since() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    sup.flow.hold(p, PauseReason.OPERATOR, "a")
+    p.hold(PauseReason.OPERATOR, "a")
     first = clock.now
     clock.now += 4
-    sup.flow.hold(p, PauseReason.OPERATOR, "b")
+    p.hold(PauseReason.OPERATOR, "b")
     hold = p.pause.holds[PauseReason.OPERATOR]
     assert hold.since == first and hold.detail == "b"
 
@@ -50,7 +51,7 @@ def test_pause_reasons_list_backpressure_first_then_holds() -> None:
     sup, consumer, _clock, _ = make()
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    sup.flow.hold(p, PauseReason.DELIVERY, "broker away")
+    p.hold(PauseReason.DELIVERY, "broker away")
     p.pause.flow_paused = p.pause.ahead = True  # flow control's own decisions (it owns them)
     assert p.pause_reasons() == [PauseReason.FLOW, PauseReason.AHEAD, PauseReason.DELIVERY]
     assert [str(r) for r in p.pause_reasons()] == ["flow", "uncommitted", "delivery"]
@@ -103,7 +104,7 @@ def test_a_partition_resumed_by_flow_control_remembers_when() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    sup.flow.hold(p, PauseReason.BACKOFF, "x", until=clock.now + 1)
+    p.hold(PauseReason.BACKOFF, "x", until=clock.now + 1)
     clock.now += 1.0
     sup.flow.reconcile()
     assert not p.pause.paused and p.pause.last_resume == clock.now and TP0 not in consumer.paused
@@ -113,9 +114,9 @@ def test_a_paused_partition_is_paused_again_once_a_second_and_its_state_is_a_boo
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    sup.flow.hold(p, PauseReason.OPERATOR, "x")
-    assert p.pause.paused is True
+    p.hold(PauseReason.OPERATOR, "x")
     sup.flow.reconcile()
+    assert p.pause.paused is True
     consumer.calls.clear()
     clock.now += 0.5
     sup.flow.reconcile()
@@ -123,7 +124,7 @@ def test_a_paused_partition_is_paused_again_once_a_second_and_its_state_is_a_boo
     clock.now += 0.5
     sup.flow.reconcile()
     assert ("pause", [TP0]) in consumer.calls, "re-applied within the second (a lost pause)"
-    sup.flow.release(p, PauseReason.OPERATOR)
+    p.release(PauseReason.OPERATOR)
     sup.flow.reconcile()
     assert p.pause.paused is False
 
@@ -153,9 +154,10 @@ def test_a_partition_resumed_just_now_is_not_resumed_again_by_the_next_second_s_
     p = sup.partitions[TP0]
     sup.flow.reconcile()  # the once-a-second repair ran now
     p.intake.last_activity = clock.now - 10  # no record for a long while
-    sup.flow.hold(p, PauseReason.BACKOFF, "x")
+    p.hold(PauseReason.BACKOFF, "x")
+    sup.flow.reconcile()  # paused
     clock.now += 0.9
-    sup.flow.release(p, PauseReason.BACKOFF)
+    p.release(PauseReason.BACKOFF)
     sup.flow.reconcile()  # resumed: last_resume is now
     consumer.calls.clear()
     clock.now += 0.1  # the repair is due again, a tenth of a second after the resume

@@ -10,7 +10,7 @@ import itertools
 from typing import Any
 
 import pytest
-from fakes import feed, make, make_desk, msgs, report, start
+from fakes import feed, make, make_desk, msgs, redeliver, report, start
 
 from runtime.supervisor.datapath.isolation import isolate
 from runtime.supervisor.partition.offsets import OffsetTracker
@@ -137,23 +137,23 @@ def test_repeated_crashes_bisect_down_to_the_poison_record_and_commit_waits_for_
             assert f is not None
             if poison in f.columns.offset_list():
                 crashes += 1  # the worker dies running it; the frames behind it go back too
-                sup.results.collect()  # what it reported before it died is read first (workforce.manage)
-                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                sup.applier.collect()  # what it reported before it died is read first (workforce.manage)
+                redeliver(sup, Death(0, f.batch_id, "killed by SIGKILL"))
                 break
             ran += len(f.columns)
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
-        sup.results.collect()
-        sup.results.deliver_dead_letters()
+        sup.applier.collect()
+        sup.deliver_dead_letters()
         done = p.tracker.committable
         assert done is None or done <= poison, "committed past the poison record before its dead letter"
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.scheduler.dispatch(sup.capacity())
     # The pieces before it are done and committable (a revocation mid-bisection commits them).
     assert p.tracker.committable == (poison if poison_index else None)
     (letter,) = producer.sent
     assert letter["value"] == b"v" and letter["headers"]["ringmaster.source.offset"] == str(poison).encode()
     assert ran == 15, "every other record ran once"
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == offsets[-1] + 1, "every record handled, nothing dropped"
     assert p.tracker.unfinished == 0
     # 16 records: 4 bisections; max_crashes crashes before the first, one per level after it.
@@ -191,22 +191,22 @@ def test_under_exactly_once_the_poison_records_letter_is_a_batch_for_a_workers_t
             assert f is not None
             if f.letters and not letters:
                 letters.append(f)  # the first worker to run it dies writing it
-                sup.results.collect()
-                sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                sup.applier.collect()
+                redeliver(sup, Death(0, f.batch_id, "killed by SIGKILL"))
                 break
             if f.letters or poison in f.columns.offset_list():
                 if not f.letters:
                     crashes += 1
-                    sup.results.collect()
-                    sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
+                    sup.applier.collect()
+                    redeliver(sup, Death(0, f.batch_id, "killed by SIGKILL"))
                     break
                 letters.append(f)
             ran += len(f.columns) * (not f.letters)
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns),
                                    dead_letters=len(f.columns) * f.letters))
-        sup.results.collect()
-        sup.results.deliver_dead_letters()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.deliver_dead_letters()
+        sup.scheduler.dispatch(sup.capacity())
     assert producer.sent == [], "the supervisor wrote a dead letter outside any transaction"
     first, second = letters
     for f in letters:
@@ -232,17 +232,17 @@ def test_under_exactly_once_the_letter_batch_runs_after_the_batches_before_its_r
     assert [f.columns.first for f in frames if f is not None] == [10, 11], "12 waits in the lane"
     crashed = frames[1]
     assert crashed is not None
-    sup.results.redeliver(Death(0, crashed.batch_id, "killed by SIGKILL"))  # 10 ran, not reported
+    redeliver(sup, Death(0, crashed.batch_id, "killed by SIGKILL"))  # 10 ran, not reported
     again = []
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     while pool.handles[0].ring.frames:
         for raw in pool.handles[0].ring.take():
             f = decode_frame(raw)
             assert f is not None
             again.append((f.columns.first, f.letters))
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=1))
-        sup.results.collect()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.scheduler.dispatch(sup.capacity())
     assert again == [(10, False), (11, True), (12, False)]
     assert sup.partitions[TP].tracker.committable == 13
     assert producer.sent == []
@@ -283,16 +283,16 @@ def test_under_exactly_once_a_letter_that_kills_max_crashes_workers_of_its_own_g
         f = decode_frame(raw)
         assert f is not None
         deaths += 1
-        sup.results.redeliver(Death(0, f.batch_id, "killed by SIGKILL"))
-        sup.results.deliver_dead_letters()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        redeliver(sup, Death(0, f.batch_id, "killed by SIGKILL"))
+        sup.deliver_dead_letters()
+        sup.scheduler.dispatch(sup.capacity())
     assert deaths == 1 + 1, "the record once (max_crashes 1), then its letter once"
     (letter,) = producer.sent
     assert letter["headers"]["ringmaster.source.offset"] == b"10"
     assert letter["headers"]["ringmaster.error.type"] == b"WorkerCrashed"
     assert p.tracker.committable is None, "not before the letter is acknowledged"
     producer.deliver_next(None)
-    sup.results.deliver_dead_letters()
+    sup.deliver_dead_letters()
     assert p.tracker.committable == 11
 
 

@@ -74,18 +74,18 @@ def test_a_pause_record_rewinds_the_partitions_it_covers_and_a_tombstone_release
     feed(sup, consumer, TP0, msgs(TP0, *range(30)))
     worker = RingWorker(pool, 0)
     worker.step()
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert not held(sup, TP0), "nothing paused yet"
     topic.arrived.append(pause(scope_key("t")))
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     p = sup.partitions[TP0]
-    assert held(sup, TP0) and held(sup, TP1) and p.fence.rewinding, "a pause is a rewind: stop now"
+    assert held(sup, TP0) and held(sup, TP1) and p.rewinding, "a pause is a rewind: stop now"
     assert consumer.paused == {TP0, TP1}
-    sup.results.collect()  # the batch in progress finishes; the queued frame is skipped
-    sup.assignment.advance_rewinds()
+    sup.applier.collect()  # the batch in progress finishes; the queued frame is skipped
+    sup.starts.read_again()
     assert worker.fenced and consumer.seeks == [(TP0, 10)]
     topic.arrived.append((scope_key("t").encode(), None))  # a tombstone resumes its scope
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert not held(sup, TP0) and not held(sup, TP1)
     sup.flow.reconcile()
     assert consumer.paused == set(), "flow control resumes what no hold keeps"
@@ -94,37 +94,37 @@ def test_a_pause_record_rewinds_the_partitions_it_covers_and_a_tombstone_release
 def test_a_resume_record_releases_and_a_narrower_pause_holds_only_its_partition() -> None:
     sup, consumer, _clock, _pool, topic, _ = supervisor([pause()])
     start(sup, consumer, [TP0, TP1])
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert held(sup, TP0) and held(sup, TP1)
     topic.arrived += [resume(), pause(scope_key("t", 1))]
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert not held(sup, TP0) and held(sup, TP1)
 
 
 def test_a_malformed_record_neither_pauses_nor_resumes() -> None:
     sup, consumer, _clock, _pool, topic, _ = supervisor([pause(scope_key("t", 0))])
     start(sup, consumer, [TP0, TP1])
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert held(sup, TP0) and not held(sup, TP1)
     topic.arrived += [(scope_key("t", 0).encode(), b"not json"),  # on the paused scope's key
                       (scope_key("t", 1).encode(), b'{"paused": "true"}'),  # a string is not a bool
                       (b"everything", b'{"paused": true}'),  # not a scope
                       (b"*", b'{"paused": true, "until_ms": 1e400}')]
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert held(sup, TP0) and not held(sup, TP1), "each scope keeps what its last valid record said"
 
 
 def test_a_new_reason_updates_the_hold_without_a_second_rewind() -> None:
     sup, consumer, _clock, _pool, topic, _ = supervisor([pause(reason="first")])
     start(sup, consumer, [TP0])
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     p = sup.partitions[TP0]
-    sup.assignment.advance_rewinds()
-    epoch = p.fence.epoch
+    sup.starts.read_again()
+    epoch = p.epoch
     topic.arrived.append(pause(reason="second"))
-    sup.operator.apply()
-    hold = p.hold(PauseReason.OPERATOR)
-    assert hold is not None and "second" in hold.detail and p.fence.epoch == epoch
+    sup.apply_operator_pauses()
+    hold = p.holding(PauseReason.OPERATOR)
+    assert hold is not None and "second" in hold.detail and p.epoch == epoch
 
 
 def test_a_partition_assigned_under_a_pause_is_held_before_it_fetches() -> None:
@@ -137,11 +137,11 @@ def test_a_partition_assigned_under_a_pause_is_held_before_it_fetches() -> None:
 def test_a_pause_for_a_while_ends_by_itself() -> None:
     sup, consumer, _clock, _pool, _topic, wall = supervisor([pause(until_ms=WALL_MS + 5000)])
     start(sup, consumer, [TP0])
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert held(sup, TP0)
     wall.ms += 4999
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert held(sup, TP0)
     wall.ms += 1
-    sup.operator.apply()
+    sup.apply_operator_pauses()
     assert not held(sup, TP0), "the pause ended at its time"

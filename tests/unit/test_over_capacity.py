@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import fakes
 import pytest
-from fakes import FakeConsumer, assign, make
+from fakes import FakeConsumer, assign, lose, make, revoke
 
 from runtime.errors import NotCaughtUp
 from runtime.ops.metrics import SnapshotCollector
@@ -32,29 +33,29 @@ def test_partitions_past_the_slots_are_held_over_capacity_paused_and_never_an_ex
     sup, consumer, _ = setup()
     over = TPS[SLOTS:]
     assert set(sup.partitions) == set(TPS[:SLOTS])
-    assert set(sup.assignment.over_capacity) == set(over)
+    assert set(sup.partitions.over_capacity) == set(over)
     assert set(over) <= consumer.paused, "paused before any fetch"
     consumer.paused -= set(over)  # librdkafka forgot the pause (a rebalance, librdkafka#5591)
-    sup.assignment.tick()
+    sup.flow.reconcile()
     assert set(over) <= consumer.paused, "re-paused every tick: the runtime's pause state"
 
 
 def test_a_release_frees_slots_for_them_oldest_first_and_they_start_at_their_committed_offset() -> None:
     sup, consumer, _ = setup()
-    sup.rebalance.on_revoke(TPS[:2])
+    revoke(sup, TPS[:2])
     taken = set(TPS[SLOTS:SLOTS + 2])
     assert taken <= set(sup.partitions), "the two oldest over capacity took the freed slots"
-    assert set(sup.assignment.over_capacity) == set(TPS[SLOTS + 2:])
+    assert set(sup.partitions.over_capacity) == set(TPS[SLOTS + 2:])
     assert not taken & consumer.paused, "they fetch again"
-    sup.fetch()  # the loop's next tick settles them: read from their committed offset
+    fakes.fetch(sup)  # the loop's next tick settles them: read from their committed offset
     assert taken <= set(consumer.started[-1]), "seeking to the committed offset"
 
 
 def test_an_over_capacity_partition_revoked_or_lost_is_simply_let_go() -> None:
     sup, consumer, _ = setup()
-    sup.rebalance.on_revoke([TPS[-1]])
-    sup.rebalance.on_lost([TPS[-2]])
-    assert TPS[-1] not in sup.assignment.over_capacity and TPS[-2] not in sup.assignment.over_capacity
+    revoke(sup, [TPS[-1]])
+    lose(sup, [TPS[-2]])
+    assert TPS[-1] not in sup.partitions.over_capacity and TPS[-2] not in sup.partitions.over_capacity
     assert not any(TPS[-1] in c for c in consumer.commits), "never read: nothing committed for it"
     assert set(sup.partitions) == set(TPS[:SLOTS]), "no slot was freed by it"
 

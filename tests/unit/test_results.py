@@ -6,7 +6,7 @@ these went unchecked."""
 
 from __future__ import annotations
 
-from fakes import TP0, TP1, feed, make, msgs, report, start
+from fakes import TP0, TP1, feed, make, msgs, redeliver, report, start
 
 from runtime.supervisor.partition.partition import PauseReason
 from runtime.supervisor.workers.workforce import Death
@@ -24,7 +24,7 @@ def test_each_done_batch_adds_to_the_run_and_to_its_partition() -> None:
         report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=10, outputs=outputs,
                                dead_letters=dead, discarded=discarded, busy_ms=busy))
     clock.now += 2.0
-    sup.results.collect()
+    sup.applier.collect()
     t = sup.results.totals
     assert (t.batches, t.records, t.outputs, t.dead_letters, t.discarded) == (2, 20, 17, 2, 1)
     assert sup.results.per_worker_records[0] == 20 and sup.results.per_worker_busy_ms[0] == 50.0
@@ -43,11 +43,11 @@ def test_a_deferred_partition_waits_what_the_plugin_asked_then_twice_as_long() -
         assert f is not None
         report(pool, 0, Result(DEFERRED, f.batch_id, f.slot, f.epoch, detail="downstream", cause="backoff",
                                delay_ms=1500))
-        sup.results.collect()
-        hold = p.hold(PauseReason.BACKOFF)
+        sup.applier.collect()
+        hold = p.holding(PauseReason.BACKOFF)
         assert hold is not None and hold.until == clock.now + wait_s, (attempt, hold)
         assert f"retrying in {wait_s:.1f} s" in hold.detail
-        sup.assignment.advance_rewinds()
+        sup.starts.read_again()
         clock.now += wait_s
         sup.flow.reconcile()
         assert PauseReason.BACKOFF not in p.pause.holds
@@ -65,10 +65,10 @@ def test_a_delivery_outage_waits_the_outputs_back_off_doubling() -> None:
         f = decode_frame(pool.handles[0].ring.take()[0])
         assert f is not None
         report(pool, 0, Result(DEFERRED, f.batch_id, f.slot, f.epoch, detail="broker away", cause="delivery"))
-        sup.results.collect()
-        hold = p.hold(PauseReason.DELIVERY)
+        sup.applier.collect()
+        hold = p.holding(PauseReason.DELIVERY)
         assert hold is not None and hold.until == clock.now + base * 2 ** attempt
-        sup.assignment.advance_rewinds()
+        sup.starts.read_again()
         clock.now += base * 2 ** attempt
         sup.flow.reconcile()
 
@@ -79,8 +79,8 @@ def test_a_dead_worker_that_crashed_on_its_second_batch_gives_both_back() -> Non
     feed(sup, consumer, TP0, msgs(TP0, *range(20)))
     b1, b2 = [decode_frame(f) for f in pool.handles[0].ring.take()]
     assert b1 is not None and b2 is not None
-    sup.results.redeliver(Death(0, b2.batch_id, "killed by SIGKILL"))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    redeliver(sup, Death(0, b2.batch_id, "killed by SIGKILL"))
+    sup.scheduler.dispatch(sup.capacity())
     again = [decode_frame(f) for f in pool.handles[0].ring.frames]
     assert [f.batch_id for f in again if f is not None] == [b1.batch_id, b2.batch_id], "both, in order"
 
@@ -92,9 +92,9 @@ def test_a_dead_workers_batch_of_a_fenced_partition_is_not_given_back() -> None:
     feed(sup, consumer, TP1, msgs(TP1, *range(10)))
     stale, fresh = [decode_frame(f) for f in pool.handles[0].ring.take()]
     assert stale is not None and fresh is not None and (stale.topic, stale.partition) == TP0
-    sup.assignment.rewind(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance", None)  # a new epoch
-    sup.results.redeliver(Death(0, fresh.batch_id, "killed by SIGKILL"))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.partitions[TP0].rewind(PauseReason.OPERATOR, "maintenance", None)  # a new epoch
+    redeliver(sup, Death(0, fresh.batch_id, "killed by SIGKILL"))
+    sup.scheduler.dispatch(sup.capacity())
     again = [decode_frame(f) for f in pool.handles[0].ring.frames]
     assert [f.batch_id for f in again if f is not None] == [fresh.batch_id], \
         "the fenced batch is not run again; the other one is"

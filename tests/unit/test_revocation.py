@@ -6,8 +6,9 @@ partition runs only if the fence did not happen."""
 
 from __future__ import annotations
 
+import fakes
 import pytest
-from fakes import TP0, TP1, RingWorker, assign, feed, make, msgs, start
+from fakes import TP0, TP1, RingWorker, assign_in_consume, feed, lose, make, msgs, pending, revoke, start
 
 from runtime.kafka.consumer import Fetched
 from runtime.ops.metrics import RuntimeMetrics
@@ -18,16 +19,16 @@ def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_t
     sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
     start(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    slot, epoch = p.fence.slot, p.fence.epoch
+    slot, epoch = p.slot, p.epoch
     feed(sup, consumer, TP0, msgs(TP0, *range(40)))
     worker = RingWorker(pool, 0)
     worker.step()  # the worker begins the first batch; more are queued behind it
     (first,) = worker.ran
     queued = len(pool.handles[0].ring.frames)
-    assert queued >= 1 and sup.scheduler.pending(TP0) >= 1, "frames in the ring and batches in the lane"
+    assert queued >= 1 and pending(sup, TP0) >= 1, "frames in the ring and batches in the lane"
     started = clock.now
     clock.step = 0.01
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     clock.step = 0.0
     assert worker.ran == [first], "no queued frame of the revoked partition ran"
     assert len(worker.fenced) == queued, "the worker skipped every queued frame"
@@ -35,7 +36,7 @@ def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_t
     assert consumer.commits[-1] == {TP0: 10}, "the batch in progress was waited for and committed"
     assert consumer.acknowledged == {TP0: 10}, "synchronously"
     assert clock.now - started < 1.0, "it waited for one batch, not for the rings"
-    assert TP0 not in sup.partitions and not sup.scheduler.has_out(TP0) and sup.scheduler.pending(TP0) == 0
+    assert TP0 not in sup.partitions and not sup.scheduler.has_out(TP0) and pending(sup, TP0) == 0
     assert pool.killed == []
 
 
@@ -50,7 +51,7 @@ def test_a_batch_finished_before_the_revocation_whose_result_is_unread_is_commit
     worker.step()  # begins the batch
     worker.step()  # finishes it: DONE in the pipe, the board idle
     assert worker.messages and pool.handles[0].board.current[1] == -1
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     assert consumer.commits and consumer.commits[-1] == {TP0: 10}, "the finished batch, committed"
 
 
@@ -60,7 +61,7 @@ def test_a_lost_partition_is_fenced_and_waited_for_but_commits_nothing() -> None
     feed(sup, consumer, TP0, msgs(TP0, *range(20)))
     worker = RingWorker(pool, 0)
     worker.step()
-    sup.rebalance.on_lost([TP0])
+    lose(sup, [TP0])
     assert len(worker.ran) == 1 and worker.fenced, "fenced as a revocation is"
     assert consumer.commits == [], "a lost partition is someone else's: no commit"
     assert TP0 not in sup.partitions
@@ -70,10 +71,10 @@ def test_only_the_revoked_partitions_are_fenced() -> None:
     sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
     start(sup, consumer, [TP0, TP1])
     kept = sup.partitions[TP1]
-    epoch = kept.fence.epoch
+    epoch = kept.epoch
     feed(sup, consumer, TP1, msgs(TP1, *range(10)))
-    sup.rebalance.on_revoke([TP0])
-    assert kept.fence.epoch == epoch == pool.epochs.get(kept.fence.slot)
+    revoke(sup, [TP0])
+    assert kept.epoch == epoch == pool.epochs.get(kept.slot)
     worker = RingWorker(pool, 0)
     worker.step()
     assert worker.ran and not worker.fenced, "the partition kept runs on"
@@ -86,7 +87,7 @@ def test_a_worker_that_does_not_let_go_is_killed_after_revoke_timeout() -> None:
     worker = RingWorker(pool, 0, busy_for=10**9)  # never finishes
     worker.step()
     clock.step = 0.5
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     clock.step = 0.0
     assert pool.killed == [0] and "revoke_timeout" in (sup.workforce.lives[0].kill or "")
     assert consumer.commits == [], "nothing of the unfinished batch is committed"
@@ -112,14 +113,14 @@ def test_a_lost_partition_whose_worker_is_killed_is_still_logged_as_lost(
 def test_a_revoked_partition_assigned_again_starts_at_its_commit_with_a_new_epoch() -> None:
     sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
     start(sup, consumer, [TP0])
-    old = sup.partitions[TP0].fence.epoch
+    old = sup.partitions[TP0].epoch
     feed(sup, consumer, TP0, msgs(TP0, *range(10)))
     worker = RingWorker(pool, 0)
     worker.step()
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     start(sup, consumer, [TP0])
     p = sup.partitions[TP0]
-    assert p.fence.epoch > old and not p.pause.holds
+    assert p.epoch > old and not p.pause.holds
     assert consumer.started[-1] == [TP0], "read from its committed offset"
 
 
@@ -133,12 +134,12 @@ def test_a_rewind_fences_like_a_revocation_but_keeps_the_partition() -> None:
     feed(sup, consumer, TP0, msgs(TP0, *range(40)))
     worker = RingWorker(pool, 0)
     worker.step()
-    sup.assignment.rewind(p, PauseReason.OPERATOR, "maintenance", None)
-    sup.assignment.advance_rewinds()
+    p.rewind(PauseReason.OPERATOR, "maintenance", None)
+    sup.starts.read_again()
     assert consumer.seeks == [], "the batch in progress is still out"
-    sup.results.collect()  # it finishes; the queued frame is skipped
-    sup.results.collect()
-    sup.assignment.advance_rewinds()
+    sup.applier.collect()  # it finishes; the queued frame is skipped
+    sup.applier.collect()
+    sup.starts.read_again()
     assert worker.fenced and len(worker.ran) == 1
     assert consumer.seeks == [(TP0, 10)] and p.tracker.committable == 10
     assert TP0 in sup.partitions and PauseReason.OPERATOR in p.pause.holds
@@ -148,8 +149,8 @@ def test_every_rebalance_callback_is_counted() -> None:
     """Status shows the count; test_pause_survives_a_rebalance waits on it."""
     sup, consumer, _clock, _pool = make()
     start(sup, consumer, [TP0, TP1])
-    sup.rebalance.on_revoke([TP0])
-    sup.rebalance.on_lost([TP1])
+    revoke(sup, [TP0])
+    lose(sup, [TP1])
     assert sup.rebalance.rebalances == 3
     assert [r["committed"] for r in sup.rebalance.revocations] == [True, False]
 
@@ -164,8 +165,8 @@ def test_each_release_time_reaches_the_revocation_histogram_once_with_the_next_s
     def sample(name: str) -> float | None:
         return metrics.registry.get_sample_value(f"ringmaster_revocation_seconds_{name}", {"group": "g"})
     clock.step = 0.25
-    sup.rebalance.on_revoke([TP0])
-    sup.rebalance.on_lost([TP1])
+    revoke(sup, [TP0])
+    lose(sup, [TP1])
     clock.step = 0.0
     assert sample("count") == 0, "recorded when the loop hands it on"
     sup.report_if_due(force=True)
@@ -181,18 +182,18 @@ def test_a_partition_whose_batches_are_back_is_rewound_whatever_the_others_wait_
     start(sup, consumer, [TP0, TP1])
     feed(sup, consumer, TP0, msgs(TP0, *range(10)))  # out in the ring: TP0 must wait for it
     for tp in (TP0, TP1):
-        sup.assignment.rewind(sup.partitions[tp], PauseReason.OPERATOR, "maintenance", None)
-    sup.assignment.advance_rewinds()
-    assert not sup.partitions[TP1].fence.rewinding and sup.partitions[TP0].fence.rewinding
+        sup.partitions[tp].rewind(PauseReason.OPERATOR, "maintenance", None)
+    sup.starts.read_again()
+    assert not sup.partitions[TP1].rewinding and sup.partitions[TP0].rewinding
 
 
 def test_a_rewind_before_anything_was_cut_reads_again_from_the_first_record_dropped() -> None:
     sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=10_000)
     start(sup, consumer, [TP0])
     consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 40, 41, 42)}, count=3)
-    sup.fetch()  # fetched, not cut (the batch is not full and not old)
-    sup.assignment.rewind(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance", None)
-    sup.assignment.advance_rewinds()
+    fakes.fetch(sup)  # fetched, not cut (the batch is not full and not old)
+    sup.partitions[TP0].rewind(PauseReason.OPERATOR, "maintenance", None)
+    sup.starts.read_again()
     assert consumer.seeks == [(TP0, 40)]
 
 
@@ -202,11 +203,11 @@ def test_an_end_of_partition_fetched_across_a_rebalance_is_dropped_with_its_reco
 
     def consume_with_rebalance(n: int, t: float) -> Fetched:
         sup.rebalance.on_revoke([TP0])
-        assign(sup, consumer, [TP0])
+        assign_in_consume(sup, consumer, [TP0])
         return Fetched(runs={TP0: msgs(TP0, 5)}, eof={TP0: 6}, count=1)
 
     consumer.next_fetch = consume_with_rebalance
-    sup.fetch()
+    fakes.fetch(sup)
     assert sup.partitions[TP0].intake.eof_at is None, "an EOF from before the rebalance says nothing now"
 
 
@@ -214,15 +215,15 @@ def test_a_rewind_whose_seek_fails_waits_without_holding_up_the_others() -> None
     sup, consumer, _clock, _pool = make()
     start(sup, consumer, [TP0, TP1])
     for tp in (TP0, TP1):
-        sup.assignment.rewind(sup.partitions[tp], PauseReason.OPERATOR, "maintenance", None)
+        sup.partitions[tp].rewind(PauseReason.OPERATOR, "maintenance", None)
         sup.partitions[tp].tracker.register(tp[1] + 1, 0, 9)
     consumer.seek_fails = {TP0}
-    sup.assignment.advance_rewinds()
-    assert sup.partitions[TP0].fence.rewinding, "tried again next tick"
-    assert consumer.seeks == [(TP1, 0)] and not sup.partitions[TP1].fence.rewinding
+    sup.starts.read_again()
+    assert sup.partitions[TP0].rewinding, "tried again next tick"
+    assert consumer.seeks == [(TP1, 0)] and not sup.partitions[TP1].rewinding
     consumer.seek_fails = set()
-    sup.assignment.advance_rewinds()
-    assert consumer.seeks[-1] == (TP0, 0) and sup.partitions[TP0].fence.rewinding is False
+    sup.starts.read_again()
+    assert consumer.seeks[-1] == (TP0, 0) and sup.partitions[TP0].rewinding is False
 
 
 def test_records_of_other_partitions_in_a_consume_that_straddles_a_rebalance_are_kept_and_counted() -> None:
@@ -231,11 +232,11 @@ def test_records_of_other_partitions_in_a_consume_that_straddles_a_rebalance_are
 
     def consume_with_rebalance(n: int, t: float) -> Fetched:
         sup.rebalance.on_revoke([TP0])
-        assign(sup, consumer, [TP0])
+        assign_in_consume(sup, consumer, [TP0])
         return Fetched(runs={TP0: msgs(TP0, 500), TP1: msgs(TP1, 7, 8)}, count=3)
 
     consumer.next_fetch = consume_with_rebalance
-    sup.fetch()
+    fakes.fetch(sup)
     assert [m.offset() for m in sup.partitions[TP1].intake.open_msgs] == [7, 8]
     assert sup.intake.consumed == 2, "what was dropped is not counted as consumed"
 
@@ -247,8 +248,8 @@ def test_a_revocation_that_killed_its_worker_leaves_no_batch_out_for_the_next_as
     worker = RingWorker(pool, 0, busy_for=10**9)
     worker.step()
     clock.step = 0.5
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     clock.step = 0.0
-    assert not sup.scheduler.has_out(TP0) and sup.scheduler.pending(TP0) == 0
+    assert not sup.scheduler.has_out(TP0) and pending(sup, TP0) == 0
     start(sup, consumer, [TP0])
     assert not sup.scheduler.has_out(TP0), "the new assignment's lane is free"

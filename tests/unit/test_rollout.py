@@ -182,7 +182,7 @@ def test_a_canary_that_dies_on_its_first_batch_is_rolled_back_and_the_batch_coun
     r.ready(canary, "v2")
     r.tick()
     assert r.wf.lives[canary].probation, "ready, but it has not run a batch while batches wait"
-    r.sched.dispatch(r.wf.allowance())
+    r.sched.dispatch(r.sched.capacity(r.wf.allowance()))
     assert r.sched.count(canary) == 1, \
         "ready: it is given a lane at once (its probe), though the old code has room for them all"
     b = next(iter(r.sched._out[canary].values()))
@@ -307,7 +307,7 @@ def test_scaling_down_lets_the_removed_workers_drain_before_they_stop(clock: Tic
     r = rig(clock, processes=3)
     busy = Batch(1, ("t", 0), 0, 1, 0, 9, 10, b"f1", None)
     r.sched.enqueue([busy])
-    r.sched.dispatch(r.wf.allowance())
+    r.sched.dispatch(r.sched.capacity(r.wf.allowance()))
     holder = next(i for i in range(3) if r.sched.count(i))
     op = r.rollout.scale(1, "SIGTTOU")
     r.tick()

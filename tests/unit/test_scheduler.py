@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from runtime.supervisor.scheduling.batches import Batch
+from runtime.supervisor.scheduling.capacity import Capacity
 from runtime.supervisor.scheduling.scheduler import Scheduler
 from runtime.supervisor.workers.workforce import NO_LIMIT
 
@@ -73,6 +74,13 @@ class Rigged(Scheduler):
     def allowance(self) -> list[int]:
         return [0 if i in self.closed else self.limit.get(i, NO_LIMIT) for i in range(len(self.handles))]
 
+    def room(self) -> Capacity:
+        """What the workers can take now, as the loop asks it before placing."""
+        return self.capacity(self.allowance())
+
+    def pending(self, tp: Any) -> int:
+        return self.snapshot().pending.get(tp, 0)
+
 
 def rig(workers: int, ordered: bool = True) -> tuple[Rigged, list[Handle], set[int]]:
     handles = [Handle(i) for i in range(workers)]
@@ -90,11 +98,11 @@ def run_first(s: Scheduler, h: Handle, busy_ms: float = 1.0) -> Batch:
 def test_a_lane_goes_to_the_least_loaded_worker_and_stays_while_its_batches_are_out() -> None:
     s, hs, _ = rig(2)
     s.enqueue([batch(1, ("t", 0)), batch(2, ("t", 0)), batch(3, ("t", 0))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [b.batch_id for b in hs[0].ring.frames] == [1, 2] and not hs[1].ring.frames
     assert s.pending(("t", 0)) == 1, "one running, one queued: the third waits in its lane"
     run_first(s, hs[0])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [b.batch_id for b in hs[0].ring.frames] == [2, 3], "its next batch follows it, in order"
 
 
@@ -102,7 +110,7 @@ def test_a_lane_never_has_batches_in_two_rings() -> None:
     s, hs, _ = rig(2)
     s.enqueue([batch(i, ("t", 0)) for i in range(1, 6)])
     for _ in range(8):
-        s.dispatch(s.allowance())
+        s.dispatch(s.room())
         assert sum(1 for h in hs if h.ring.frames) <= 1
         for h in hs:
             if h.ring.frames:
@@ -117,14 +125,14 @@ def test_a_lane_leaves_a_busy_worker_for_a_hungry_one_between_batches() -> None:
     a, b = ("t", 0), ("t", 1)
     closed.add(1)
     s.enqueue([batch(1, a), batch(2, b)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[0].ring.frames] == [1, 2]
     s.enqueue([batch(3, a), batch(4, b)])
     closed.discard(1)
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert not hs[1].ring.frames and s.pending(a) == s.pending(b) == 1, "a lane out on worker 0 waits"
     run_first(s, hs[0])  # a's batch 1 done: lane a has nothing out
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[1].ring.frames] == [3], "a moved to the worker with nothing to do"
     assert [x.batch_id for x in hs[0].ring.frames] == [2, 4], "b stayed: worker 0 serves only b now"
 
@@ -138,16 +146,16 @@ def test_a_worker_with_room_stops_taking_a_lane_when_another_worker_has_nothing_
     closed.add(1)
     s.learn(0, 0.01, 10)  # 1 µs per record: worker 0 has room for 20,000 records
     s.enqueue([batch(i, a) for i in range(1, 4)] + [batch(i, b) for i in range(4, 7)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert len(hs[0].ring.frames) == 6
     s.enqueue([batch(i, a) for i in range(7, 9)] + [batch(i, b) for i in range(9, 11)])
     closed.discard(1)
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert len(hs[0].ring.frames) == 6, "worker 0 takes no more while worker 1 has nothing to do"
     moved = []
     while not moved:
         run_first(s, hs[0], busy_ms=0.01)
-        s.dispatch(s.allowance())
+        s.dispatch(s.room())
         moved = [x.batch_id for x in hs[1].ring.frames]
     assert moved[0] in (7, 9), f"the first lane to drain moved to worker 1: {moved}"
 
@@ -161,7 +169,7 @@ def test_round_robin_serves_every_backlogged_lane_on_one_worker() -> None:
     s.enqueue([batch(i, b) for i in range(11, 21)])
     order = []
     for _ in range(20):
-        s.dispatch(s.allowance())
+        s.dispatch(s.room())
         order.append(run_first(s, hs[0]).tp)
     assert order[:6].count(a) == 3 and order[:6].count(b) == 3, order
 
@@ -169,20 +177,20 @@ def test_round_robin_serves_every_backlogged_lane_on_one_worker() -> None:
 def test_unordered_batches_go_to_whichever_worker_has_room() -> None:
     s, hs, _ = rig(3, ordered=False)
     s.enqueue([batch(i, ("t", 0)) for i in range(1, 7)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [len(h.ring.frames) for h in hs] == [2, 2, 2], "one partition spread over every worker"
 
 
 def test_a_worker_not_accepting_gets_nothing_and_a_dead_workers_batches_go_back_in_order() -> None:
     s, hs, closed = rig(2)
     s.enqueue([batch(1, ("t", 0)), batch(2, ("t", 0))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     worker = 0 if hs[0].ring.frames else 1
     lost = s.take_all(worker)
     hs[worker].ring.frames.clear()
     closed.add(worker)
     s.requeue(lost)
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     other = 1 - worker
     assert [b.batch_id for b in hs[other].ring.frames] == [1, 2]
 
@@ -193,22 +201,22 @@ def test_a_ring_holds_no_more_batches_than_the_workforce_allows_and_the_rest_wai
     s, hs, _ = rig(1, ordered=False)
     s.limit[0] = 1
     s.enqueue([batch(1, ("t", 0)), batch(2, ("t", 0))])
-    assert s.can_take_more(s.allowance()) is False, "a batch waits: nothing more to cut for"
-    s.dispatch(s.allowance())
+    assert s.room().spare is False, "a batch waits: nothing more to cut for"
+    s.dispatch(s.room())
     assert [b.batch_id for b in hs[0].ring.frames] == [1] and s.waiting_for_room()
-    assert not s.has_hungry(s.allowance()), "a worker at its allowance is not hungry"
+    assert not s.room().hungry, "a worker at its allowance is not hungry"
     run_first(s, hs[0])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [b.batch_id for b in hs[0].ring.frames] == [2]
     s.limit[0] = 0
     run_first(s, hs[0])
-    assert not s.can_take_more(s.allowance()), "no room where nothing is allowed"
+    assert not s.room().spare, "no room where nothing is allowed"
 
 
 def test_forgetting_a_partition_drops_its_lanes_and_late_results() -> None:
     s, _hs, _ = rig(1)
     s.enqueue([batch(1, ("t", 0)), batch(2, ("t", 0)), batch(3, ("t", 0))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     s.forget(("t", 0))
     assert not s.has_out(("t", 0)) and s.pending(("t", 0)) == 0 and s.count(0) == 0
     assert s.returned(0, 1) is None, "a result of a forgotten partition counts for nothing"
@@ -217,9 +225,9 @@ def test_forgetting_a_partition_drops_its_lanes_and_late_results() -> None:
 def test_learnt_cost_lets_a_worker_queue_a_few_milliseconds_of_work_and_no_more() -> None:
     s, hs, _ = rig(1)
     s.enqueue([batch(i, ("t", 0), count=10) for i in range(1, 30)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     run_first(s, hs[0], busy_ms=1.0)  # 100 µs per record: 20 ms is 200 records, 20 batches
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert 15 <= len(hs[0].ring.frames) <= 21, len(hs[0].ring.frames)
 
 
@@ -233,22 +241,22 @@ def test_old_code_is_preferred_while_it_has_room_and_a_lane_never_goes_back_to_o
     s.new_worker(2, 2)
     a, b = ("t", 0), ("t", 1)
     s.enqueue([batch(1, a)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[0].ring.frames] == [1], "the old code first, though both are idle"
     run_first(s, hs[0])
     closed.update({0, 1})  # the old workers retire
     s.enqueue([batch(2, a)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[2].ring.frames] == [2], "the lane moves to the new code"
     run_first(s, hs[2])
     closed.clear()
     closed.add(2)
     s.enqueue([batch(3, a), batch(4, b)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert s.pending(a) == 1, "never back to the old code, however idle it is"
     assert [x.batch_id for x in hs[0].ring.frames] == [4], "a lane that never ran new code may"
     s.lower_floors(1)  # the reload was rolled back: no new worker any more
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[1].ring.frames] == [3]
 
 
@@ -263,14 +271,14 @@ def test_a_worker_on_probation_gets_a_lane_under_steady_load_once_it_takes_frame
     bid = iter(range(1, 1000))
     closed.add(2)  # no worker in slot 2 yet
     s.enqueue([batch(next(bid), tp) for tp in (a, b) for _ in range(3)])
-    s.dispatch(s.allowance())  # each lane on an old worker, two batches out, one waiting
+    s.dispatch(s.room())  # each lane on an old worker, two batches out, one waiting
     assert len(hs[0].ring.frames) == len(hs[1].ring.frames) == 2
     s.new_worker(2, 2, probe=True)  # starting: takes no frames yet
     for _ in range(3):  # steady load: every batch done is replaced by a new one
         for h in hs[:2]:
             done = run_first(s, h)
             s.enqueue([batch(next(bid), done.tp)])
-        s.dispatch(s.allowance())
+        s.dispatch(s.room())
         assert not hs[2].ring.frames and all(len(h.ring.frames) >= 2 for h in hs[:2]), \
             "no lane drains for a probe that takes no frames"
     closed.discard(2)  # ready
@@ -279,7 +287,7 @@ def test_a_worker_on_probation_gets_a_lane_under_steady_load_once_it_takes_frame
             if h.ring.frames:
                 done = run_first(s, h)
                 s.enqueue([batch(next(bid), done.tp)])
-        s.dispatch(s.allowance())
+        s.dispatch(s.room())
         if hs[2].ring.frames:
             break
     assert hs[2].ring.frames, "the probe was given a lane"
@@ -295,11 +303,11 @@ def test_a_hungry_worker_on_new_code_does_not_make_lanes_leave_the_old_code() ->
     a, b = ("t", 0), ("t", 1)
     closed.add(1)
     s.enqueue([batch(1, a), batch(2, b)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     s.enqueue([batch(3, a), batch(4, b)])
     closed.discard(1)
     run_first(s, hs[0])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert not hs[1].ring.frames and [x.batch_id for x in hs[0].ring.frames][:2] == [2, 3], \
         "the lanes stay on worker 0: the old code has room"
 
@@ -308,7 +316,7 @@ def test_a_refused_frame_tries_another_worker_in_the_same_round() -> None:
     s, hs, _ = rig(2)
     hs[0].ring.full = True
     s.enqueue([batch(1, ("t", 0))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[1].ring.frames] == [1]
 
 
@@ -328,9 +336,9 @@ class Scheduling(RuleBasedStateMachine):
         self.newest = 0
         sent = self.s._lane_sent
 
-        def record(w: int, lane: Any, b: Batch) -> None:
+        def record(w: int, lane: Any, b: Batch, allowance: Any) -> None:
             self.sent.setdefault(lane.key, []).append(self.s._gen[w])
-            sent(w, lane, b)
+            sent(w, lane, b, allowance)
         self.s._lane_sent = record  # type: ignore[method-assign]
 
     @rule(tp=st.integers(0, 2), bucket=st.sampled_from([None, 0, 1, 2, (0, 1), (1, 2)]), n=st.integers(1, 4))
@@ -350,7 +358,7 @@ class Scheduling(RuleBasedStateMachine):
 
     @rule()
     def dispatch(self) -> None:
-        self.s.dispatch(self.s.allowance())
+        self.s.dispatch(self.s.room())
 
     @rule(w=st.integers(0, 3), cost=st.floats(0.0, 50.0))
     def complete(self, w: int, cost: float) -> None:
@@ -419,7 +427,7 @@ class Scheduling(RuleBasedStateMachine):
         # Drain: every batch enqueued runs, with the workers that accept.
         self.closed.clear()
         for _ in range(10_000):
-            self.s.dispatch(self.s.allowance())
+            self.s.dispatch(self.s.room())
             progressed = False
             for h in self.hs:
                 if h.ring.frames:
@@ -443,15 +451,15 @@ def test_a_lane_does_not_join_a_worker_with_far_more_work_left() -> None:
     hot, cold, other = ("t", 0), ("t", 1), ("t", 2)
     s.set_behind({hot: 100_000})
     s.enqueue([batch(1, hot, count=100), batch(2, other, count=100)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [x.batch_id for x in hs[0].ring.frames] == [1] and [x.batch_id for x in hs[1].ring.frames] == [2]
     s.enqueue([batch(3, other, count=100), batch(4, other, count=100)])
-    s.dispatch(s.allowance())  # worker 1: a batch running, one queued (no room)
+    s.dispatch(s.room())  # worker 1: a batch running, one queued (no room)
     s.enqueue([batch(5, cold, count=100)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert 5 not in [x.batch_id for x in hs[0].ring.frames], "cold waits rather than share the hot worker"
     run_first(s, hs[1])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert 5 in [x.batch_id for x in hs[1].ring.frames]
 
 
@@ -459,16 +467,16 @@ def test_ties_between_idle_workers_are_taken_in_turn() -> None:
     """Issue 24, gap 4: with every worker equally idle, lanes did not all go to worker 0, 1, 2."""
     s, hs, _closed = rig(4, ordered=False)
     s.enqueue([batch(i, ("t", i)) for i in range(1, 5)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [len(h.ring.frames) for h in hs] == [1, 1, 1, 1]
     for h in hs:
         run_first(s, h)
     s.enqueue([batch(9, ("t", 9))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [len(h.ring.frames) for h in hs] == [1, 0, 0, 0], "after worker 3, the turn is worker 0's"
     run_first(s, hs[0])
     s.enqueue([batch(10, ("t", 10))])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [len(h.ring.frames) for h in hs] == [0, 1, 0, 0], "then worker 1's, not worker 0 again"
 
 
@@ -477,18 +485,18 @@ def test_a_frame_of_several_buckets_waits_to_head_each_of_its_lanes_on_one_worke
     of its lanes' earlier batches, and only to the one worker those lanes are out on."""
     s, hs, _ = rig(2)
     s.enqueue([batch(1, ("t", 0), 0), batch(2, ("t", 0), 1)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert {b.batch_id for b in hs[0].ring.frames} | {b.batch_id for b in hs[1].ring.frames} == {1, 2}
     assert hs[0].ring.frames and hs[1].ring.frames, "two lanes, two idle workers: one each"
     s.enqueue([batch(3, ("t", 0), 0, buckets=(0, 1)), batch(4, ("t", 0), 0)])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert len(hs[0].ring.frames) == len(hs[1].ring.frames) == 1, "its lanes are out on two workers"
     assert s.pending(("t", 0)) == 2, "and the lane's next batch waits behind it"
     run_first(s, hs[0])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert not hs[0].ring.frames, "not to the idle worker: one of its lanes is still out on the other"
     assert [b.batch_id for b in hs[1].ring.frames][-1] == 3
     while hs[1].ring.frames:
         run_first(s, hs[1])
-    s.dispatch(s.allowance())
+    s.dispatch(s.room())
     assert [b.batch_id for h in hs for b in h.ring.frames] == [4], "then lane 0 goes on"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import fakes
 import pytest
 from confluent_kafka import Message
 from fakes import TP0, Clock, FakeConsumer, FakePool, FakeProducer, feed, make, make_desk, msgs, report, start
@@ -44,7 +45,7 @@ def run_in_order(sup: Supervisor, pool: FakePool) -> list[BatchFrame]:
     """Worker 0 runs what reaches its ring, in order, each batch DONE (its transaction
     committed); returns the frames it ran."""
     ran: list[BatchFrame] = []
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     while pool.handles[0].ring.frames:
         for raw in pool.handles[0].ring.take():
             f = decode_frame(raw)
@@ -52,9 +53,9 @@ def run_in_order(sup: Supervisor, pool: FakePool) -> list[BatchFrame]:
             ran.append(f)
             report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns),
                                    dead_letters=len(f.columns) * f.letters))
-        sup.results.collect()
-        sup.results.deliver_dead_letters()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.deliver_dead_letters()
+        sup.scheduler.dispatch(sup.capacity())
     return ran
 
 
@@ -67,7 +68,8 @@ def test_a_record_too_large_for_every_ring_is_a_letter_batch_in_its_lane_positio
     sup, consumer, pool, producer = exactly_once()
     p = sup.partitions[TP0]
     feed(sup, consumer, TP0, [*msgs(TP0, 0), big(1), *msgs(TP0, 2, 3)])
-    assert sup.intake.take_too_large() == [], "nothing for the supervisor's desk"
+    assert sup.dead_letters is not None
+    assert sup.dead_letters.pending() == 0, "nothing for the supervisor's desk"
     ran = run_in_order(sup, pool)
     assert [(f.columns.first, f.letters) for f in ran] == [(0, False), (1, True), (2, False), (3, False)]
     assert producer.sent == [], "the supervisor wrote a letter outside any transaction"
@@ -119,10 +121,10 @@ def test_an_unreadable_record_is_a_letter_batch_in_its_lane_position() -> None:
                               [(b"good", b"1"), (b"\xff\xfebad", b"2")] if i == 1 else [(b"h", b"x")],
                               1000 + i) for i in range(3)])
     consumer.next_fetch = lambda n, t: Fetched(runs={TP0: run}, count=len(run))
-    sup.fetch()
+    fakes.fetch(sup)
     consumer.next_fetch = lambda n, t: Fetched()
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    assert sup.intake.take_too_large() == []
+    fakes.cut(sup)
+    assert sup.dead_letters is not None and sup.dead_letters.pending() == 0
     ran = run_in_order(sup, pool)
     assert [(f.columns.first, f.letters) for f in ran] == [(0, False), (1, True), (2, False)]
     assert producer.sent == []

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import fakes
 import pytest
 from confluent_kafka import AcknowledgeType
+from fakes import partition
 
 from runtime.config import Settings, share_group_problems
 from runtime.errors import ConfigError
+from runtime.kafka.consumer import Fetched
 from runtime.kafka.properties import share_consumer_properties
 from runtime.kafka.share_consumer import Outcome, ShareGroupConsumer
 from runtime.supervisor.group.commits import ShareCommitter, committer_for
 from runtime.supervisor.partition.acknowledgements import AckTracker, Intent
-from runtime.supervisor.partition.partition import new_partition
 
 
 def _settings(**kafka: Any) -> Settings:
@@ -112,8 +114,8 @@ def test_a_bisected_batch_is_accepted_part_by_part() -> None:
 
 
 def test_share_partitions_get_an_ack_tracker() -> None:
-    assert isinstance(new_partition(("t", 0), 0, 1, 10, 0.0, share=True).tracker, AckTracker)
-    assert not isinstance(new_partition(("t", 0), 0, 1, 10, 0.0).tracker, AckTracker)
+    assert isinstance(partition(("t", 0), 10, share=True).tracker, AckTracker)
+    assert not isinstance(partition(("t", 0), 10).tracker, AckTracker)
 
 
 # ---------------------------------------------------------------------------- the adapter
@@ -222,11 +224,11 @@ def test_the_share_committer_hands_intents_over_every_tick() -> None:
     c, client, _ = _consumer([[_Msg(0, 1), _Msg(0, 2)]])
     c.consume(500, 0.0)
     c.consume(500, 0.0)
-    p = new_partition(("t", 0), 0, 1, 10, 0.0, share=True)
+    p = partition(("t", 0), 10, share=True)
     committer = committer_for(True, c, {p.tp: p}, 60.0, lambda: 0.0, 1.0)
     assert isinstance(committer, ShareCommitter)
-    p.tracker.register(7, 1, 2)
-    p.tracker.complete(7)
+    p.register([(7, 1, 2)], 0.0)
+    p.done(7, 2, 0, 0, 0, 0.0)
     committer.commit_if_due()
     assert c.held == 0 and client.sent == 1
     assert committer.share_counts() == c.counts.as_dict()
@@ -236,14 +238,13 @@ def test_the_share_committer_releases_what_is_not_done_at_a_stop() -> None:
     c, _, _ = _consumer([[_Msg(0, 1), _Msg(0, 2), _Msg(0, 3)]])
     c.consume(500, 0.0)
     c.consume(500, 0.0)
-    p = new_partition(("t", 0), 0, 1, 10, 0.0, share=True)
+    p = partition(("t", 0), 10, share=True)
     committer = committer_for(True, c, {p.tp: p}, 60.0, lambda: 0.0, 1.0)
-    p.tracker.register(1, 1, 1)
-    p.tracker.register(2, 2, 3)
-    p.tracker.complete(1)
-    committer.commit([p], asynchronous=False)  # the end of a release: fenced, batches back
+    p.register([(1, 1, 1), (2, 2, 3)], 0.0)
+    p.done(1, 1, 0, 0, 0, 0.0)
+    answers = committer.commit([p], asynchronous=False)  # the end of a release: fenced, batches back
     assert c.counts.accepted == 1 and c.counts.released == 2 and c.held == 0
-    assert committer.take_sync_answers()[p.tp].offset is None
+    assert answers[p.tp].offset is None
 
 
 # ---------------------------------------------------------------------------- delivery counts
@@ -286,30 +287,30 @@ def test_the_supervisor_accepts_records_only_once_their_batch_is_done() -> None:
     sup = Supervisor(s, consumer, pool, pool.epochs, clock=Clock())
     sup.workforce.start_all()
     consumer.subscribe(["t"], sup.rebalance.on_assign, sup.rebalance.on_revoke, sup.rebalance.on_lost)
-    sup.fetch()  # the partition is announced
-    sup.fetch()  # its records
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    fakes.fetch(sup)  # the partition is announced
+    fakes.fetch(sup)  # its records
+    fakes.cut(sup)
+    sup.scheduler.dispatch(sup.capacity())
     frames = pool.handles[0].ring.take()
     assert frames and client.acks == []
     sup.commits.commit_if_due()
-    sup.fetch()
+    fakes.fetch(sup)
     assert client.acks == [] and consumer.held == 4, "not acknowledged, no new poll, before DONE"
     for raw in frames:
         f = decode_frame(raw)
         assert f is not None and f.delivery_counts == [1] * len(f.columns)
         pool.handles[0].results.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch,
                                                                      processed=len(f.columns))))
-    sup.results.collect()
+    sup.applier.collect()
     sup.commits.commit_if_due()
     assert [(o, k) for _, o, k in client.acks] == [(o, AcknowledgeType.ACCEPT) for o in range(4)]
-    sup.fetch()
+    fakes.fetch(sup)
     assert consumer.counts.acquired == 5, "the next poll once all of the last one is acknowledged"
 
 
 def test_a_share_groups_partitions_announced_are_no_rebalance() -> None:
     """docs/share-groups.md: nothing is ever revoked; status must not say "rebalances 1"."""
-    from fakes import Clock, FakeConsumer, FakePool, assign
+    from fakes import Clock, FakeConsumer, FakePool
 
     from runtime.supervisor.daemon.loop import Supervisor
 
@@ -323,5 +324,7 @@ def test_a_share_groups_partitions_announced_are_no_rebalance() -> None:
         pool = FakePool(1)
         consumer = ShareConsumer() if group_type == "share" else FakeConsumer()
         sup = Supervisor(_settings(group_type=group_type), consumer, pool, pool.epochs, clock=Clock())
-        assign(sup, consumer, [("t", 0)])
-        assert sup.rebalance.rebalances == expected, group_type
+        sup.subscribe()
+        consumer.callbacks["on_assign"]([("t", 0)])  # inside a consume(): its first record came
+        sup.rebalanced(Fetched())
+        assert ("t", 0) in sup.partitions and sup.rebalance.rebalances == expected, group_type

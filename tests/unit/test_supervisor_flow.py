@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fakes import TP0, TP1, assign, make, msgs, report
+import fakes
+from fakes import TP0, TP1, assign, assign_in_consume, make, msgs, pending, redeliver, report, revoke, status
 
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.partition.partition import PauseReason
@@ -48,8 +49,8 @@ def enqueue(sup: Any, tp: Any, bid: int, first: int, last: int, size: int = 100,
     """A batch cut from tp (registered in its tracker, as intake does) waiting for a ring."""
     p = sup.partitions[tp]
     p.tracker.register(bid, first, last)
-    data = frame(bid, p.fence.slot, p.fence.epoch, tp, first, last, size)
-    b = Batch(bid, tp, p.fence.slot, p.fence.epoch, first, last, last - first + 1, data, bucket)
+    data = frame(bid, p.slot, p.epoch, tp, first, last, size)
+    b = Batch(bid, tp, p.slot, p.epoch, first, last, last - first + 1, data, bucket)
     sup.scheduler.enqueue([b])
     return b
 
@@ -57,7 +58,7 @@ def enqueue(sup: Any, tp: Any, bid: int, first: int, last: int, size: int = 100,
 def out(sup: Any, tp: Any, bid: int, first: int, last: int, worker: int = 0) -> Batch:
     """A batch written to a worker's ring."""
     b = enqueue(sup, tp, bid, first, last)
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     assert sup.scheduler.out_on(worker, bid), f"batch {bid} went to another worker"
     return b
 
@@ -68,7 +69,7 @@ def done(pool: Any, worker: int, b: Batch, **kw: Any) -> None:
 
 def fetch(sup: Any, consumer: Any, fetched: Fetched) -> None:
     consumer.next_fetch = lambda n, t: fetched
-    sup.fetch()
+    fakes.fetch(sup)
 
 
 # ---------------------------------------------------------------------- backpressure (invariant 3)
@@ -84,15 +85,15 @@ def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hyste
     assert TP0 in consumer.paused and sup.partitions[TP0].pause_reasons() == [PauseReason.FLOW]
     pool.handles[0].ring.accept = True
     # Two batches leave for the ring: still counted (in a ring, not done).
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "800 bytes out or waiting: still paused"
     for b in pool.handles[0].ring.take():
         frame = decode_frame(b)
         assert frame is not None
         report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
-    sup.results.collect()
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.applier.collect()
+    sup.scheduler.dispatch(sup.capacity())
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "600 bytes: between the watermarks, stays paused"
     for _ in range(2):
@@ -100,8 +101,8 @@ def test_a_partition_over_its_share_of_the_backlog_pauses_and_resumes_with_hyste
             frame = decode_frame(b)
             assert frame is not None
             report(pool, 0, Result(DONE, frame.batch_id, frame.slot, frame.epoch, processed=10))
-        sup.results.collect()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.scheduler.dispatch(sup.capacity())
     sup.flow.reconcile()
     assert TP0 not in consumer.paused, "200 bytes: below resume_below, fetching again"
 
@@ -135,8 +136,8 @@ def test_a_fetch_asks_for_no_more_than_the_budget_can_take() -> None:
 def test_an_operator_paused_partition_is_paused_at_assignment_before_it_fetches() -> None:
     sup, consumer, _clock, _ = make()
     assign(sup, consumer, [TP0])
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
-    sup.rebalance.on_revoke([TP0])
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "maintenance")
+    revoke(sup, [TP0])
 
     class Pauses:
         def pause_for(self, tp: Any) -> Any:
@@ -151,7 +152,7 @@ def test_an_operator_paused_partition_is_paused_at_assignment_before_it_fetches(
 def test_incremental_assignment_keeps_existing_pauses_and_reconcile_repairs_forgotten_ones() -> None:
     sup, consumer, clock, _pool = make()
     assign(sup, consumer, [TP0])
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "maintenance")
     consumer.paused.clear()  # the client forgot the pause across the rebalance
     assign(sup, consumer, [TP1])
     assert TP1 not in consumer.paused
@@ -163,9 +164,9 @@ def test_incremental_assignment_keeps_existing_pauses_and_reconcile_repairs_forg
 def test_a_lost_resume_is_repaired_within_a_second() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "x")
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "x")
     sup.flow.reconcile()
-    assert sup.flow.release(sup.partitions[TP0], PauseReason.OPERATOR)
+    assert sup.partitions[TP0].release(PauseReason.OPERATOR)
     consumer.ignore_next_resume = True
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "the fake client lost the resume"
@@ -177,7 +178,6 @@ def test_a_lost_resume_is_repaired_within_a_second() -> None:
 def test_an_idle_partition_at_its_end_is_not_poked() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     fetch(sup, consumer, Fetched(eof={TP0: 10}))
     consumer.calls.clear()
     clock.now += 5
@@ -188,8 +188,8 @@ def test_an_idle_partition_at_its_end_is_not_poked() -> None:
 def test_holds_are_never_resumed_by_flow_control_and_timed_ones_expire() -> None:
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0, TP1])
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "maintenance")
-    sup.flow.hold(sup.partitions[TP1], PauseReason.BACKOFF, "downstream", until=clock.now + 3)
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "maintenance")
+    sup.partitions[TP1].hold(PauseReason.BACKOFF, "downstream", until=clock.now + 3)
     for _ in range(5):
         clock.now += 1.0
         sup.flow.reconcile()
@@ -208,9 +208,9 @@ def test_the_batch_a_revocation_waits_for_is_committed_with_it() -> None:
     b = out(sup, TP0, 7, 0, 9)
     h = pool.handles[0]
     h.alive = True
-    h.board.begin(7, p.fence.slot)  # the worker is running it
+    h.board.begin(7, p.slot)  # the worker is running it
     done(pool, 0, b)  # ... and finishes it while the revocation waits
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     assert consumer.commits[-1] == {TP0: 10}, "the batch in progress at the fence is committed"
     assert TP0 not in sup.partitions and not sup.scheduler.has_out(TP0)
     assert sup.rebalance.revocations[-1]["partitions"] == ["t[0]"]
@@ -220,10 +220,10 @@ def test_a_late_result_of_a_released_partition_completes_nothing() -> None:
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
     b = out(sup, TP0, 7, 0, 9)
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     assign(sup, consumer, [TP0])
     done(pool, 0, b)
-    sup.results.collect()
+    sup.applier.collect()
     assert sup.partitions[TP0].tracker.committable is None, "a batch that is not out completes nothing"
 
 
@@ -234,9 +234,9 @@ def test_a_revocation_kills_a_worker_that_will_not_let_go_in_time() -> None:
     out(sup, TP0, 7, 0, 9)
     h = pool.handles[0]
     h.alive = True
-    h.board.begin(7, p.fence.slot)  # running, and never reporting
+    h.board.begin(7, p.slot)  # running, and never reporting
     clock.step = 0.5  # time passes while the revocation waits
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     clock.step = 0.0
     assert pool.killed == [0], "killed after revoke_timeout_s"
     assert "revoke_timeout" in (sup.workforce.lives[0].kill or "")
@@ -247,7 +247,7 @@ def test_a_refused_asynchronous_commit_is_sent_again_even_without_progress() -> 
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
     done(pool, 0, out(sup, TP0, 1, 0, 9))
-    sup.results.collect()
+    sup.applier.collect()
     sup.commits.commit(list(sup.partitions.values()), asynchronous=True)
     assert consumer.commits == [{TP0: 10}]
     consumer.refused = {TP0: 10}  # e.g. REBALANCE_IN_PROGRESS, reported by on_commit
@@ -262,7 +262,6 @@ def test_rows_and_eof_in_the_same_consume_mean_caught_up() -> None:
     """One consume() may return a partition's last records and its EOF event together."""
     sup, consumer, _, _ = make()
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 0, 1)}, eof={TP0: 2}, count=2))
     assert sup.partitions[TP0].intake.eof_at == 2
     fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 2)}, eof={TP0: 2}, count=1))
@@ -274,27 +273,28 @@ def test_records_straddling_a_rebalance_are_dropped_and_the_partition_restarts_a
     assign of the same partition (past the commit) and records restarting at the commit."""
     sup, consumer, _, _ = make()
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
 
     def consume_with_rebalance(n: int, t: float) -> Fetched:
         sup.rebalance.on_revoke([TP0])
-        assign(sup, consumer, [TP0])
+        assign_in_consume(sup, consumer, [TP0])
         stale, fresh = msgs(TP0, 500, 501), msgs(TP0, 200)
         return Fetched(runs={TP0: stale + fresh, TP1: msgs(TP1, 7)}, count=4)
 
     consumer.next_fetch = consume_with_rebalance
-    sup.partitions[TP0].tracker.register(1, 0, 9)
-    sup.fetch()  # must not raise "goes backwards"
+    sup.partitions[TP0].register([(1, 0, 9)], 0.0)
+    consumer.started.clear()
+    fakes.fetch(sup)  # must not raise "goes backwards"
     assert sup.partitions[TP0].intake.open_msgs == [], "nothing of the straddling call is kept"
     assert consumer.started == [[TP0]], "the partition restarts at its committed offset"
 
 
 def test_a_committed_offset_the_broker_does_not_give_holds_the_partition_and_is_tried_again() -> None:
     sup, consumer, clock, _ = make()
-    assign(sup, consumer, [TP0])
     consumer.seek_fails = {TP0}
+    assign_in_consume(sup, consumer, [TP0])
     fetch(sup, consumer, Fetched())  # the assignment touched TP0: its start offset is looked up, and fails
     p = sup.partitions[TP0]
+    sup.flow.reconcile()  # the tick's flow control: it does not fetch
     assert PauseReason.SEEKING in p.pause.holds and TP0 in consumer.paused
     fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 0, 1)}, count=2))
     assert p.intake.open_msgs == [], "records from an unknown position are not processed"
@@ -310,10 +310,9 @@ def test_a_committed_offset_the_broker_does_not_give_holds_the_partition_and_is_
 def test_lag_before_the_first_batch_is_done_counts_from_where_reading_started() -> None:
     sup, consumer, _clock, _ = make()
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     consumer.high[TP0] = 1000
     fetch(sup, consumer, Fetched(runs={TP0: msgs(TP0, 900, 901)}, count=2))
-    (part,) = sup.reporter.snapshot(0.0, True, None).partitions
+    (part,) = status(sup).partitions
     assert part.lag == 100
 
 
@@ -325,17 +324,19 @@ def test_a_deferred_batch_is_read_again_from_its_first_record_once_its_batches_a
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
     b1, b2, b3 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(3))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     assert sup.scheduler.count(0) == 2, "one running, one queued: the third waits in its lane"
     done(pool, 0, b1)
     report(pool, 0, Result(DEFERRED, 2, b2.slot, b2.epoch, detail="broker away", cause="delivery"))
-    sup.results.collect()
-    assert PauseReason.DELIVERY in p.pause.holds and p.fence.rewinding and TP0 in consumer.paused
-    assert sup.scheduler.pending(TP0) == 0, "the batch waiting in its lane was dropped"
+    sup.applier.collect()
+    assert PauseReason.DELIVERY in p.pause.holds and p.rewinding
+    assert TP0 not in sup.scheduler.snapshot().pending, "the batch waiting in its lane was dropped"
+    sup.flow.reconcile()  # later in the tick, before the next fetch
+    assert TP0 in consumer.paused
     assert b3.batch_id not in {decode_frame(f).batch_id for f in pool.handles[0].ring.frames}  # type: ignore[union-attr]
-    sup.assignment.advance_rewinds()
+    sup.starts.read_again()
     assert consumer.seeks == [(TP0, 10)], "nothing is out any more: read again from the deferred batch"
-    assert p.tracker.committable == 10 and not p.fence.rewinding
+    assert p.tracker.committable == 10 and not p.rewinding
     clock.now += 0.5
     sup.flow.reconcile()
     assert TP0 in consumer.paused, "still backing off"
@@ -351,15 +352,15 @@ def test_a_rewind_waits_for_every_batch_out_in_a_ring() -> None:
     assign(sup, consumer, [TP0])
     p = sup.partitions[TP0]
     b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     report(pool, 0, Result(DEFERRED, 1, b1.slot, b1.epoch, detail="x", cause="backoff", delay_ms=100))
-    sup.results.collect()
-    sup.assignment.advance_rewinds()
+    sup.applier.collect()
+    sup.starts.read_again()
     assert consumer.seeks == [], "batch 2 is still out in the ring: no seek yet"
     report(pool, 0, Result(FENCED, 2, b2.slot, b2.epoch))  # the worker skipped it
-    sup.results.collect()
-    sup.assignment.advance_rewinds()
-    assert consumer.seeks == [(TP0, 0)] and not p.fence.rewinding
+    sup.applier.collect()
+    sup.starts.read_again()
+    assert consumer.seeks == [(TP0, 0)] and not p.rewinding
 
 
 def test_a_backoff_for_every_partition_holds_them_all() -> None:
@@ -368,8 +369,9 @@ def test_a_backoff_for_every_partition_holds_them_all() -> None:
     b = out(sup, TP0, 1, 0, 9)
     report(pool, 0, Result(DEFERRED, 1, b.slot, b.epoch, detail="x", cause="backoff", delay_ms=2000,
                            scope="all"))
-    sup.results.collect()
+    sup.applier.collect()
     assert all(PauseReason.BACKOFF in p.pause.holds for p in sup.partitions.values())
+    sup.flow.reconcile()
     assert consumer.paused == {TP0, TP1}
 
 
@@ -383,9 +385,9 @@ def test_a_blocked_partition_drops_its_waiting_batches_so_they_do_not_hold_back_
     for i in range(6):
         enqueue(sup, TP0, i + 2, 10 + i * 10, 19 + i * 10)
     report(pool, 0, Result(BLOCKED, 1, b.slot, b.epoch, detail="offset 3: boom"))
-    sup.results.collect()
+    sup.applier.collect()
     p = sup.partitions[TP0]
-    assert p.blocked == "offset 3: boom" and sup.scheduler.pending(TP0) == 0
+    assert p.blocked == "offset 3: boom" and TP0 not in sup.scheduler.snapshot().pending
     sup.flow.reconcile()
     assert TP1 not in consumer.paused, "the healthy partition keeps going"
     assert TP0 in consumer.paused
@@ -395,14 +397,14 @@ def test_a_slot_freed_by_a_blocked_partition_does_not_block_the_next_one() -> No
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
     b = out(sup, TP0, 1, 0, 9)
-    slot = sup.partitions[TP0].fence.slot
+    slot = sup.partitions[TP0].slot
     report(pool, 0, Result(BLOCKED, 1, slot, b.epoch, detail="offset 0: boom"))
-    sup.results.collect()
-    sup.rebalance.on_revoke([TP0])
+    sup.applier.collect()
+    revoke(sup, [TP0])
     assign(sup, consumer, [TP1])
     new = sup.partitions[TP1]
-    assert new.fence.slot == slot, "the slot is reused (newest first)"
-    assert new.blocked is None and not new.pause.holds and new.fence.epoch != b.epoch
+    assert new.slot == slot, "the slot is reused (newest first)"
+    assert new.blocked is None and not new.pause.holds and new.epoch != b.epoch
 
 
 def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() -> None:
@@ -411,16 +413,16 @@ def test_a_dead_workers_batches_go_back_in_order_and_the_partition_may_move() ->
     sup, consumer, _clock, pool = make(workers=2)
     assign(sup, consumer, [TP0])
     b1, b2 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(2))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     (worker,) = [w for w in (0, 1) if sup.scheduler.count(w)]
     assert sup.scheduler.count(worker) == 2, "a partition's batches are on one worker at a time"
     pool.handles[worker].ring.take()
     from runtime.supervisor.workers.workforce import Death
 
-    sup.results.redeliver(Death(worker, b1.batch_id, "killed by SIGKILL"))
+    redeliver(sup, Death(worker, b1.batch_id, "killed by SIGKILL"))
     assert b1.crashes == 1 and b2.crashes == 0
     sup.workforce.lives[worker].kill = "dead"  # not accepting until it is restarted
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     other = 1 - worker
     frames = [decode_frame(f) for f in pool.handles[other].ring.frames]
     assert [f.batch_id for f in frames if f is not None] == [1, 2], "in their original order"
@@ -431,13 +433,12 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
     # Batches of 40: each bucket's ~20 records are worth a frame of their own (intake._groups).
     sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0, batch_max_records=40)
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     run = []
     for o in range(40):
         run += msgs(TP0, o, key=f"k{o % 8}".encode())
     fetch(sup, consumer, Fetched(runs={TP0: run}, count=40))
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    fakes.cut(sup)
+    sup.scheduler.dispatch(sup.capacity())
     frames = [[decode_frame(f) for f in h.ring.frames] for h in pool.handles]
     assert all(frames), f"both workers got batches of the one partition: {[len(f) for f in frames]}"
     p = sup.partitions[TP0]
@@ -446,16 +447,16 @@ def test_key_ordering_spreads_a_partition_over_workers_by_key_and_keeps_one_span
         f = decode_frame(raw)
         assert f is not None
         report(pool, 0, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
-    sup.results.collect()
+    sup.applier.collect()
     assert p.tracker.committable is None
-    while any(h.ring.frames for h in pool.handles) or sup.scheduler.pending(TP0):
+    while any(h.ring.frames for h in pool.handles) or pending(sup, TP0):
         for i, h in enumerate(pool.handles):
             for raw in h.ring.take():
                 f = decode_frame(raw)
                 assert f is not None
                 report(pool, i, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
-        sup.results.collect()
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.applier.collect()
+        sup.scheduler.dispatch(sup.capacity())
     assert p.tracker.committable == 40
 
 
@@ -465,22 +466,21 @@ def test_key_ordering_puts_a_small_cut_in_one_frame_of_several_buckets_in_offset
     key's records are too), in every bucket's lane."""
     sup, consumer, _clock, pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     run = []
     for o in range(40):
         run += msgs(TP0, o, key=f"k{o % 8}".encode())
     fetch(sup, consumer, Fetched(runs={TP0: run}, count=40))
-    batches = sup.intake.cut(True)
+    batches = sup.intake.cut(fakes.room(), drained=True).batches
     assert len(batches) == 1 and batches[0].buckets is not None and len(batches[0].buckets) == 2
     sup.scheduler.enqueue(batches)
-    sup.scheduler.dispatch(sup.workforce.allowance())
+    sup.scheduler.dispatch(sup.capacity())
     frames = [decode_frame(f) for h in pool.handles for f in h.ring.frames]
     assert len(frames) == 1 and frames[0] is not None
     assert list(frames[0].columns.offset_list()) == list(range(40))
     f = frames[0]
     report(pool, next(i for i, h in enumerate(pool.handles) if h.ring.frames),
            Result(DONE, f.batch_id, f.slot, f.epoch, processed=40))
-    sup.results.collect()
+    sup.applier.collect()
     assert sup.partitions[TP0].tracker.committable == 40
 
 
@@ -501,20 +501,19 @@ def test_a_hot_key_that_serialises_a_partition_is_reported() -> None:
     the records stays in one lane, and status says so instead of hiding it."""
     sup, consumer, _clock, _pool = make(workers=2, ordering="key", batch_max_wait_ms=0)
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
     run = []
     for o in range(300):
         run += msgs(TP0, o, key=b"hot" if o % 10 else f"k{o}".encode())
     fetch(sup, consumer, Fetched(runs={TP0: run}, count=300))
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    (part,) = sup.reporter.snapshot(0.0, True, None).partitions
+    fakes.cut(sup)
+    (part,) = status(sup).partitions
     assert part.hot_key is not None and "b'hot'" in part.hot_key and "90%" in part.hot_key
     spread = []
     for o in range(300, 600):
         spread += msgs(TP0, o, key=f"k{o}".encode())
     fetch(sup, consumer, Fetched(runs={TP0: spread}, count=300))
-    sup.scheduler.enqueue(sup.intake.cut(True))
-    assert sup.reporter.snapshot(0.0, True, None).partitions[0].hot_key is None, "keys spread again"
+    fakes.cut(sup)
+    assert status(sup).partitions[0].hot_key is None, "keys spread again"
 
 
 # ---------------------------------------------------------------------- batch-level scheduling (issue 16)
@@ -531,7 +530,7 @@ def test_three_partitions_keep_two_workers_busy_by_moving_between_batches() -> N
     busy = [0, 0]
     where: dict[Any, set[int]] = {TP0: set(), TP1: set(), TP2: set()}
     for _ in range(60):
-        sup.scheduler.dispatch(sup.workforce.allowance())
+        sup.scheduler.dispatch(sup.capacity())
         for w, h in enumerate(pool.handles):
             running = h.ring.frames[:1]  # the worker finishes the first batch of its ring
             if not running:
@@ -542,7 +541,7 @@ def test_three_partitions_keep_two_workers_busy_by_moving_between_batches() -> N
             assert f is not None
             where[(f.topic, f.partition)].add(w)
             report(pool, w, Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns)))
-        sup.results.collect()
+        sup.applier.collect()
         for tp in where:
             on = {w for w in (0, 1) if any((lambda x: x is not None and (x.topic, x.partition) == tp)(
                 decode_frame(fr)) for fr in pool.handles[w].ring.frames)}
@@ -560,11 +559,8 @@ def test_a_partial_batch_is_cut_early_for_an_idle_worker_only_when_the_client_ha
     room; once the client's queue is drained, a worker with room gets it at once."""
     sup, consumer, _clock, _pool = make(batch_max_records=100, batch_max_wait_ms=1000)
     assign(sup, consumer, [TP0])
-    sup.assignment.touched.clear()
-    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, *range(n))}, count=n)
-    sup.intake.fetch(10, 0)  # the client had as much as was asked for: behind
     sup.intake.take(Fetched(runs={TP0: msgs(TP0, *range(10))}, count=10))
-    assert sup.intake.cut(worker_has_room=True) == [], "10 of 100: waits for more"
-    consumer.next_fetch = lambda n, t: Fetched()
-    sup.intake.fetch(10, 0)  # nothing more queued
-    assert [b.count for b in sup.intake.cut(worker_has_room=True)] == [10], "cut at once"
+    # The client had as much as was asked for: behind.
+    assert sup.intake.cut(fakes.room(), drained=False).batches == [], "10 of 100: waits for more"
+    # Nothing more queued.
+    assert [b.count for b in sup.intake.cut(fakes.room(), drained=True).batches] == [10], "cut at once"

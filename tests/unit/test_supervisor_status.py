@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign
+from fakes import TP0, TP1, Clock, FakeConsumer, FakePool, assign, revoke
 
 from runtime.config import Settings
 from runtime.ops.status import PartitionStatus, RecentRates, StatusFile, StatusSnapshot, WindowCpu
@@ -59,7 +59,7 @@ def test_the_final_status_after_sigterm_says_stopped_why_and_when_and_not_ready(
 def test_a_partition_paused_for_a_reason_stays_paused_in_the_final_status(tmp_path: Path) -> None:
     sup, consumer, _clock, _pool = make(tmp_path)
     assign(sup, consumer, [TP0, TP1])
-    sup.flow.hold(sup.partitions[TP0], PauseReason.OPERATOR, "by ringmaster pause")
+    sup.partitions[TP0].hold(PauseReason.OPERATOR, "by ringmaster pause")
     sup.stopping = True
     sup.stop_reason = "caught up with the end of every assigned partition (--until-caught-up)"
     sup.shutdown()
@@ -133,11 +133,11 @@ def test_a_worker_still_busy_after_revoke_timeout_is_killed_by_the_supervisor_fo
     h.alive, h.pid = True, 4242
     p = sup.partitions[TP0]
     p.tracker.register(7, 0, 9)
-    sup.scheduler.enqueue([Batch(7, TP0, p.fence.slot, p.fence.epoch, 0, 9, 10, b"", None)])
-    sup.scheduler.dispatch(sup.workforce.allowance())
-    h.board.begin(7, p.fence.slot)
+    sup.scheduler.enqueue([Batch(7, TP0, p.slot, p.epoch, 0, 9, 10, b"", None)])
+    sup.scheduler.dispatch(sup.capacity())
+    h.board.begin(7, p.slot)
     clock.step = 0.05  # time passes while the revocation waits
-    sup.rebalance.on_revoke([TP0])
+    revoke(sup, [TP0])
     assert pool.killed == [0]
     kill = sup.workforce.lives[0].kill
     assert kill is not None and "revoked partition" in kill and "supervisor.revoke_timeout_s" in kill

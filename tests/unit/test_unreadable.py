@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+import fakes
 import pytest
 from fakes import TP0, assign, make
 from mockwire import consumed
@@ -109,10 +110,11 @@ def test_salvage_after_the_client_cached_its_broken_list() -> None:
 
 
 def test_the_supervisor_dead_letters_it_and_processes_the_rest_of_the_batch() -> None:
-    sup, consumer, _clock, _pool = make()
     submitted: list[tuple[Any, ...]] = []
 
     class Desk:
+        max_bytes = 1_000_000
+
         def submit(self, tp: Any, batch_id: int, row: Any, error_type: str, message: str,
                    attempts: int = 1, plugin_version: str | None = None) -> None:
             submitted.append((tp, batch_id, row, error_type, message))
@@ -120,15 +122,14 @@ def test_the_supervisor_dead_letters_it_and_processes_the_rest_of_the_batch() ->
         def pending(self, tp: Any = None) -> int:
             return 0
 
-    sup.results.desk = Desk()  # type: ignore[assignment]
+    sup, consumer, _clock, _pool = make(desk=Desk())  # type: ignore[arg-type]
     assign(sup, consumer, [TP0])
     flow = sup.partitions[TP0]
     msgs = run_with_bad(at=2, n=6)
     sup.intake.take(Fetched(runs={TP0: msgs}, count=6))
-    batches = sup.intake.cut(True)
-    parts = sup.intake.take_too_large()
-    sup.results.dead_letter_set_aside(parts)
-    assert sup.intake.take_too_large() == [], "handed over once"
+    cut = sup.intake.cut(fakes.room(), drained=True)
+    batches, parts = cut.batches, cut.set_aside
+    sup.applier.apply(sup.results.set_aside(parts))
     assert [(b.first, b.last) for b in batches] == [(0, 1), (3, 5)], "the rest of the run is packed"
     assert len(parts) == 1 and isinstance(parts[0], Unreadable)
     ((tp, bid, row, error_type, message),) = submitted
@@ -146,8 +147,7 @@ def test_without_a_dead_letter_topic_the_partition_stops_at_it() -> None:
     assign(sup, consumer, [TP0])
     flow = sup.partitions[TP0]
     sup.intake.take(Fetched(runs={TP0: run_with_bad(at=1, n=3)}, count=3))
-    sup.intake.cut(True)
-    sup.results.dead_letter_set_aside(sup.intake.take_too_large())
+    sup.applier.apply(sup.results.set_aside(sup.intake.cut(fakes.room(), drained=True).set_aside))
     assert flow.blocked is not None and "offset 1: UnreadableRecord" in flow.blocked
 
 
@@ -157,8 +157,9 @@ def test_several_unreadable_records_in_one_run() -> None:
     sup, consumer, _clock, _pool = make()
     assign(sup, consumer, [TP0])
     sup.intake.take(Fetched(runs={TP0: msgs}, count=10))
-    batches = sup.intake.cut(True)
-    assert [p.row[0] for p in sup.intake.too_large] == [0, 3, 4, 9]
+    cut = sup.intake.cut(fakes.room(), drained=True)
+    batches = cut.batches
+    assert [p.row[0] for p in cut.set_aside] == [0, 3, 4, 9]
     frames = [decode_frame(b.frame) for b in batches]
     assert [v for f in frames if f for v in f.columns.values] == [b"v1", b"v2", b"v5", b"v6", b"v7", b"v8"]
 

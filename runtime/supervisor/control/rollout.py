@@ -97,6 +97,20 @@ class Operation:
                                self.processes_from, self.processes_to)
 
 
+@dataclass(frozen=True)
+class RolloutView:
+    """What the rollout reports (runtime/supervisor/daemon/report.py): the code the daemon
+    runs, how many workers it aims at, the last reload and resize."""
+
+    plugin: str
+    plugin_version: str | None
+    workers_target: int
+    workers_max: int
+    reload: OperationStatus | None
+    scale: OperationStatus | None
+    operations: dict[str, int]
+
+
 # What a reload applies (the workers' plugin and its settings); anything else needs a restart.
 _RELOADED = {"workers.plugin", "workers.settings"}
 
@@ -162,6 +176,11 @@ class Rollout:
     def version(self) -> str | None:
         """The plugin version the daemon runs (a reload in progress changes it once its canary passed)."""
         return self.version_of(self.code.generation)
+
+    def snapshot(self) -> RolloutView:
+        last = {kind: op.status() for kind, op in self.last.items()}
+        return RolloutView(self.code.plugin, self.version, self.target, self.limit, last.get(OpKind.RELOAD),
+                           last.get(OpKind.SCALE), dict(self.outcomes))
 
     # ------------------------------------------------------------------ operations
     def reload(self, requested_by: str) -> Operation:

@@ -1,10 +1,13 @@
-"""The flow-control room: why each partition must not fetch, and every pause/resume sent to
-the client. Runs in: supervisor.
+"""The flow-control room: whether each partition fetches, and every pause/resume sent to the
+client. Runs in: supervisor.
 
-Owns each partition's ``pause`` part (partitions.py): the holds other rooms ask for (through
-``hold``/``release``: operator, back-off, delivery, blocked, seeking), its own backpressure
-decisions, and what the client was last told. A partition fetches when nothing holds it, it
-is not rewinding, and its backlog is within its share.
+Decides each partition's backpressure (the partition keeps the decision, its ``pause`` part:
+runtime/supervisor/partition/partition.py) and is the one room that tells the client: pauses
+for partitions held (operator, back-off, delivery, blocked, seeking: holds the partitions keep
+themselves), over their share of the backlog, too far ahead, rewinding or held over capacity
+(the partition table's), and resumes for the rest. A partition fetches when nothing holds it,
+it is not rewinding, and its backlog is within its share. ``tests/unit/test_claims.py`` fails
+when another module calls the client's pause or resume.
 
 **Backpressure** (invariant 3). The host's budget is ``pause_above`` of all rings together;
 a partition's backlog is what was fetched for it and not yet processed, in the supervisor
@@ -20,7 +23,7 @@ rebalance.
 **Pause state belongs to the runtime, not to librdkafka** (invariant 4): desired state is
 re-applied every second, and a partition that should fetch but has shown no activity for a
 second is resumed again (librdkafka#5591, the pause-assign-resume race); holds are never
-resumed by that step.
+resumed by that step. Partitions held over capacity are paused again every tick.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from collections.abc import Callable, Iterable
 
 from runtime.config import WorkerSettings
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.partition.partition import HOLDS, Hold, Partition, Partitions, PauseReason
+from runtime.supervisor.partition.partition import Partition
+from runtime.supervisor.partition.table import PartitionTable
 from runtime.supervisor.scheduling.scheduler import Scheduler
 from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP
@@ -52,7 +56,7 @@ def wants_flow_pause(paused: bool, backlog: float, share: float, pause_above: fl
 
 
 class FlowControl:
-    def __init__(self, w: WorkerSettings, consumer: Consumer, partitions: Partitions, intake: Intake,
+    def __init__(self, w: WorkerSettings, consumer: Consumer, partitions: PartitionTable, intake: Intake,
                  scheduler: Scheduler, ring_capacity: int, clock: Callable[[], float]) -> None:
         self.w = w
         self.consumer = consumer
@@ -64,40 +68,39 @@ class FlowControl:
         self.clock = clock
         self._last_reconcile = 0.0
 
-    # ------------------------------------------------------------------ holds (other rooms ask)
-    def hold(self, p: Partition, reason: PauseReason, detail: str, until: float | None = None) -> None:
-        """Hold the partition (it stops fetching at once) until released or ``until``."""
-        assert reason in HOLDS, reason
-        old = p.pause.holds.get(reason)
-        p.pause.holds[reason] = Hold(reason, detail, until, old.since if old else self.clock())
-        self.pause_now(p)
-
-    def release(self, p: Partition, reason: PauseReason) -> bool:
-        """True if it was held for this reason (it fetches again at the next reconcile if
-        nothing else holds it)."""
-        return p.pause.holds.pop(reason, None) is not None
-
-    def pause_now(self, p: Partition) -> None:
-        """Stop fetching the partition now (a fence or a hold): not at the next reconcile."""
-        if not p.pause.paused:
-            p.pause.paused = True
-            self.consumer.pause([p.tp])
+    # ------------------------------------------------------------------ assignments
+    def assigned(self, new: list[Partition], over: list[TP]) -> None:
+        """At the loop's rebalance step, for what the group just assigned. INVARIANT (4):
+        librdkafka starts every newly assigned partition fetching; the runtime's own decision
+        is applied before anything is fetched again, so a member with a full backlog, or a
+        paused group, gets no batch because of a rebalance. Partitions held over capacity
+        (the table's) must not fetch at all."""
+        if over:
+            self.consumer.pause(over)
+        self.new_partitions(new)
 
     def new_partitions(self, parts: list[Partition]) -> None:
-        """Runs in: rebalance callback. INVARIANT (4): librdkafka starts every newly assigned
-        partition fetching; the runtime's own decision is applied at once, so a member with a
-        full backlog, or a paused group, gets no batch because of a rebalance."""
+        """Newly held partitions: paused at once where the runtime wants them paused."""
         self.decide(parts)
-        paused = [p for p in parts if self._wants_pause(p)]
+        paused = [p for p in parts if p.wants_pause]
         for p in paused:
-            p.pause.paused = True
+            p.told(paused=True)
         self.consumer.pause([p.tp for p in paused])
 
     def take_over(self, parts: list[Partition]) -> None:
-        """Partitions held over capacity (paused in the client, assignment.py) that now have a
-        slot: the same decision as for new ones, and the others resumed at once."""
+        """Partitions held over capacity (paused in the client) that now have a slot: the same
+        decision as for new ones, and the others resumed at once."""
         self.new_partitions(parts)
         self.consumer.resume([p.tp for p in parts if not p.pause.paused])
+
+    def pause_held(self) -> None:
+        """Partitions just held (an operator's pause) stop fetching now, not at the next
+        reconcile: a pause means "stop now"."""
+        held = [p for p in self.partitions.values() if p.held and not p.pause.paused]
+        for p in held:
+            p.told(paused=True)
+        if held:
+            self.consumer.pause([p.tp for p in held])
 
     def resize(self, workers: int) -> None:
         """The pool now aims at this many workers (a resize): the host's budget follows."""
@@ -114,14 +117,16 @@ class FlowControl:
         share = self.budget / max(1, busy)
         for p in self.partitions.values() if parts is None else parts:
             pause = p.pause
-            pause.flow_paused = wants_flow_pause(pause.flow_paused, backlogs.get(p.tp, 0.0), share,
-                                                 self.w.pause_above, self.w.resume_below)
+            flow_paused = wants_flow_pause(pause.flow_paused, backlogs.get(p.tp, 0.0), share,
+                                           self.w.pause_above, self.w.resume_below)
+            ahead = pause.ahead
             if self.w.ordering != "partition":
                 # Bounded run-ahead: a slow lane lets the others go on only this far past the
                 # committed offset, then the partition waits. Half the bound to resume.
-                ahead = p.tracker.uncommitted_records + len(p.intake.open_msgs)
+                run_ahead = p.tracker.uncommitted_records + len(p.intake.open_msgs)
                 limit = self.w.max_uncommitted_records
-                pause.ahead = ahead > limit // 2 if pause.ahead else ahead >= limit
+                ahead = run_ahead > limit // 2 if pause.ahead else run_ahead >= limit
+            p.decided(flow_paused, ahead)
 
     def records_wanted(self) -> int:
         """How many records one consume() may return: up to a batch per assigned partition,
@@ -139,22 +144,23 @@ class FlowControl:
 
     # ------------------------------------------------------------------ the tick
     def reconcile(self) -> None:
-        """Expire timed holds, decide, and apply pause/resume; repair what the client lost."""
+        """Pause again what is held over capacity (what the client was told about it is not
+        trusted across rebalances, invariant 4); expire timed holds, decide, and apply
+        pause/resume; repair what the client lost."""
+        if self.partitions.over_capacity:
+            self.consumer.pause(list(self.partitions.over_capacity))
         now = self.clock()
         for p in self.partitions.values():
-            for hold in [h for h in p.pause.holds.values() if h.until is not None and now >= h.until]:
-                del p.pause.holds[hold.reason]
+            for hold in p.expire_holds(now):
                 log.info("hold ended; resuming", extra={"tp": p.label, "reason": hold.reason.value})
         self.decide()
         pause: set[TP] = set()
         resume: set[TP] = set()
         for p in self.partitions.values():
-            want = self._wants_pause(p)
+            want = p.wants_pause
             if want != p.pause.paused:
-                p.pause.paused = want
+                p.told(want, None if want else now)
                 (pause if want else resume).add(p.tp)
-                if not want:
-                    p.pause.last_resume = now
         if now - self._last_reconcile >= _RECONCILE_S:
             self._last_reconcile = now
             for p in self.partitions.values():
@@ -163,17 +169,13 @@ class FlowControl:
                 elif (p.intake.eof_at is None and p.tp not in resume
                       and now - p.intake.last_activity >= _RECONCILE_S
                       and now - p.pause.last_resume >= _RECONCILE_S):
-                    p.pause.last_resume = now
+                    p.told(False, now)
                     resume.add(p.tp)
         self.consumer.pause(sorted(pause))
         self.consumer.resume(sorted(resume))
 
-    @staticmethod
-    def _wants_pause(p: Partition) -> bool:
-        return p.pause.flow_paused or p.pause.ahead or p.held
-
     def pause_all(self) -> None:
         """Shutdown: stop fetching everything."""
         for p in self.partitions.values():
-            p.pause.paused = True
+            p.told(paused=True)
         self.consumer.pause(list(self.partitions))

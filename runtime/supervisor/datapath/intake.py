@@ -1,22 +1,25 @@
-"""The intake room: fetch, and cut what was fetched into batches. Runs in: supervisor.
+"""The intake room: what consume() returned, handed to each partition, and cut into batches.
+Runs in: supervisor.
 
-    consume() ─▶ runs per partition ─▶ open records ─cut─▶ batches (per key bucket in key
-                                                    ordering) ─▶ the scheduler's lanes
-                                                    (spans registered in the offset tracker)
+    consume() (the loop's) ─▶ runs per partition ─▶ open records (the partition's) ─cut─▶
+        batches (per key bucket in key ordering) ─▶ the scheduler's lanes (spans registered in
+        the partition's offset tracker)
 
-Owns each partition's ``intake`` part (partitions.py). Never blocks.
+Decides when a partition's records are cut and how; the partition keeps them
+(runtime/supervisor/partition/partition.py). Never blocks.
 
 How big a batch is: at most ``batch_max_records``; at most about a sixteenth of a ring for
 large records (bytes per record learnt from packed frames); and at most about
 ``batch_target_ms`` of plugin work (µs per record learnt from the workers' results). The
 last bound is for latency: a record waits for the whole batch it is in, so 500 records of
 100 µs put 50 ms on every one of them (issue 16). A partition with a backlog gets batches of
-up to 4 × ``batch_target_ms`` (``_size``): its records wait in line whatever the cut, and
-each batch costs its worker a wait for the broker's acknowledgements. A batch is cut when it is full, when its
-first record has waited ``batch_max_wait_ms``, or at once when a worker has room and nothing
-waits for it, provided the client had nothing more queued (small batches only when they cost
-nothing: when the supervisor is behind, cutting whatever arrived for every idle worker made
-thousands of tiny batches, and adding workers made trivial work slower — issue 16).
+up to 4 × ``batch_target_ms`` (``batch_size``): its records wait in line whatever the cut,
+and each batch costs its worker a wait for the broker's acknowledgements. A batch is cut when
+it is full, when its first record has waited ``batch_max_wait_ms``, or at once when a worker
+has room and nothing waits for it, provided the client had nothing more queued (small batches
+only when they cost nothing: when the supervisor is behind, cutting whatever arrived for every
+idle worker made thousands of tiny batches, and adding workers made trivial work slower —
+issue 16).
 
 In ``key`` ordering a cut is split by key bucket. A cut too small to give each bucket a
 worthwhile frame puts several buckets in one frame, in offset order (``_groups``): every cut
@@ -32,7 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runtime.config import WorkerSettings
@@ -40,30 +43,25 @@ from runtime.errors import UnreadableRecord
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
 from runtime.supervisor.datapath.isolation import fitted_letter_batch
-from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.partition.partition import Partition, moving_average
 from runtime.supervisor.scheduling.batches import Batch, Bucket
+from runtime.supervisor.scheduling.capacity import Capacity
 from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP, tp_label
 from runtime.transport.packing import Run, fields_of, keys_of, offset_of, pack_run, salvage, split_by_key
 
 log = logging.getLogger("ringmaster.intake")
 
-_FRAMES_PER_RING = 16  # frames are sized to hold about 1/16 of a ring (see _size())
+_FRAMES_PER_RING = 16  # frames are sized to hold about 1/16 of a ring (see batch_size())
 _HOT_LANE_SHARE = 0.8  # key ordering: a lane taking this share of a big cut...
 _HOT_KEY_SHARE = 0.5  # ... because one key has this share of it, is reported
 _HOT_MIN_RECORDS = 200
 _BUCKET_SHARE = 0.25  # key ordering: a bucket's own frame holds at least this share of a batch
-_COST_WEIGHT = 0.3  # moving averages of bytes and µs per record: recent batches count most
 _LAG_S = 0.05  # how often lag() is asked for (the scheduler's lane weights)
 # A partition with a backlog of this many batches (fetched and not cut, or not fetched yet)
-# is cut in batches of up to _BACKLOG_STRETCH × batch_target_ms: see _size().
+# is cut in batches of up to _BACKLOG_STRETCH × batch_target_ms: see batch_size().
 _BACKLOG_BATCHES = 24
 _BACKLOG_STRETCH = 4
-# The loop's wait for a hungry worker's records (loop.py): 1 ms after a fetch that brought
-# records, doubled after each that brought none, up to the idle wait. A loop turning every
-# millisecond for a hungry worker no record reached took the supervisor from 3.4-3.7 to
-# 4.0-4.6 µs of CPU a record on 2 cores (issue 24).
-_HUNGRY_WAIT_S, _HUNGRY_MAX_S = 0.001, 0.02
 _GATHER_RING_SHARE = 4  # key ordering: records gathered for one cut hold at most 1/4 of a ring (_gather)
 _GATHER_WAITS = 10  # ... and its first record waits at most this many batch_max_wait_ms (cut())
 
@@ -101,6 +99,49 @@ class Unreadable:
 
 SetAside = TooLarge | Unreadable  # records the supervisor dead-letters itself
 
+@dataclass(frozen=True, slots=True)
+class IntakeView:
+    """What intake reports (runtime/supervisor/daemon/report.py)."""
+
+    first_record_at: float | None  # clock time the run's first record was fetched
+    consumed: int  # records fetched
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What one cut made: batches for the scheduler's lanes, and records set aside for the
+    supervisor to dead-letter (results.py ``set_aside``)."""
+
+    batches: list[Batch]
+    set_aside: list[SetAside]
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """What a batch's size is bounded by (``batch_size``): workers.batch_max_records and
+    batch_target_ms, and the rings' shape."""
+
+    batch_max_records: int
+    batch_target_ms: float
+    max_frame: int
+    ring_capacity: int
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """How intake cuts, from the settings and the rings: ``share`` (a share group's: frames
+    carry delivery counts), ``buckets`` (key ordering: lanes per partition, fixed for the run),
+    ``letters_in_lane`` (under exactly-once with a dead-letter topic, the largest letter it
+    takes: set-aside records are then LETTERS batches in their lane, ``_in_lane``, not
+    handed to the supervisor's desk; None: they are)."""
+
+    w: WorkerSettings
+    sizing: Sizing
+    share: bool
+    buckets: int
+    letters_in_lane: int | None = None
+
+
 class BatchIds:
     """One counter for every batch of the run, so an id never means two batches."""
 
@@ -114,120 +155,82 @@ class BatchIds:
 
 
 class Intake:
-    def __init__(self, w: WorkerSettings, share: bool, consumer: Consumer, partitions: Partitions,
-                 buckets: int, ring_capacity: int, max_frame: int, next_id: BatchIds,
-                 clock: Callable[[], float], letters_in_lane: int | None = None) -> None:
-        """``share``: a share group's (kafka.group_type): frames carry delivery counts.
-        ``letters_in_lane``: under exactly-once with a dead-letter topic, the largest letter
-        it takes; set-aside records are then LETTERS batches in their lane (``_in_lane``),
-        not handed to the supervisor's desk (None: they are, ``take_too_large``)."""
-        self.w = w
+    def __init__(self, shape: Shape, consumer: Consumer, partitions: Mapping[TP, Partition],
+                 next_id: BatchIds, clock: Callable[[], float]) -> None:
+        """``consumer``: where the ends of partitions (high watermarks) are read and records of
+        partitions no longer held are handed back."""
+        self.w = shape.w
+        self.sizing = shape.sizing
         self.consumer = consumer
         self.partitions = partitions
-        self.buckets = buckets  # key ordering: lanes per partition (fixed for the run)
-        self.ring_capacity = ring_capacity
-        self.max_frame = max_frame
+        self.buckets = shape.buckets
+        self.ring_capacity = shape.sizing.ring_capacity
+        self.max_frame = shape.sizing.max_frame
         self.next_id = next_id
         self.clock = clock
         self.ordering = self.w.ordering
-        self.share = share
-        self.letters_in_lane = letters_in_lane
+        self.share = shape.share
+        self.letters_in_lane = shape.letters_in_lane
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()
         self.first_record_at: float | None = None
-        self.too_large: list[SetAside] = []  # handed over by take_too_large() every tick
-        self.drained = True  # the last consume() took everything the client had queued
-        self.hungry_wait_s = _HUNGRY_WAIT_S
         self._lag_at = float("-inf")
 
-    # ------------------------------------------------------------------ fetch
-    def fetch(self, max_records: int, wait_s: float) -> Fetched:
-        fetched = self.consumer.consume(max_records, wait_s)
-        self.drained = fetched.count < max_records
-        self.hungry_wait_s = _HUNGRY_WAIT_S if fetched.count else min(2 * self.hungry_wait_s, _HUNGRY_MAX_S)
-        return fetched
+    def snapshot(self) -> IntakeView:
+        return IntakeView(self.first_record_at, self.consumed)
 
-    def take(self, fetched: Fetched) -> None:
-        """Apply what consume() returned (after the rebalance straddle was settled)."""
+    # ------------------------------------------------------------------ fetched records
+    def take(self, fetched: Fetched) -> bool:
+        """Apply what consume() returned (after the rebalance straddle was settled). True if
+        these are the first records of the run."""
         now = self.clock()
+        first = False
         if fetched.count:
             self.last_records_at = now
             if self.first_record_at is None:
                 self.first_record_at = now
+                first = True
             self.consumed += fetched.count
         for tp, run in fetched.runs.items():
             p = self.partitions.get(tp)
             if p is None:  # revoked meanwhile, or over capacity: not ours to process or commit
                 self.consumer.release(tp, run)
-                continue
-            s = p.intake
-            if p.fence.rewinding or PauseReason.SEEKING in p.pause.holds:
-                # Fenced and about to be read again from its restart offset (these were
-                # fetched before that seek), or its start offset is not known yet: drop, and
-                # remember where the dropped records began, so that the seek goes back there.
-                first = offset_of(run[0])
-                if p.fence.rewinding and (s.dropped_from is None or first < s.dropped_from):
-                    s.dropped_from = first
-                self.consumer.release(tp, run)
-                continue
-            if s.open_msgs:
-                s.open_msgs.extend(run)
             else:
-                s.open_msgs = run
-                s.open_since = now
-            if s.first_offset is None:
-                s.first_offset = offset_of(run[0])
-            s.consumed += len(run)
-            s.next_offset = offset_of(run[-1]) + 1
-            s.eof_at = None
-            s.last_activity = now
+                p.fetched(run, now)
         for tp, offset in fetched.eof.items():
             p = self.partitions.get(tp)
-            # RACE: one consume() can return a partition's last records and its EOF event
-            # together (records applied above); an EOF counts only if nothing newer came after it.
-            if p is None or p.fence.rewinding:
-                continue
-            s = p.intake
-            if s.next_offset is None or offset >= s.next_offset:
-                s.eof_at = offset
-                s.last_activity = now
-                if s.first_offset is None:
-                    s.first_offset = offset
-                self._skip_invisible_tail(p, now)
+            if p is not None:
+                p.reached_end(offset, now)
+        return first
 
     # ------------------------------------------------------------------ cutting
-    def take_too_large(self) -> list[SetAside]:
-        """The records cut since the last call that fit in no ring (this room forgets them)."""
-        taken, self.too_large = self.too_large, []
-        return taken
-
-    def cut(self, worker_has_room: bool, worker_hungry: Callable[[], bool] = lambda: True) -> list[Batch]:
+    def cut(self, capacity: Capacity, drained: bool) -> Cut:
         """Turn fetched records into batches: when a batch is full, old enough, or a worker
-        has room and nothing waits for it. Records that fit in no ring go to ``too_large``.
-        ``worker_hungry``: whether some worker has next to nothing to do (then no gathering,
-        ``_gather``); asked at most once, and only when a partition would gather."""
+        has room, nothing waits for it and the client had nothing more queued (``drained``:
+        the last consume() took everything). Records that fit in no ring are set aside. While
+        some worker has next to nothing to do (``capacity.hungry``) nothing is gathered
+        (``_gather``)."""
         now = self.clock()
         max_wait = self.w.batch_max_wait_ms / 1000
-        out: list[Batch] = []
-        hungry: bool | None = None
+        out = Cut([], [])
+        worker_has_room = capacity.spare
+        hungry = bool(capacity.hungry)
         for p in self.partitions.values():
             s = p.intake
             if not s.open_msgs or p.held:
                 continue
             gather = self._gather(p)
-            if gather and hungry is None:
-                hungry = worker_hungry()
             if gather and not hungry:
                 # No worker is short of work and the partition has a backlog: its records wait
                 # in line whatever the cut. Bounded in time all the same: a stale lag() can
                 # promise records the log does not hold.
                 if len(s.open_msgs) >= gather or now - s.open_since >= _GATHER_WAITS * max_wait:
-                    out += self._cut(p, now)
+                    self._cut(p, now, out)
                 continue
             if (len(s.open_msgs) >= self._step(p) or now - s.open_since >= max_wait
-                    or (worker_has_room and self.drained)):
-                out += self._cut(p, now)
+                    or (worker_has_room and drained)):
+                self._cut(p, now, out)
         return out
 
     def _gather(self, p: Partition) -> int:
@@ -266,21 +269,20 @@ class Intake:
         # partition's lanes back (0.99 of ideal fell to 0.80 in the simulator).
         return _groups(msgs, sorted(by_bucket.items()), p.intake.batch_records * _BUCKET_SHARE)
 
-    def _cut(self, p: Partition, now: float) -> list[Batch]:
-        s = p.intake
+    def _cut(self, p: Partition, now: float, out: Cut) -> None:
         step = self._step(p)
-        msgs, s.open_msgs = s.open_msgs, []
+        msgs = p.take_open()
         parts: list[Batch | SetAside] = []
         for buckets, run in self._bucket_runs(p, msgs):
             for i in range(0, len(run), step):
                 self._pack(p, buckets, run, i, min(i + step, len(run)), parts)
         self._register(p, msgs, parts, now)
-        self._skip_invisible_tail(p, now)
-        s.batch_records = self._size(p)
+        p.close_invisible_tail(now)
+        p.sized(batch_size(self.sizing, p))
         if self.letters_in_lane is not None:
             parts = [x if isinstance(x, Batch) else self._in_lane(x, self.letters_in_lane) for x in parts]
-        self.too_large += [x for x in parts if not isinstance(x, Batch)]
-        return [x for x in parts if isinstance(x, Batch)]
+        out.set_aside.extend(x for x in parts if not isinstance(x, Batch))
+        out.batches.extend(x for x in parts if isinstance(x, Batch))
 
     def _in_lane(self, x: SetAside, max_bytes: int) -> Batch:
         """Exactly-once: the set-aside record's letter as a LETTERS batch in the record's place
@@ -291,35 +293,17 @@ class Intake:
         SIGKILLed then lost it (docs/exactly-once.md). The letter must fit a frame: one of a
         record too large for every ring is truncated to fit (``ringmaster.value.truncated``
         says how large the value was), or at worst only says where the record is."""
-        tp, offset, fence = x.tp, x.row[0], self.partitions[x.tp].fence
+        tp, offset, p = x.tp, x.row[0], self.partitions[x.tp]
         letter_at = functools.partial(supervisor_letter, tp, x.row, x.error_type, x.message)
-        batch = fitted_letter_batch(x.batch_id, tp, fence.slot, fence.epoch, offset, letter_at,
+        batch = fitted_letter_batch(x.batch_id, tp, p.slot, p.epoch, offset, letter_at,
                                     max_bytes, self.max_frame)
         log.error("record set aside; its dead letter commits with its offset in a worker's transaction",
                   extra={"tp": tp_label(tp), "offset": offset, "error": f"{x.error_type}: {x.message}"})
         return batch
 
-    def _size(self, p: Partition, backlog: bool = False) -> int:
-        """Records per batch for this partition from now on (module docstring). Small frames
-        against the ring keep backpressure fine-grained: with half-ring frames, 10 KiB records
-        made 2 MiB frames and an 8 MiB ring refused the next one at 75 % full.
-
-        ``backlog``: the partition has many batches of work waiting (``_backlog``), and its
-        records wait in line whatever the cut: then a batch holds up to _BACKLOG_STRETCH ×
-        batch_target_ms of work. Every batch ends with a wait for the broker to acknowledge
-        its outputs (~0.5-1 ms against a local broker, while the worker's core idles), so
-        10 ms batches lost about a tenth of each worker to it on 2 cores (issue 24)."""
-        s = p.intake
-        target_bytes = min(self.max_frame // 2, self.ring_capacity // _FRAMES_PER_RING)
-        size = min(self.w.batch_max_records, int(target_bytes / max(s.bytes_per_record, 1.0)))
-        if self.w.batch_target_ms and s.us_per_record > 0:
-            stretch = _BACKLOG_STRETCH if backlog else 1
-            size = min(size, int(stretch * self.w.batch_target_ms * 1000 / s.us_per_record))
-        return max(1, size)
-
     def _step(self, p: Partition) -> int:
-        """Records per batch to cut now: ``batch_records``, or more under a backlog (``_size``)."""
-        return self._size(p, backlog=True) if self._backlog(p) else p.intake.batch_records
+        """Records per batch to cut now: ``batch_records``, or more under a backlog (``batch_size``)."""
+        return batch_size(self.sizing, p, backlog=True) if self._backlog(p) else p.intake.batch_records
 
     @staticmethod
     def _backlog(p: Partition) -> bool:
@@ -334,10 +318,9 @@ class Intake:
                  for x in parts]
         if self.ordering == "key":
             # Buckets interleave: one span for the whole cut, done when every bucket's part is.
-            p.tracker.register_span(offset_of(msgs[0]), offset_of(msgs[-1]), spans, len(msgs), now)
+            p.register_span(offset_of(msgs[0]), offset_of(msgs[-1]), spans, len(msgs), now)
         else:
-            for bid, first, last in spans:  # one lane, in offset order: a span per batch
-                p.tracker.register(bid, first, last, now)
+            p.register(spans, now)  # one lane, in offset order: a span per batch
 
     def _pack(self, p: Partition, buckets: tuple[int, ...] | None, msgs: Run, start: int, stop: int,
               out: list[Batch | SetAside]) -> None:
@@ -346,8 +329,7 @@ class Intake:
         count = stop - start
         counts = [m.delivery_count() or 1 for m in msgs[start:stop]] if self.share else None
         try:
-            frame = pack_run(batch_id, p.fence.slot, p.fence.epoch, p.tp[0], p.tp[1], msgs, start, stop,
-                             counts)
+            frame = pack_run(batch_id, p.slot, p.epoch, p.tp[0], p.tp[1], msgs, start, stop, counts)
         except UnreadableRecord as bad:
             # Set aside for the supervisor to dead-letter; the records around it are packed
             # again by the fast path (never one by one: a bad record costs one more pack).
@@ -362,8 +344,8 @@ class Intake:
                 self._pack(p, buckets, msgs, i + 1, stop, out)
             return
         size = len(frame) / count
-        p.intake.bytes_per_record = _moving_average(p.intake.bytes_per_record, size)
-        self.bytes_per_record = _moving_average(self.bytes_per_record, size)
+        p.learn_bytes(size)
+        self.bytes_per_record = moving_average(self.bytes_per_record, size)
         if len(frame) > self.max_frame:
             if count > 1:
                 mid = start + count // 2
@@ -378,44 +360,24 @@ class Intake:
         # died running it, mostly): those deliveries count as crashes toward
         # dead_letter.max_crashes, so a record that kills whole daemons is isolated here.
         crashes = max(counts) - 1 if counts else 0
-        out.append(Batch(batch_id, p.tp, p.fence.slot, p.fence.epoch, first, last, count, frame, bucket,
+        out.append(Batch(batch_id, p.tp, p.slot, p.epoch, first, last, count, frame, bucket,
                          crashes, buckets=buckets if buckets is not None and len(buckets) > 1 else None))
 
     def _watch_skew(self, p: Partition, msgs: Run, by_bucket: dict[int, Run]) -> None:
         """Key ordering spreads a partition over workers only as far as its keys allow: a hot
         key serialises the partition on one worker at a time. Say so (status), don't hide it."""
-        s = p.intake
-        for bucket, run in by_bucket.items():
-            s.lane_records[bucket] = s.lane_records.get(bucket, 0) + len(run)
+        counts = [(bucket, len(run)) for bucket, run in by_bucket.items()]
         if len(msgs) < _HOT_MIN_RECORDS:
+            p.note_lanes(counts, None, seen=False)
             return
         bucket, run = max(by_bucket.items(), key=lambda kv: len(kv[1]))
-        s.hot_key = None
+        hot_key = None
         if len(run) >= _HOT_LANE_SHARE * len(msgs):
             key, n = Counter(keys_of(run)).most_common(1)[0]
             if n >= _HOT_KEY_SHARE * len(msgs):
                 shown = "null" if key is None else repr(key[:40])
-                s.hot_key = f"key {shown} is {n / len(msgs):.0%} of recent records (lane {bucket})"
-
-    def _skip_invisible_tail(self, p: Partition, now: float) -> None:
-        """The consumer reported the partition's end past the last record it handed over: the
-        offsets between hold no record it can see (a transaction's commit marker; under
-        read_committed, aborted records too), so they are done once the records before them
-        are (offsets.py ``skip_to``). INVARIANT (1): only when every record fetched since the
-        partition was last (re)positioned is registered – none waits uncut, none was dropped
-        (a rewind or a seek resets ``next_offset``, and records dropped while SEEKING leave it
-        behind) – so no record we were handed lies in the gap."""
-        s = p.intake
-        if (s.eof_at is None or s.open_msgs or p.fence.rewinding
-                or PauseReason.SEEKING in p.pause.holds):
-            return
-        if s.next_offset is None:
-            # Positioned (not SEEKING: the seek discarded what was fetched before it) and no
-            # record handed over since: the end is where reading began, or nothing before
-            # it is visible. Only for a tracker that never registered a record.
-            p.tracker.start_at_end(s.eof_at)
-            return
-        p.tracker.skip_to(s.next_offset, s.eof_at, now)
+                hot_key = f"key {shown} is {n / len(msgs):.0%} of recent records (lane {bucket})"
+        p.note_lanes(counts, hot_key, seen=True)
 
     def lag(self) -> dict[TP, int] | None:
         """Records of each partition in the log and not fetched yet: the high watermark the
@@ -431,34 +393,33 @@ class Intake:
             high, fetched = self.consumer.high_watermark(tp), p.intake.next_offset
             if high is not None and fetched is not None and high > fetched:
                 behind[tp] = high - fetched
-            p.intake.behind = behind.get(tp, 0)
+            p.set_behind(behind.get(tp, 0))
         return behind
 
-    # ------------------------------------------------------------------ called by other rooms
-    def learn_cost(self, p: Partition, busy_ms: float, records: int) -> None:
-        """Results: how long the plugin took per record of this partition (batch sizing)."""
-        if records > 0 and busy_ms >= 0:
-            p.intake.us_per_record = _moving_average(p.intake.us_per_record, busy_ms * 1000 / records)
-            p.intake.batch_records = self._size(p)
-
-    def drop(self, p: Partition) -> None:
-        """Forget fetched records not cut yet (a fence made them stale), remembering where
-        they began: a rewind must go back at least that far."""
-        s = p.intake
-        if s.open_msgs:
-            first = offset_of(s.open_msgs[0])
-            s.dropped_from = first if s.dropped_from is None else min(first, s.dropped_from)
-            self.consumer.release(p.tp, s.open_msgs)
-        s.open_msgs = []
-
-    def rewound(self, p: Partition) -> None:
-        """The partition is read again from a new position: what was seen is forgotten."""
-        p.intake.next_offset = p.intake.eof_at = p.intake.dropped_from = None
-
+    # ------------------------------------------------------------------ asked by other rooms
     def buffered_bytes(self, p: Partition) -> float:
         """Records fetched and not cut yet, in frame bytes (estimated)."""
         s = p.intake
         return len(s.open_msgs) * (s.bytes_per_record or self.bytes_per_record)
+
+
+def batch_size(sizing: Sizing, p: Partition, backlog: bool = False) -> int:
+    """Records per batch for this partition from now on (module docstring). Small frames
+    against the ring keep backpressure fine-grained: with half-ring frames, 10 KiB records
+    made 2 MiB frames and an 8 MiB ring refused the next one at 75 % full.
+
+    ``backlog``: the partition has many batches of work waiting (``_backlog``), and its
+    records wait in line whatever the cut: then a batch holds up to _BACKLOG_STRETCH ×
+    batch_target_ms of work. Every batch ends with a wait for the broker to acknowledge
+    its outputs (~0.5-1 ms against a local broker, while the worker's core idles), so
+    10 ms batches lost about a tenth of each worker to it on 2 cores (issue 24)."""
+    s = p.intake
+    target_bytes = min(sizing.max_frame // 2, sizing.ring_capacity // _FRAMES_PER_RING)
+    size = min(sizing.batch_max_records, int(target_bytes / max(s.bytes_per_record, 1.0)))
+    if sizing.batch_target_ms and s.us_per_record > 0:
+        stretch = _BACKLOG_STRETCH if backlog else 1
+        size = min(size, int(stretch * sizing.batch_target_ms * 1000 / s.us_per_record))
+    return max(1, size)
 
 
 def _groups(msgs: Run, runs: list[tuple[int, Run]], least: float) -> list[tuple[tuple[int, ...], Run]]:
@@ -494,8 +455,3 @@ def _groups(msgs: Run, runs: list[tuple[int, Run]], least: float) -> list[tuple[
             merged.sort(key=offset_of)
         out.append((tuple(buckets), merged))
     return out
-
-
-def _moving_average(average: float, sample: float) -> float:
-    """0 means nothing learnt yet."""
-    return (1 - _COST_WEIGHT) * average + _COST_WEIGHT * sample if average else sample

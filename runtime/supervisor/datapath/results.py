@@ -1,98 +1,109 @@
-"""The results room: what the workers report, what becomes of a dead worker's batches, and
-where a record that cannot be processed goes. Runs in: supervisor.
+"""The results room: what a worker's report means, what becomes of a dead worker's batches, and
+where a record that cannot be processed goes. Runs in: supervisor. It decides; it returns its
+decisions as effects (effects.py), which applier.py applies, in order.
 
-    result pipes ─▶ DONE: the tracker completes the batch; counters, learnt costs
-                    DEFERRED (an outage, a plugin's Backoff): the partition is rewound
-                    BLOCKED (no dead-letter topic): the partition stops at the record
-    worker deaths ─▶ its batches go back to their lanes; the one it was running counts a
-                     crash (isolation.py: retried, bisected, dead-lettered; under
-                     exactly-once the letter is a batch of its own, for a worker's transaction)
-    dead-letter desk ─▶ an acknowledged dead letter completes its one-record batch
+    worker's report ─▶ DONE: Complete (its partition counts the batch; counters, learnt costs)
+                       DEFERRED (an outage, a plugin's Backoff): Rewind of the partition (or all)
+                       BLOCKED (no dead-letter topic): Block, the partition stops at the record
+                       FATAL, HELLO, EXHAUSTED: WorkerSaid, the workforce's to judge
+    worker deaths ─▶ Requeue of its batches; the one it was running counts a crash (isolation.py:
+                     retried, Isolate (bisected), Letter; under exactly-once the letter is a
+                     batch of its own, for a worker's transaction)
+    set aside ─▶ Letter (the supervisor's desk writes it), or Block without a dead-letter topic
+    dead-letter desk ─▶ LetterDone: an acknowledged dead letter completes its one-record batch
 
-Owns each partition's ``stats`` part, the run's totals and the per-worker counts.
+Owns the run's totals and the per-worker counts; hands each batch a worker reports back to the
+scheduler (``returned``), which says whether it was still out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
-import select
-from collections.abc import Callable, Sequence
-from typing import Any, Generic
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from runtime.backoff import backoff_s
 from runtime.config import OutputSettings
 from runtime.execution.deadletter_format import DeadLetter
-from runtime.ops.metrics import Histograms
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
-from runtime.supervisor.datapath.assignment import Assignment
-from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.datapath.intake import BatchIds, Intake, SetAside
+from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
+from runtime.supervisor.datapath.effects import (
+    Block,
+    Complete,
+    Effect,
+    Isolate,
+    Letter,
+    LetterDone,
+    ReadyLetter,
+    Requeue,
+    Rewind,
+    WorkerSaid,
+)
+from runtime.supervisor.datapath.intake import BatchIds, SetAside
 from runtime.supervisor.datapath.isolation import isolate, letters_batch
-from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.partition.partition import Partition, PauseReason
 from runtime.supervisor.scheduling.batches import Batch
 from runtime.supervisor.scheduling.scheduler import Scheduler
-from runtime.supervisor.seams.pool import H
-from runtime.supervisor.workers.workforce import Death, Workforce
-from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_frame, decode_result
+from runtime.supervisor.workers.workforce import Death
+from runtime.tp import TP
+from runtime.transport.frames import COMMITTED, FRESH, Result, ResultKind, decode_frame
 
 log = logging.getLogger("ringmaster.results")
 
-Row = tuple[int, bytes | None, bytes | None, Any]  # (offset, key, value, headers) of one record
+
+@dataclass(frozen=True)
+class Rules:
+    """What decides a result's meaning, from the settings."""
+
+    out: OutputSettings  # the back-off of a deferred batch; exactly-once
+    max_crashes: int  # dead_letter.max_crashes (crash isolation, isolation.py)
+    workers: int  # worker slots (per-worker counts; the pool may add slots up to this)
+    letter_bytes: int | None  # the largest dead letter the topic takes; None: no dead-letter topic
+    max_frame: int  # a ring's largest frame (a letter as a batch of its own, exactly-once)
+
+    @property
+    def transactional(self) -> bool:
+        return self.out.guarantee == "exactly-once"
 
 
-class Results(Generic[H]):
-    def __init__(self, out: OutputSettings, max_crashes: int, partitions: Partitions, handles: Sequence[H],
-                 scheduler: Scheduler, workforce: Workforce[H], assignment: Assignment, intake: Intake,
-                 desk: DeadLetterDesk | None, next_id: BatchIds, histograms: Histograms | None,
-                 clock: Callable[[], float]) -> None:
-        self.out = out
-        self.max_crashes = max_crashes  # dead_letter.max_crashes (crash isolation, isolation.py)
+@dataclass(frozen=True)
+class ResultsView:
+    """What the results room reports (runtime/supervisor/daemon/report.py)."""
+
+    totals: Totals
+    per_worker_records: tuple[int, ...]
+    per_worker_busy_ms: tuple[float, ...]
+
+
+class Results:
+    def __init__(self, rules: Rules, partitions: Mapping[TP, Partition], scheduler: Scheduler,
+                 next_id: BatchIds, clock: Callable[[], float]) -> None:
+        self.rules = rules
         self.partitions = partitions
-        self.handles = handles
         self.scheduler = scheduler
-        self.workforce = workforce
-        self.assignment = assignment
-        self.intake = intake
-        self.desk = desk
         self.next_id = next_id
-        self.histograms = histograms
         self.clock = clock
         self.totals = Totals()
-        self.transactional = out.guarantee == "exactly-once"
-        self.per_worker_records = [0] * len(workforce.lives)  # per slot (the pool may add slots)
-        self.per_worker_busy_ms = [0.0] * len(workforce.lives)  # time batches took in each slot
+        self.transactional = rules.transactional
+        self.per_worker_records = [0] * rules.workers
+        self.per_worker_busy_ms = [0.0] * rules.workers  # time batches took in each slot
 
-    # ------------------------------------------------------------------ reading
-    def collect(self, timeout_s: float = 0.0) -> None:
-        """Apply every result that has arrived; wait up to timeout_s for one if none has.
-        One select() says which pipes to read: a read per worker per tick (EAGAIN, mostly)
-        cost 9 % of the supervisor on trivial work."""
-        pipes = [(h.results.fd, h) for h in self.handles if h.results is not None]
-        real = [fd for fd, _ in pipes if fd >= 0]  # (test fakes have no descriptor)
-        ready = set(select.select(real, [], [], timeout_s)[0]) if real else set()
-        for fd, h in pipes:
-            if fd < 0 or fd in ready:
-                self.drain(h)
+    def snapshot(self) -> ResultsView:
+        return ResultsView(dataclasses.replace(self.totals), tuple(self.per_worker_records),
+                           tuple(self.per_worker_busy_ms))
 
-    def drain(self, h: H) -> None:
-        if h.results is None:
-            return
-        for message in h.results.read():  # at end of file the worker died: the workforce reaps it
-            self._on_result(h, decode_result(message))
-
-    def _on_result(self, h: H, r: Result) -> None:
-        if r.kind is ResultKind.FATAL:
-            self.workforce.on_fatal_report(h, r.detail)
-            return
-        if r.kind is ResultKind.HELLO:
-            self.workforce.on_hello(h, r.detail)
-            return
+    # ------------------------------------------------------------------ reports
+    def apply(self, worker: int, r: Result) -> list[Effect]:
+        """What worker ``worker``'s report means."""
+        if r.kind in (ResultKind.FATAL, ResultKind.HELLO):
+            return [WorkerSaid(worker, r.kind, r.detail)]
         if r.kind is ResultKind.EXHAUSTED:  # not done, not the records' fault: run again when it exits
-            self.workforce.on_exhausted(h, r.batch_id, r.detail, r.cause == FRESH)
-            return
-        batch = self.scheduler.returned(h.index, r.batch_id)
+            return [WorkerSaid(worker, r.kind, r.detail, r.batch_id, r.cause == FRESH)]
+        batch = self.scheduler.returned(worker, r.batch_id)
         # INVARIANT (1, 5): a batch counts only while it is out for its partition. A batch
         # that began before its partition was fenced and ran to the end while the revocation
         # (or rewind) waited for it counts, whatever its epoch: that is the batch the
@@ -102,17 +113,16 @@ class Results(Generic[H]):
         if self.transactional and r.kind in (ResultKind.DEFERRED, ResultKind.BLOCKED):
             self.totals.transactions_aborted += 1
         if r.kind is ResultKind.DONE:
-            self._done(h, r, p)
-        elif p is None:
-            return
-        elif r.kind is ResultKind.BLOCKED:
-            self.stop_at_failing_record(p, r.detail)
-        elif r.kind is ResultKind.DEFERRED:
-            self._defer(p, r)
+            return [self._done(worker, r, p)]
+        if p is None:
+            return []
+        if r.kind is ResultKind.BLOCKED:
+            return [Block(p, r.detail)]
+        if r.kind is ResultKind.DEFERRED:
+            return [self._defer(p, r)]
+        return []  # FENCED: skipped, nothing to do
 
-    def _done(self, h: H, r: Result, p: Partition | None) -> None:
-        self.workforce.on_batch_done(h)
-        self.scheduler.learn(h.index, r.busy_ms, r.processed)
+    def _done(self, worker: int, r: Result, p: Partition | None) -> Complete:
         t = self.totals
         t.batches += 1
         t.transactions_committed += r.cause == COMMITTED
@@ -120,52 +130,41 @@ class Results(Generic[H]):
         t.outputs += r.outputs
         t.dead_letters += r.dead_letters
         t.discarded += r.discarded
-        self.per_worker_records[h.index] += r.processed
-        self.per_worker_busy_ms[h.index] += r.busy_ms
-        if self.histograms is not None:
-            self.histograms.observe_batch(r.busy_ms / 1000)
-        if p is None:
-            return
-        p.tracker.complete(r.batch_id)
-        self.intake.learn_cost(p, r.busy_ms, r.processed)
-        st = p.stats
-        st.records_done += r.processed
-        st.outputs += r.outputs
-        st.dead_letters += r.dead_letters
-        st.discarded += r.discarded
-        st.deferrals = 0
-        st.done_at = self.clock()
+        self.per_worker_records[worker] += r.processed
+        self.per_worker_busy_ms[worker] += r.busy_ms
+        return Complete(worker, p, r.batch_id, r.processed, r.outputs, r.dead_letters, r.discarded, r.busy_ms)
 
-    def _defer(self, p: Partition, r: Result) -> None:
+    def _defer(self, p: Partition, r: Result) -> Rewind:
         """An outage or a plugin's Backoff: not the records' fault. The partition (or every
         partition) waits, then reads the same batch again, in order; nothing is committed
         past it and nothing is dead-lettered."""
         self.totals.deferred += 1
         reason = PauseReason.DELIVERY if r.cause == "delivery" else PauseReason.BACKOFF
+        deferrals = p.stats.deferrals
         if r.delay_ms >= 0:
-            delay = backoff_wait(r.delay_ms / 1000, p.stats.deferrals)
+            delay = backoff_wait(r.delay_ms / 1000, deferrals)
         else:
-            out = self.out
-            delay = backoff_s(out.retry_backoff_s, p.stats.deferrals, out.retry_backoff_max_s)
-        p.stats.deferrals += 1
+            out = self.rules.out
+            delay = backoff_s(out.retry_backoff_s, deferrals, out.retry_backoff_max_s)
         until = self.clock() + delay
         detail = f"{r.detail} (retrying in {delay:.1f} s)"
-        targets = list(self.partitions.values()) if r.scope == "all" else [p]
+        targets = tuple(self.partitions.values()) if r.scope == "all" else (p,)
         log.warning("batch deferred; partition waits", extra={
             "tp": p.label, "reason": reason.value, "detail": r.detail, "wait_s": round(delay, 2),
             "scope": r.scope or "partition"})
-        for target in targets:
-            self.assignment.rewind(target, reason, detail, until)
+        return Rewind(targets, reason, detail, until, deferred=p)
 
     # ------------------------------------------------------------------ deaths
-    def redeliver(self, death: Death) -> None:
+    def redeliver(self, death: Death) -> list[Effect]:
         """Put a dead worker's unacknowledged batches back in front of their lanes, in their
         original order, so another worker (or the next incarnation) runs them again; the
         batch it was running counts a crash and may be bisected or dead-lettered."""
-        requeue = []
+        effects: list[Effect] = []
+        requeue: list[Batch] = []
+        stopped: set[TP] = set()  # partitions stopped here at a record: their later batches are stale
         for b in self.scheduler.take_all(death.index):
             p = self.partitions.get(b.tp)
-            if p is None or p.fence.epoch != b.epoch:
+            if p is None or p.epoch != b.epoch or b.tp in stopped:
                 continue  # fenced meanwhile: the worker would have skipped it
             if b.batch_id != death.crashed_batch:
                 requeue.append(b)
@@ -173,87 +172,88 @@ class Results(Generic[H]):
             b.crashes += 1
             self.totals.transactions_aborted += self.transactional  # the broker aborts what it left open
             if b.letters:  # no plugin ran it: run again, not bisected, no second letter made
-                if b.crashes < 2 * self.max_crashes or self.desk is None:
+                if b.crashes < 2 * self.rules.max_crashes or self.rules.letter_bytes is None:
                     requeue.append(b)
                 else:
-                    self._letter_outside_a_transaction(p, b)
+                    effects.append(_letter_outside_a_transaction(p, b))
                 continue
-            iso = isolate(b, self.max_crashes, self.next_id)
+            iso = isolate(b, self.rules.max_crashes, self.next_id)
             if iso.split is not None:
-                p.tracker.split(b.batch_id, iso.split)
+                effects.append(Isolate(p, b.batch_id, tuple(iso.split)))
                 log.warning("bisecting a batch that keeps crashing workers", extra={
                     "tp": p.label, "first": b.first, "last": b.last})
             if iso.dead_letter is not None:
                 why = (f"worker {death.why} while processing this record ({b.crashes} times"
                        + (f"; the last time {death.during})" if death.during else ")"))
-                if self.transactional and self.desk is not None:
+                if self.transactional and self.rules.letter_bytes is not None:
                     # Exactly-once: the letter and the offset past the record commit together
                     # in a worker's transaction (isolation.letters_batch); written here, the
                     # letter would be outside any transaction and the record read again by
                     # the partition's next owner, which would write it a second time.
-                    letter_at = functools.partial(self.desk.letter, b.tp, iso.dead_letter, "WorkerCrashed",
-                                                  why, b.crashes, death.version)
-                    requeue.append(letters_batch(b, letter_at, self.desk.max_bytes, self.intake.max_frame))
+                    letter_at = functools.partial(_letter_of, b.tp, iso.dead_letter, "WorkerCrashed", why,
+                                                  b.crashes, death.version)
+                    requeue.append(letters_batch(b, letter_at, self.rules.letter_bytes, self.rules.max_frame))
                     log.error("record isolated; its dead letter commits with its offset in a worker's "
                               "transaction", extra={"tp": p.label, "offset": b.first,
                                                     "error": f"WorkerCrashed: {why}"})
                     continue
-                self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed", why,
-                                 attempts=b.crashes, plugin_version=death.version)
+                effect = self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed", why,
+                                          attempts=b.crashes, plugin_version=death.version)
+                effects.append(effect)
+                if isinstance(effect, Block):
+                    stopped.add(p.tp)
             requeue.extend(iso.requeue)
-        self.scheduler.requeue(requeue)
-
-    def _letter_outside_a_transaction(self, p: Partition, b: Batch) -> None:
-        """A letter batch that killed max_crashes workers of its own (writing the letter
-        kills them: it holds the record's bytes) goes to the supervisor's desk, outside any
-        transaction, as at-least-once writes it: a record is never stuck for good."""
-        frame = decode_frame(b.frame)
-        assert frame is not None
-        offset, key, value, headers = frame.columns.row(0)
-        log.warning("writing the dead letter kills its workers: the supervisor writes it, outside any "
-                    "transaction (at-least-once for this letter)", extra={"tp": p.label, "offset": offset})
-        assert self.desk is not None
-        letter = DeadLetter(key, value, list(headers or ()), "whole")
-        self.desk.submit_letter(b.tp, b.batch_id, offset, letter)
+        effects.append(Requeue(tuple(requeue)))
+        return effects
 
     # ------------------------------------------------------------------ dead letters
-    def dead_letter_set_aside(self, records: list[SetAside]) -> None:
+    def set_aside(self, records: Iterable[SetAside]) -> list[Effect]:
         """Records cut this tick that fit in no ring, or that the client cannot read. Before
         dispatch: without a dead-letter topic the partition stops at such a record, and the
         batches cut after it must not reach a ring (the rewind drops them)."""
+        effects: list[Effect] = []
         for x in records:
             p = self.partitions.get(x.tp)
             if p is not None:
-                self.dead_letter(p, x.batch_id, x.row, x.error_type, x.message)
+                effects.append(self.dead_letter(p, x.batch_id, x.row, x.error_type, x.message))
+        return effects
 
-    def dead_letter(self, p: Partition, batch_id: int, row: Row, error_type: str, message: str,
-                    attempts: int = 1, plugin_version: str | None = None) -> None:
-        if self.desk is None:
-            self.stop_at_failing_record(p, f"offset {row[0]}: {error_type}: {message}")
-            return
-        self.desk.submit(p.tp, batch_id, row, error_type, message, attempts, plugin_version)
+    def dead_letter(self, p: Partition, batch_id: int, row: tuple[int, bytes | None, bytes | None, Any],
+                    error_type: str, message: str, attempts: int = 1,
+                    plugin_version: str | None = None) -> Letter | Block:
+        """The supervisor's desk writes the record's dead letter; with no dead-letter topic the
+        partition stops at the record (nothing committed past it) until an operator fixes the
+        plugin or configures one."""
+        if self.rules.letter_bytes is None:
+            return Block(p, f"offset {row[0]}: {error_type}: {message}")
+        return Letter(p, batch_id, row, error_type, message, attempts, plugin_version)
 
-    def stop_at_failing_record(self, p: Partition, detail: str) -> None:
-        """No dead-letter topic: the partition holds at the record (nothing committed past it)
-        until an operator fixes the plugin or configures one."""
-        log.error("partition stopped at a failing record (no [dead_letter] topic); fix the "
-                  "plugin or configure one, then restart", extra={"tp": p.label, "reason": detail})
-        self.assignment.rewind(p, PauseReason.BLOCKED, detail, None)
-
-    def settle_dead_letters(self, until: float, sleep: Callable[[float], None]) -> None:
-        """Stopping: dead letters on their way are waited for until ``until`` (a short wait),
-        so that their records are committed now rather than read again by the next owner."""
-        while self.desk is not None and self.desk.pending() and self.clock() < until:
-            self.deliver_dead_letters()
-            sleep(0.02)
-
-    def deliver_dead_letters(self) -> None:
-        if self.desk is None:
-            return
-        for tp, batch_id in self.desk.poll():
+    def letters_delivered(self, done: Iterable[tuple[TP, int]]) -> list[Effect]:
+        """Dead letters the desk has had acknowledged: (partition, batch id) each."""
+        effects: list[Effect] = []
+        for tp, batch_id in done:
             p = self.partitions.get(tp)
             # INVARIANT (1): the record counts as handled only once its dead letter is acked.
             if p is not None:
-                p.tracker.complete(batch_id)
-                p.stats.dead_letters += 1
+                effects.append(LetterDone(p, batch_id))
             self.totals.dead_letters += 1
+        return effects
+
+
+def _letter_outside_a_transaction(p: Partition, b: Batch) -> ReadyLetter:
+    """A letter batch that killed max_crashes workers of its own (writing the letter kills
+    them: it holds the record's bytes) goes to the supervisor's desk, outside any transaction,
+    as at-least-once writes it: a record is never stuck for good."""
+    frame = decode_frame(b.frame)
+    assert frame is not None
+    offset, key, value, headers = frame.columns.row(0)
+    log.warning("writing the dead letter kills its workers: the supervisor writes it, outside any "
+                "transaction (at-least-once for this letter)", extra={"tp": p.label, "offset": offset})
+    return ReadyLetter(p, b.batch_id, offset, DeadLetter(key, value, list(headers or ()), "whole"))
+
+
+def _letter_of(tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str, message: str,
+               attempts: int, plugin_version: str | None, max_bytes: int) -> DeadLetter:
+    """A record's dead letter as the supervisor words it, made to fit ``max_bytes`` (the last
+    argument: isolation.py's ``letter_at`` gives only that)."""
+    return supervisor_letter(tp, row, error_type, message, max_bytes, attempts, plugin_version)

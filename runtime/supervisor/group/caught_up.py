@@ -52,10 +52,11 @@ from typing import Any
 from runtime.config import SupervisorSettings
 from runtime.errors import NotCaughtUp, PartitionsBlocked, RingmasterError
 from runtime.kafka.group_offsets import GroupStanding
-from runtime.supervisor.datapath.assignment import Assignment
 from runtime.supervisor.datapath.intake import Intake
 from runtime.supervisor.group.commits import SyncCommit
-from runtime.supervisor.partition.partition import Partition, Partitions, PauseReason
+from runtime.supervisor.partition.partition import Partition, PauseReason
+from runtime.supervisor.partition.table import PartitionTable
+from runtime.supervisor.scheduling.scheduler import Scheduler
 from runtime.supervisor.seams.consumer import Consumer
 from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP, tp_label
@@ -83,8 +84,8 @@ class Release:
 class CaughtUp:
     """The judge of a batch run; inert unless ``supervisor.stop_when_caught_up``."""
 
-    def __init__(self, sup: SupervisorSettings, consumer: Consumer, partitions: Partitions,
-                 intake: Intake, assignment: Assignment, workforce: Workforce[Any],
+    def __init__(self, sup: SupervisorSettings, consumer: Consumer, partitions: PartitionTable,
+                 intake: Intake, scheduler: Scheduler, workforce: Workforce[Any],
                  clock: Callable[[], float], transactional: bool = False) -> None:
         self.enabled = sup.stop_when_caught_up
         self.transactional = transactional  # exactly-once: the workers' transactions commit
@@ -95,7 +96,7 @@ class CaughtUp:
         self.consumer = consumer
         self.partitions = partitions
         self.intake = intake
-        self.assignment = assignment
+        self.scheduler = scheduler
         self.workforce = workforce
         self.clock = clock
         self.targets: dict[TP, int] = {}  # held partitions: the end seen by the first fetch
@@ -120,7 +121,7 @@ class CaughtUp:
             return False
         self._next_check = now + _CHECK_EVERY_S
         self._take_targets()
-        if self.assignment.assigned_once:
+        if self.partitions.assigned_once:
             self.group = self.consumer.group_standing(False)  # the ends taken early; progress
         if self._stalled(now, rebalances):
             self.stalled_s = now - self._progress_at
@@ -128,11 +129,11 @@ class CaughtUp:
             log.warning("--until-caught-up: stopping, nothing moved for supervisor.caught_up_timeout_s",
                         extra={"stalled_s": round(self.stalled_s)})
             return True
-        if not self.assignment.assigned_once:
+        if not self.partitions.assigned_once:
             return False
         if self.idle_s and now - self.intake.last_records_at < self.idle_s:
             return False
-        if self.assignment.over_capacity:
+        if self.partitions.over_capacity:
             return False  # assigned and not read: not caught up (a release may free a slot for them)
         if not all(self._finished(p) for p in self.partitions.values()):
             return False
@@ -233,12 +234,11 @@ class CaughtUp:
         not deferring (a deferring partition's batches are tries that end deferred again)."""
         if not self.workforce.working():
             return False
-        scheduler = self.assignment.scheduler
-        out = [p for tp, p in self.partitions.items() if scheduler.has_out(tp)]
+        out = [p for tp, p in self.partitions.items() if self.scheduler.has_out(tp)]
         return not out or any(p.stats.deferrals == 0 for p in out)
 
     def _finished(self, p: Partition) -> bool:
-        return (p.blocked is not None and not p.fence.rewinding) or self._reached(p, self.targets.get(p.tp))
+        return (p.blocked is not None and not p.rewinding) or self._reached(p, self.targets.get(p.tp))
 
     @staticmethod
     def _reached(p: Partition, target: int | None) -> bool:
@@ -275,13 +275,13 @@ class CaughtUp:
 
     # ------------------------------------------------------------------ releases
     def on_released(self, parts: list[Partition], answers: dict[TP, SyncCommit]) -> None:
-        """Runs in: a rebalance callback or the stop, right after the release's commit (a lost
-        partition has no answer: nothing was committed on its way out)."""
+        """At the loop's rebalance step (or the stop), for a release done (a lost partition has
+        no answer: nothing was committed on its way out)."""
         self._note_read(parts)
         for p in parts:
             target = self.targets.get(p.tp)
             answer = answers.get(p.tp)
-            if answer is not None and answer.epoch != p.fence.epoch:
+            if answer is not None and answer.epoch != p.epoch:
                 answer = None  # RACE: an answer from before this release's fence is not its own
             owed = self._owed(p)  # before the target is forgotten
             self.targets.pop(p.tp, None)
@@ -299,7 +299,7 @@ class CaughtUp:
             return None
         why = (f"no progress for {self.stalled_s:.0f} s (supervisor.caught_up_timeout_s)"
                if self.stalled_s is not None else f"stopped by {stopped_by}" if stopped_by else "")
-        if not self.assignment.assigned_once:
+        if not self.partitions.assigned_once:
             err: RingmasterError = NotCaughtUp(
                 f"--until-caught-up did not catch up: no partition was ever assigned to this member "
                 f"({why or 'stopped'}); check that the brokers are reachable and the group can be joined")

@@ -8,7 +8,7 @@ nothing new was done, or the group would lag behind what was done until the next
 A synchronous commit sends every partition's committable offset, also one an asynchronous
 commit already sent: that one may still be on its way, or refused without a word yet, and
 the synchronous answer is the only one that says, per partition, that the broker has it
-(``--until-caught-up`` judges the run by it: caught_up.py).
+(``--until-caught-up`` judges the run by it: caught_up.py). ``commit`` returns those answers.
 
 Under exactly-once (``transactional``) nothing is committed here: each batch's offset is
 committed by its worker's transaction (runtime/worker/transactional.py). A commit from here
@@ -20,13 +20,13 @@ judges the partitions by the group's committed offsets instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from runtime.kafka.share_consumer import Outcome, ShareCounts
 from runtime.supervisor.partition.acknowledgements import AckTracker
-from runtime.supervisor.partition.partition import Partition, Partitions
+from runtime.supervisor.partition.partition import Partition
 from runtime.supervisor.seams.consumer import Consumer
 from runtime.tp import TP
 
@@ -40,8 +40,16 @@ class SyncCommit:
     epoch: int  # the partition's fence when it was sent: the answer is of that release only
 
 
+@dataclass(frozen=True, slots=True)
+class CommitsView:
+    """What the commits report (runtime/supervisor/daemon/report.py)."""
+
+    committed: dict[TP, int]  # what this supervisor committed, per partition
+    share: dict[str, int] | None  # a share group's acknowledgement counts
+
+
 class Committer:
-    def __init__(self, consumer: Consumer, partitions: Partitions, interval_s: float,
+    def __init__(self, consumer: Consumer, partitions: Mapping[TP, Partition], interval_s: float,
                  clock: Callable[[], float], sync_timeout_s: float = 30.0,
                  transactional: bool = False) -> None:
         self.consumer = consumer
@@ -51,8 +59,10 @@ class Committer:
         self.interval_s = interval_s
         self.clock = clock
         self.committed: dict[TP, int] = {}  # what this supervisor committed, for status
-        self._sync: dict[TP, SyncCommit] = {}  # answers of synchronous commits, until taken
         self._last = clock()
+
+    def snapshot(self) -> CommitsView:
+        return CommitsView(dict(self.committed), self.share_counts())
 
     def commit_if_due(self) -> None:
         now = self.clock()
@@ -60,15 +70,18 @@ class Committer:
             self._last = now
             self.commit(list(self.partitions.values()), asynchronous=True)
 
-    def commit(self, parts: list[Partition], asynchronous: bool) -> None:
+    def commit(self, parts: list[Partition], asynchronous: bool) -> dict[TP, SyncCommit]:
+        """Commit the partitions' committable offsets. Synchronous: the broker's answer for
+        each partition (asynchronous: none, {})."""
         if self.transactional:
-            if not asynchronous:  # answered "nothing sent": caught_up.py asks the group instead
-                self._sync.update({p.tp: SyncCommit(None, None, p.fence.epoch) for p in parts})
-            return
+            if asynchronous:
+                return {}
+            # Answered "nothing sent": caught_up.py asks the group instead.
+            return {p.tp: SyncCommit(None, None, p.epoch) for p in parts}
         for tp, refused_offset in self.consumer.take_refused_commits().items():
             held = self.partitions.get(tp)
             if held is not None and held.tracker.committed == refused_offset:
-                held.tracker.mark_committed(None)  # send it again
+                held.committed(None)  # send it again
         # Asynchronous: what moved since the last commit. Synchronous: everything there is.
         offsets: dict[TP, int] = {}
         for p in parts:
@@ -76,25 +89,22 @@ class Committer:
             if committable is not None and (not asynchronous or p.tracker.needs_commit()):
                 offsets[p.tp] = committable
         result = self.consumer.commit(offsets, asynchronous, self.sync_timeout_s) if offsets else None
+        answers: dict[TP, SyncCommit] = {}
         for p in parts:
             offset = offsets.get(p.tp)
             refused = None
             if offset is not None and result is not None:
                 refused = result.refused.get(p.tp) or (None if result.sent else "not sent")
                 if refused is None:
-                    p.tracker.mark_committed(offset)
+                    p.committed(offset)
                     self.committed[p.tp] = offset
             if not asynchronous:
-                self._sync[p.tp] = SyncCommit(offset, refused, p.fence.epoch)
+                answers[p.tp] = SyncCommit(offset, refused, p.epoch)
+        return answers
 
     def share_counts(self) -> dict[str, int] | None:
         """A share group's acknowledgement counts (ShareCommitter); None in a consumer group."""
         return None
-
-    def take_sync_answers(self) -> dict[TP, SyncCommit]:
-        """The answers of the synchronous commits since the last call, per partition."""
-        answers, self._sync = self._sync, {}
-        return answers
 
 
 @runtime_checkable
@@ -116,7 +126,7 @@ class ShareCommitter(Committer):
     and the batches in progress are back, so what is not done will not run here: it is
     released now, before the final status, and the answer is "nothing to commit"."""
 
-    def __init__(self, consumer: Consumer, acks: Acknowledging, partitions: Partitions,
+    def __init__(self, consumer: Consumer, acks: Acknowledging, partitions: Mapping[TP, Partition],
                  clock: Callable[[], float]) -> None:
         super().__init__(consumer, partitions, 0.0, clock)
         self.acks = acks
@@ -127,18 +137,20 @@ class ShareCommitter(Committer):
     def share_counts(self) -> dict[str, int] | None:
         return self.acks.counts.as_dict()
 
-    def commit(self, parts: list[Partition], asynchronous: bool) -> None:
+    def commit(self, parts: list[Partition], asynchronous: bool) -> dict[TP, SyncCommit]:
+        answers: dict[TP, SyncCommit] = {}
         for p in parts:
             if isinstance(p.tracker, AckTracker):
                 if not asynchronous:
-                    p.tracker.discard_unfinished()
-                for intent in p.tracker.take_intents():
+                    p.let_go_unfinished()
+                for intent in p.take_acks():
                     self.acks.acknowledge(p.tp, intent.first, intent.last, intent.outcome)
             if not asynchronous:
-                self._sync[p.tp] = SyncCommit(None, None, p.fence.epoch)
+                answers[p.tp] = SyncCommit(None, None, p.epoch)
+        return answers
 
 
-def committer_for(share: bool, consumer: Consumer, partitions: Partitions, interval_s: float,
+def committer_for(share: bool, consumer: Consumer, partitions: Mapping[TP, Partition], interval_s: float,
                   clock: Callable[[], float], sync_timeout_s: float,
                   transactional: bool = False) -> Committer:
     """The consumer group's committer, or a share group's (``share``: its consumer acknowledges).

@@ -1,73 +1,111 @@
 """The rebalance story: what happens when the group gives this member partitions, takes them
-back, or says they are lost. Runs in: rebalance callbacks, which librdkafka runs inside
-``consume()`` on the supervisor's thread (and in shutdown, which is a revocation of
-everything).
+back, or says they are lost. The loop calls ``consume()`` at a step of its own; librdkafka
+calls this class's callbacks from inside it, on the supervisor's thread.
 
-It coordinates rooms and owns no partition state: the rooms act (assignment fences and
-forgets, results applies what workers report while we wait, commits commits), and none of
-them calls back into another, so a rebalance cannot re-enter a room half-way.
+**Everything that runs inside a callback is here**, and only what librdkafka requires there:
+
+    on_assign(tps)   recorded (``Assigned``): the loop applies it at its rebalance step, once
+                     consume() has returned (new partitions, operator holds, flow control's
+                     pauses, each partition's start: runtime/supervisor/daemon/loop.py)
+    on_revoke(tps)   released at once (``release``), then recorded (``Released``): a revocation
+                     is complete when its callback returns, so the fence, the wait for the
+                     batches in progress and the commit happen inside it, or another member
+                     would start on partitions whose batches are still running here
+    on_lost(tps)     released at once as for a revocation, but nothing is committed (the
+                     partitions are someone else's already: it would be refused)
+
+A release is the data path's narrow contract (runtime/supervisor/datapath/release.py: fence,
+join, terminate, forget, as arroyo's strategy's close and join) around the commit. What it
+leaves (the broker's answers, the slots it freed) is recorded for the loop's step: the judge
+of a batch run, the dead-letter desk and the partitions held over capacity hear of it there.
 
 **Revocation is bounded and fenced** (invariant 5): fence (a new epoch in shared memory:
 workers skip every frame of the old one), wait only for the batches in progress, commit what
 is done, forget; a worker that will not let go within ``revoke_timeout_s`` is killed. Its
 time does not grow with how full the rings are.
+
+Runs in: rebalance callbacks (and the stop, which is a release of everything).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, Generic
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from runtime.supervisor.control.operator import OperatorHolds
-from runtime.supervisor.datapath.assignment import Assignment
-from runtime.supervisor.datapath.deadletter_desk import DeadLetterDesk
-from runtime.supervisor.datapath.flowcontrol import FlowControl
-from runtime.supervisor.datapath.results import Results
-from runtime.supervisor.group.caught_up import CaughtUp
-from runtime.supervisor.group.commits import Committer
+from runtime.supervisor.group.commits import Committer, SyncCommit
 from runtime.supervisor.partition.partition import Partition
-from runtime.supervisor.scheduling.scheduler import Scheduler
-from runtime.supervisor.seams.pool import H, Handle
-from runtime.supervisor.workers.workforce import Workforce
 from runtime.tp import TP
 
 log = logging.getLogger("ringmaster.rebalance")
 
 
-class Rebalance(Generic[H]):
-    def __init__(self, revoke_timeout_s: float, assignment: Assignment, flow: FlowControl,
-                 operator: OperatorHolds, results: Results[H], commits: Committer, caught_up: CaughtUp,
-                 scheduler: Scheduler, workforce: Workforce[H], handles: Sequence[H],
-                 desk: DeadLetterDesk | None, clock: Callable[[], float]) -> None:
+class Releasing(Protocol):
+    """The data path, as a release drives it (runtime/supervisor/datapath/release.py)."""
+
+    def fence(self, tps: list[TP], /) -> list[Partition]: ...
+    def join(self, parts: list[Partition], deadline: float, /) -> list[int]: ...
+    def terminate(self, workers: list[int], why: str, /) -> None: ...
+    def forget(self, parts: list[Partition], /) -> None: ...
+
+
+@dataclass(frozen=True)
+class Assigned:
+    """The group assigned these partitions (applied at the loop's rebalance step)."""
+
+    tps: tuple[TP, ...]
+
+
+@dataclass(frozen=True)
+class Released:
+    """A release done (in a callback or the stop): ``tps`` as the group named them, ``parts``
+    those that were held (fenced, waited for, committed, forgotten), ``answers`` the broker's
+    answer per partition (none: lost)."""
+
+    tps: tuple[TP, ...]
+    parts: tuple[Partition, ...] = ()
+    answers: dict[TP, SyncCommit] = field(default_factory=dict)
+
+
+Change = Assigned | Released
+
+
+@dataclass(frozen=True)
+class RebalanceView:
+    """What the rebalances report (runtime/supervisor/daemon/report.py)."""
+
+    revocations: list[dict[str, Any]]
+    rebalances: int
+
+
+class Rebalance:
+    def __init__(self, revoke_timeout_s: float, datapath: Releasing, commits: Committer,
+                 clock: Callable[[], float]) -> None:
         self.revoke_timeout_s = revoke_timeout_s
-        self.assignment = assignment
-        self.flow = flow
-        self.operator = operator
-        self.results = results
+        self.datapath = datapath
         self.commits = commits
-        self.caught_up = caught_up
-        self.scheduler = scheduler
-        self.workforce = workforce
-        self.handles = handles
-        self.desk = desk
         self.clock = clock
         self.revocations: list[dict[str, Any]] = []  # the last 100, for status and tests
         self._timings: list[float] = []  # seconds each release took, not yet taken (take_timings)
+        self._changes: list[Change] = []  # recorded in callbacks, until the loop takes them
         self.rebalances = 0  # callbacks: assignments, revocations, losses
 
+    def snapshot(self) -> RebalanceView:
+        return RebalanceView(list(self.revocations), self.rebalances)
+
+    # ------------------------------------------------------------------ inside the callbacks
     def on_assign(self, tps: list[TP]) -> None:
-        """Runs in: rebalance callback, after the client assigned tps. A share group's consumer
-        announces a partition when its first record comes: no rebalance (nothing is ever
-        revoked in a share group), so not counted as one."""
-        if not self.assignment.share:
-            self.rebalances += 1
-        new = self.assignment.assign(tps)
-        self.operator.hold_new(new)
-        self.flow.new_partitions(new)
-        log.info("partitions assigned", extra={"partitions": ",".join(p.label for p in new),
-                                               "paused": sum(p.pause.paused for p in new)})
+        """Runs in: rebalance callback, after the client assigned tps."""
+        self.rebalances += 1
+        self.on_announce(tps)
+
+    def on_announce(self, tps: list[TP]) -> None:
+        """Runs in: a share group consumer's consume(), when a partition's first record comes
+        (runtime/kafka/share_consumer.py): assigned as by the group, but no rebalance (nothing
+        is ever revoked in a share group), so not counted as one."""
+        self._changes.append(Assigned(tuple(tps)))
 
     def on_revoke(self, tps: list[TP]) -> None:
         """Runs in: rebalance callback. Fence, wait only for batches in progress, commit."""
@@ -81,42 +119,22 @@ class Rebalance(Generic[H]):
         self.release(tps, commit=False)
 
     def release(self, tps: list[TP], commit: bool, why: str = "") -> list[Partition]:
-        """Fence, wait for the batches in progress, commit (``commit``), forget. ``why``: what
-        the log line says (by default, revoked or lost)."""
+        """Runs in: rebalance callback, or the stop. The partitions released (those held).
+        ``why``: what the log line says (by default, revoked or lost)."""
         started = self.clock()
-        self.assignment.let_go_over_capacity(tps)
-        parts = self.assignment.fence(tps)
+        self._unassigned(tps)
+        parts = self.datapath.fence(tps)
         if not parts:
+            self._changes.append(Released(tuple(tps)))
             return []
-        waits = self._batches_in_progress({p.fence.slot for p in parts})
-        # RACE: a worker sends a batch's result before its board says idle, so a worker seen
-        # idle here may have finished a batch of these partitions whose result is in its pipe,
-        # unread: read it now, or the commit below leaves out what its outputs already wrote
-        # and the next owner writes them again (seen under KIP-848, CI's members row).
-        self.results.collect()
-        deadline = started + self.revoke_timeout_s
-        while waits and self.clock() < deadline:
-            self.results.collect(min(0.05, max(0.0, deadline - self.clock())))
-            waits = {i: bid for i, bid in waits.items() if self.handles[i].alive
-                     and (bid == -1 or self.scheduler.out_on(i, bid))}
-        for i in waits:
-            # INVARIANT (5): no worker touches a record of a revoked partition after this
-            # returns; one that will not let go in time is killed (and restarted later).
-            self.workforce.kill_now(self.handles[i], (
-                f"still busy on a revoked partition after supervisor.revoke_timeout_s "
-                f"({self.revoke_timeout_s:g} s)"))
+        still_busy = self.datapath.join(parts, started + self.revoke_timeout_s)
+        self.datapath.terminate(still_busy, f"still busy on a revoked partition after "
+                                            f"supervisor.revoke_timeout_s ({self.revoke_timeout_s:g} s)")
         # What invariant 5 bounds: fencing and the batch in progress. The commit that
         # follows is a broker round trip (slower while the group is rebalancing).
         fenced_ms = round((self.clock() - started) * 1000, 1)
-        if commit:
-            self.commits.commit(parts, asynchronous=False)
-        # What the release left, with the broker's answer per partition (none: lost): a batch
-        # run exits 0 only if each was done, or handed over with its commit acknowledged.
-        self.caught_up.on_released(parts, self.commits.take_sync_answers())
-        self.assignment.forget(parts)
-        if self.desk is not None:
-            for p in parts:
-                self.desk.forget(p.tp)  # its letters are the next owner's to write
+        answers = self.commits.commit(parts, asynchronous=False) if commit else {}
+        self.datapath.forget(parts)
         took_ms = round((self.clock() - started) * 1000, 1)
         self._timings.append(took_ms / 1000)
         self.revocations = [*self.revocations[-99:], {
@@ -124,42 +142,26 @@ class Rebalance(Generic[H]):
             "partitions": [p.label for p in parts]}]
         log.info(why or ("partitions revoked" if commit else "partitions lost"), extra={
             "partitions": ",".join(p.label for p in parts), "took_ms": took_ms})
-        self.take_in_over_capacity()
+        self._changes.append(Released(tuple(tps), tuple(parts), answers))
         return parts
+
+    def _unassigned(self, tps: list[TP]) -> None:
+        """Partitions assigned and let go of within one consume(): their assignment was never
+        applied, so there is nothing of them to release."""
+        gone = set(tps)
+        for i, change in enumerate(self._changes):
+            if isinstance(change, Assigned) and gone & set(change.tps):
+                self._changes[i] = Assigned(tuple(tp for tp in change.tps if tp not in gone))
+
+    # ------------------------------------------------------------------ the loop's step
+    def take(self) -> list[Change]:
+        """What the callbacks (or the stop) recorded since the last call, in order: the loop
+        applies it at its rebalance step."""
+        changes, self._changes = self._changes, []
+        return changes
 
     def take_timings(self) -> list[float]:
         """Seconds each release since the last call took (the loop hands them to the metrics'
         histogram; this room knows no metrics)."""
         timings, self._timings = self._timings, []
         return timings
-
-    def take_in_over_capacity(self) -> None:
-        """Slots freed by a release go to partitions held over capacity (assignment.py), which
-        start as any newly assigned partition does: operator holds and flow control first."""
-        adopted = self.assignment.adopt()
-        if adopted:
-            self.operator.hold_new(adopted)
-            self.flow.take_over(adopted)
-
-    def _batches_in_progress(self, slots: set[int]) -> dict[int, int]:
-        """Worker index -> the batch of one of these slots it is running (-1: unknown, the
-        lock was not had in time: wait for the worker to be idle or gone)."""
-        waits: dict[int, int] = {}
-        for h in self.handles:
-            if not h.alive:
-                continue
-            busy = _batch_in_progress(h)
-            if busy is None or busy[1] in slots:
-                waits[h.index] = busy[0] if busy else -1
-        return waits
-
-
-def _batch_in_progress(h: Handle) -> tuple[int, int] | None:
-    """(batch, slot) the worker is processing, (0, -1) when idle, None if unknown. Read under
-    the worker's lock: see the RACE note in runtime/worker/fence.py."""
-    if not h.lock.acquire(timeout=1.0):
-        return None
-    try:
-        return h.board.current
-    finally:
-        h.lock.release()

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runtime.supervisor.scheduling.batches import Batch, Bucket
+from runtime.supervisor.scheduling.capacity import Capacity
 from runtime.supervisor.seams.pool import Bell, SlotRing
 from runtime.tp import TP
 from runtime.transport.frames import STOP_FRAME
@@ -93,6 +94,25 @@ class HandleLike(Protocol):
 LaneKey = tuple[TP, Bucket]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerLoad:
+    """One worker's share of the scheduler's work, as status shows it."""
+
+    in_flight: int  # batches in its ring (running or queued)
+    queued_records: int
+    lanes: int  # lanes with batches out on it
+    us_per_record: float  # learnt from its results
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    """What the scheduler reports (runtime/supervisor/daemon/report.py)."""
+
+    workers: tuple[WorkerLoad, ...]  # per worker slot
+    worker_of: dict[TP, int]  # partition ordering: the worker a partition's batches are on now
+    pending: dict[TP, int]  # batches of each partition cut and waiting for a ring
+
+
 @dataclass(eq=False, slots=True)
 class Lane:
     key: LaneKey
@@ -110,10 +130,6 @@ class Scheduler:
     def __init__(self, handles: Sequence[HandleLike], ordered: bool, slots: int = 0) -> None:
         """``handles`` may grow, up to ``slots`` workers (the pool adds slots as a resize needs them)."""
         self.handles = handles
-        # The workforce's answer for the call in progress (dispatch, can_take_more, has_hungry):
-        # how many batches each worker's ring may hold (workforce.allowance(), the loop hands
-        # it on); a worker whose count is at it takes no frame.
-        self._allowance: Sequence[int] = ()
         self.ordered = ordered  # False: unordered, batches go anywhere
         n = max(slots, len(handles))
         self._lanes: dict[LaneKey, Lane] = {}
@@ -177,23 +193,30 @@ class Scheduler:
         self._pending_batches[b.tp] = self._pending_batches.get(b.tp, 0) + sign
 
     # ------------------------------------------------------------------ dispatch
-    def dispatch(self, allowance: Sequence[int]) -> None:
-        """Write pending batches into rings while workers have room, each ring within the
-        workforce's ``allowance``; never block (invariant 3: a batch that finds no room waits
-        in its lane)."""
+    def capacity(self, allowance: Sequence[int]) -> Capacity:
+        """What the workers can take now, each ring within the workforce's ``allowance``
+        (capacity.py). Which workers have room is asked here once, and again in dispatch only
+        for a worker just written to: asking every worker for every lane cost the supervisor
+        O(lanes × workers) per tick (480 key lanes × 15 workers: seconds of CPU in a simulated
+        run)."""
+        allowed = tuple(allowance)
+        room = frozenset(w for w in range(len(self.handles)) if self._room(w, allowed))
+        return Capacity(allowed, room, frozenset(self._hungry(allowed)), bool(self._ready))
+
+    def dispatch(self, capacity: Capacity) -> None:
+        """Write pending batches into rings while workers have room (``capacity``, taken just
+        before), each ring within its allowance; never block (invariant 3: a batch that finds
+        no room waits in its lane)."""
         if not self._ready:
             return
-        self._allowance = allowance
-        # Which workers have room, asked once per round and again only for a worker just
-        # written to: asking every worker for every lane cost the supervisor O(lanes ×
-        # workers) per tick (480 key lanes × 15 workers: seconds of CPU in a simulated run).
-        room = {w for w in range(len(self.handles)) if self._room(w)}
+        allowance = capacity.allowance
+        room = set(capacity.room)
         if not room:
             return
         lanes = sorted(self._ready.values(), key=_served)
-        hungry = self._hungry()
+        hungry = set(capacity.hungry)
         if self.ordered:
-            self._weigh()
+            self._weigh(allowance)
         written: dict[int, int] = {}  # worker -> its ring's write position before this round
         while lanes and room:
             next_round = []
@@ -203,9 +226,9 @@ class Scheduler:
                 b = lane.pending[0]
                 shared = None if b.buckets is None else self._lanes_of(b)
                 if shared is None:
-                    w = self._place(lane, room, hungry)
+                    w = self._place(lane, room, hungry, allowance)
                 else:
-                    w = self._place_shared(b, shared, room, hungry)
+                    w = self._place_shared(b, shared, room, hungry, allowance)
                 if w is None:
                     continue
                 ring = self.handles[w].ring
@@ -220,14 +243,14 @@ class Scheduler:
                 for sent in shared or (lane,):
                     sent.pending.popleft()
                     sent.records -= b.count
-                    self._lane_sent(w, sent, b)
+                    self._lane_sent(w, sent, b, allowance)
                     if sent.pending:
                         if sent is lane:
                             next_round.append(lane)  # another of them is still in this round's list
                     else:
                         del self._ready[sent.key]
                 hungry.discard(w)
-                if not self._room(w):
+                if not self._room(w, allowance):
                     room.discard(w)
             lanes = next_round
         for w, start in written.items():
@@ -237,7 +260,7 @@ class Scheduler:
             if h.bell is not None and h.ring.reader_reached(start):
                 h.bell.ring()
 
-    def _place(self, lane: Lane, room: set[int], hungry: set[int]) -> int | None:
+    def _place(self, lane: Lane, room: set[int], hungry: set[int], allowance: Sequence[int]) -> int | None:
         if self.ordered and lane.out:
             w = lane.worker
             assert w is not None
@@ -255,7 +278,7 @@ class Scheduler:
                 # here and takes the next worker with room elsewhere.
                 lane.leaving = w
                 return None
-            if self._probe and self._drains_for_probe(lane):
+            if self._probe and self._drains_for_probe(lane, allowance):
                 return None
             return w
         for w in sorted(self._probe):
@@ -267,8 +290,8 @@ class Scheduler:
         best = None
         n = len(self.handles)
         leaving = lane.leaving
-        if leaving is not None and (not self._lanes_on[leaving]
-                                    or not any(self._accepting(h) for h in range(n) if h != leaving)):
+        if leaving is not None and (not self._lanes_on[leaving] or not any(
+                self._accepting(h, allowance) for h in range(n) if h != leaving)):
             leaving = lane.leaving = None  # nothing left there to make room for, or nowhere else to go
         worst = self._acceptable_left(lane, leaving) if self.ordered else _INF
         for w in room:
@@ -291,7 +314,8 @@ class Scheduler:
         lane.leaving = None
         return best[1]
 
-    def _place_shared(self, b: Batch, lanes: list[Lane], room: set[int], hungry: set[int]) -> int | None:
+    def _place_shared(self, b: Batch, lanes: list[Lane], room: set[int], hungry: set[int],
+                      allowance: Sequence[int]) -> int | None:
         """Where a batch of several lanes goes (key ordering, module docstring): only once it
         heads each of them; to the one worker those with batches out are on, or, none being
         out, where the first of them would go. Never to a worker older than any lane's floor."""
@@ -307,7 +331,7 @@ class Scheduler:
         first = lanes[0]
         first.floor, saved = floor, first.floor
         try:
-            return self._place(first, room, hungry)
+            return self._place(first, room, hungry, allowance)
         finally:
             first.floor = saved
 
@@ -318,22 +342,22 @@ class Scheduler:
         behind = self._behind.get(tp, 0)
         return lane.records + lane.out_records + (behind / len(self._of_tp[tp]) if behind else 0.0)
 
-    def _weigh(self) -> None:
+    def _weigh(self, allowance: Sequence[int]) -> None:
         """Per worker, the work left in the lanes on it (a round's placements go by it)."""
         left = [0.0] * len(self._out)
         for lane in self._bound.values():
             assert lane.worker is not None
             left[lane.worker] += self._left(lane)
         self._left_on = left
-        self._find_least()
+        self._find_least(allowance)
 
-    def _find_least(self) -> None:
+    def _find_least(self, allowance: Sequence[int]) -> None:
         """The least work left on a worker that takes frames, which one, and the next least.
         (Workers of every plugin generation together: close enough for balance.)"""
         least = nxt = _INF
         at = None
         for h in range(len(self.handles)):
-            if not self._accepting(h):
+            if not self._accepting(h, allowance):
                 continue
             v = self._left_on[h]
             if v < least:
@@ -365,7 +389,7 @@ class Scheduler:
         least = self._least_left if self._least_at != w else self._next_left
         return least + self._left(lane) + 2 * self._batch_records(lane) < self._left_on[w]
 
-    def _drains_for_probe(self, lane: Lane) -> bool:
+    def _drains_for_probe(self, lane: Lane, allowance: Sequence[int]) -> bool:
         """A worker on probation waits for a lane with nothing out, and under steady load no
         lane ever has nothing out (each keeps a batch queued behind the running one): one
         lane, the first one served, takes no more batches until those out are done, and then
@@ -373,17 +397,17 @@ class Scheduler:
         none before it is ready), or the lane would drain and go straight back."""
         for w in self._probe:
             key = self._probe_lane.get(w)
-            if key is None and self._gen[w] >= lane.floor and self._room(w):
+            if key is None and self._gen[w] >= lane.floor and self._room(w, allowance):
                 self._probe_lane[w] = key = lane.key
             if key == lane.key:
-                return self._room(w)
+                return self._room(w, allowance)
         return False
 
-    def _accepting(self, w: int) -> bool:
-        return len(self._out[w]) < self._allowance[w]
+    def _accepting(self, w: int, allowance: Sequence[int]) -> bool:
+        return len(self._out[w]) < allowance[w]
 
-    def _room(self, w: int) -> bool:
-        if len(self._out[w]) >= self._allowance[w]:
+    def _room(self, w: int, allowance: Sequence[int]) -> bool:
+        if len(self._out[w]) >= allowance[w]:
             return False
         if len(self._out[w]) <= _EXTRA_QUEUED:
             return True  # one running, one queued: the worker never waits for us
@@ -400,10 +424,10 @@ class Scheduler:
         if behind is not None:
             self._behind = behind
 
-    def _hungry(self) -> set[int]:
+    def _hungry(self, allowance: Sequence[int]) -> set[int]:
         """Workers with room and next to nothing to do."""
         return {w for w in range(len(self.handles)) if len(self._out[w]) <= _EXTRA_QUEUED
-                and self._queued_s(w) < _AHEAD_S / 2 and self._accepting(w)}
+                and self._queued_s(w) < _AHEAD_S / 2 and self._accepting(w, allowance)}
 
     def _sent(self, w: int, b: Batch) -> None:
         self._probe.discard(w)
@@ -414,12 +438,12 @@ class Scheduler:
         self._out_bytes[b.tp] = self._out_bytes.get(b.tp, 0) + len(b.frame)
         self._out_by_tp[b.tp] = self._out_by_tp.get(b.tp, 0) + 1
 
-    def _lane_sent(self, w: int, lane: Lane, b: Batch) -> None:
+    def _lane_sent(self, w: int, lane: Lane, b: Batch, allowance: Sequence[int]) -> None:
         lane.served = self._sent_count
         lane.out_records += b.count
         if self.ordered and lane.worker != w:
             self._left_on[w] += self._left(lane)
-            self._find_least()
+            self._find_least(allowance)
         lane.floor = max(lane.floor, self._gen[w])
         if lane.out == 0 and self.ordered:
             lane.worker = w
@@ -498,8 +522,9 @@ class Scheduler:
             self._cost_us[w] = sample if not old else (1 - _COST_WEIGHT) * old + _COST_WEIGHT * sample
 
     # ------------------------------------------------------------------ partitions
-    def drop_pending(self, tp: TP) -> None:
-        """Forget the partition's batches not yet in a ring (a fence made them stale)."""
+    def discard(self, tp: TP) -> None:
+        """Forget the partition's batches not yet in a ring (a fence made them stale; the
+        partition says so, runtime/supervisor/partition/partition.py)."""
         dropped: set[int] = set()  # a batch of several lanes is counted once
         for key in self._of_tp.get(tp, ()):
             lane = self._lanes[key]
@@ -514,7 +539,7 @@ class Scheduler:
     def forget(self, tp: TP) -> None:
         """The partition was released: its batches in rings are stale (workers skip them: a
         new epoch) and a late result of one completes nothing."""
-        self.drop_pending(tp)
+        self.discard(tp)
         for w, out in enumerate(self._out):
             for bid in [bid for bid, b in out.items() if b.tp == tp]:
                 self._back(w, out.pop(bid))
@@ -527,6 +552,13 @@ class Scheduler:
             table.pop(tp, None)
 
     # ------------------------------------------------------------------ questions
+    def snapshot(self) -> SchedulerView:
+        workers = tuple(WorkerLoad(len(self._out[w]), self._queued[w], self._lanes_on[w], self._cost_us[w])
+                        for w in range(len(self._out)))
+        worker_of = {key[0]: lane.worker for key, lane in self._bound.items()
+                     if key[1] is None and lane.worker is not None}
+        return SchedulerView(workers, worker_of, {tp: n for tp, n in self._pending_batches.items() if n})
+
     def has_out(self, tp: TP) -> bool:
         return self._out_by_tp.get(tp, 0) > 0
 
@@ -541,10 +573,6 @@ class Scheduler:
         """Batches in each worker's ring (what the workforce's recycling weighs, from the loop)."""
         return [len(out) for out in self._out]
 
-    def pending(self, tp: TP) -> int:
-        """Batches of the partition cut and waiting for a ring."""
-        return self._pending_batches.get(tp, 0)
-
     def backlog_bytes(self, tp: TP) -> int:
         """Frame bytes of the partition waiting for a ring or in one."""
         return self._pending_bytes.get(tp, 0) + self._out_bytes.get(tp, 0)
@@ -556,32 +584,10 @@ class Scheduler:
         """Batches are waiting for a worker: a result is what lets them go."""
         return bool(self._ready)
 
-    def has_hungry(self, allowance: Sequence[int]) -> bool:
-        """Some worker has next to nothing to do (``allowance``: as for dispatch)."""
-        self._allowance = allowance
-        return bool(self._hungry())
-
-    def can_take_more(self, allowance: Sequence[int]) -> bool:
-        """Some worker has room and nothing pending is waiting for it: cutting a small batch
-        now costs nothing (adaptive batching). ``allowance``: as for dispatch."""
-        if self._ready:
-            return False
-        self._allowance = allowance
-        return any(self._room(w) for w in range(len(self.handles)))
-
-    def worker_of(self, tp: TP) -> int | None:
-        """The worker a partition's batches are on now (partition ordering), if any is out."""
-        lane = self._lanes.get((tp, None))
-        return lane.worker if lane is not None and self.ordered else None
-
     def queued_records(self, w: int) -> int:
         return self._queued[w]
 
-    def cost_us(self, w: int) -> float:
-        return self._cost_us[w]
 
-    def lanes_on(self, w: int) -> int:
-        return self._lanes_on[w]
 
 
 def _served(lane: Lane) -> int:

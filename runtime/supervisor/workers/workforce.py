@@ -126,6 +126,21 @@ def _takes_frames(life: Life) -> bool:
 
 
 @dataclass(frozen=True)
+class LifeView:
+    """What status shows of one worker slot's life (runtime/supervisor/daemon/report.py)."""
+
+    index: int
+    state: State
+    restarts: int
+    last_exit: str | None
+    start_failure: str | None
+    exits: dict[ExitCause, int]
+    version: str | None
+    generation: int
+    retiring: bool
+
+
+@dataclass(frozen=True)
 class Death:
     """What the supervisor needs to redeliver a dead worker's batches."""
 
@@ -188,6 +203,12 @@ class Workforce(Generic[S]):
     def working(self) -> bool:
         """Is a live worker in a batch now (in the plugin, delivering, or waiting to retry)?"""
         return any(h.alive and h.board.phase != PHASE_IDLE for h in self.pool.handles)
+
+    def snapshot(self) -> list[LifeView]:
+        """Each slot's life, as status shows it."""
+        return [LifeView(i, life.state, life.restarts, life.last_exit, life.start_failure, dict(life.exits),
+                         life.version, life.code.generation if life.code else 0, bool(life.retiring))
+                for i, life in enumerate(self.lives)]
 
     def stuck(self) -> list[str]:
         """Started workers silent past heartbeat_timeout_s and not yet replaced (for /healthz).
