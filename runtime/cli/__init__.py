@@ -16,6 +16,7 @@ log only warnings, on stderr, so their own output comes first and alone.
     spark_commands.py   spark run, spark backfill (also what spark-submit runs)
     broker.py           broker: a development broker (Tansu or Apache Kafka)
     devtools.py         produce, tail: test records in, a topic's records out
+    console.py          console: the web console, in a process of its own
     loading.py          a command's settings, checked before Kafka is touched; the cluster's first answer
     outcome.py          how a command ends: one line and the exit status, or a bug's traceback
 """

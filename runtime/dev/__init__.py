@@ -9,10 +9,10 @@ never the daemon itself.
                      those of Spark's own Kafka source (``spark.source = "kafka"``)
     records.py       ``ringmaster produce`` / ``tail``: test records in, a topic's records out
 
-Starts processes: the brokers (tansu.py, kafkabroker.py), ``openssl`` (certificates.py) and
-``mvn`` (maven.py). Runs in: the CLI (``ringmaster broker``, ``produce``, ``tail``; Spark's
-driver resolving its source's jars), the tests, the benchmarks and the demo. Beside the
-supervisor in the layers (pyproject.toml): may import runtime.execution (the dead letters'
-headers), runtime.kafka, runtime.config, runtime.errors; nothing that a daemon runs imports
-anything here.
+The brokers (tansu.py, kafkabroker.py), ``openssl`` (certificates.py) and ``mvn`` (maven.py)
+are processes these start; each module says so. Runs in: the CLI (``ringmaster broker``,
+``produce``, ``tail``; Spark's driver resolving its source's jars), the tests, the benchmarks
+and the demo. Beside the supervisor in the layers (pyproject.toml): may import
+runtime.execution (the dead letters' headers), runtime.kafka, runtime.config, runtime.errors;
+nothing that a daemon runs imports anything here.
 """

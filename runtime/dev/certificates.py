@@ -4,7 +4,7 @@ A private certificate authority (``ca.pem``, what clients trust: ``kafka.securit
 and a broker certificate it signs for loopback (``127.0.0.1`` and ``localhost``), written as one
 PEM keystore (key, certificate, CA) that Kafka reads with ``ssl.keystore.type=PEM``. For the
 development broker and the tests only: the keys are not encrypted and live as long as the
-directory does.
+directory does. Starts processes: ``openssl``.
 """
 
 from __future__ import annotations

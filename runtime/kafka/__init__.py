@@ -12,6 +12,12 @@ planner with their own short-lived clients).
                      exist? create
     client_log.py    librdkafka's own log lines and error_cb reports into the structured log
     coordinator.py   a group coordinator that is moving or loading: ask again (commits, committed offsets)
+    share_consumer.py  a share group's member (KIP-932): one poll at a time, explicit acknowledgements
+    transactions.py  transactional producers and their stable ids (exactly-once)
+    group_offsets.py where the whole group stands for a batch run: partition ends, committed offsets
+    read_ends.py     a partition's end read to the end (some brokers answer ListOffsets short)
+    empty_gaps.py    whether a gap of offsets holds anything a reader is handed
+    side_readers.py  what those short-lived readers share: their properties, their answer's thread
     watermarks.py    the ends of paused partitions (ListOffsets, off the loop): lag keeps growing
     messages.py      a consumed message's topic, partition, offset and headers, as types say them
     properties.py    the librdkafka properties of every client, built from the settings

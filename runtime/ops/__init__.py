@@ -8,9 +8,13 @@
     progress.py      the live progress display and the end-of-run summary
     control.py       operator pauses: the group's control topic, read and written
     control_records.py  what a valid control record is, read strictly at the edge (pure)
+    member_status.py  each member's status record on the group's status topic, for the console
+    topic_commands.py  the operator's requests from the control socket and the control topic, as one
     cluster.py       waiting for the Kafka cluster at start (the daemon waits, commands give up)
     control_socket.py  `ringmaster reload` / `scale`: the daemon's Unix socket, and its client
     systemd.py       sd_notify
+    backstop.py      a thread of C that ends the process when Python cannot (a client holding the GIL)
+    keys.py          single keys read from the terminal (``top``'s q)
     logs.py          structured stdlib logging; the throttle for lines that repeat in storms
 
 Runs in: the supervisor (status, metrics, admin server thread, control reader, waiting for

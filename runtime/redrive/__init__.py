@@ -24,6 +24,7 @@ records back, to their source topic or through the plugin.
     command.py   wiring from Settings (what ``ringmaster redrive`` calls)
 
 Runs in: the CLI (``ringmaster redrive``), one thread; the plugin too, in this process, with
-``--through-plugin``. May import: runtime.worker (execution, the dead-letter format),
-runtime.ops (logging), runtime.kafka, runtime.plugin, runtime.config, runtime.errors.
+``--through-plugin``. May import: runtime.execution (the plugin's run, the dead-letter format),
+runtime.ops (logging), runtime.kafka, runtime.plugin, runtime.config, runtime.errors; never the
+worker's process or the supervisor.
 """

@@ -16,8 +16,9 @@
     progress.py  the same status snapshot and metrics as the local daemon, where they apply
     submit.py    the entry file for spark-submit
 
-Imports pyspark: only loaded by ``ringmaster spark ...``. May import: runtime.worker
-(execution, routing, dead-letter format: the same retries and dead letters as a worker),
-runtime.kafka, runtime.ops, runtime.plugin, runtime.config, runtime.errors. Never the
-supervisor (Spark is the scheduler here); runtime.cli only from submit.py, which hands over to it.
+Imports pyspark: only loaded by ``ringmaster spark ...``. May import: runtime.execution (the
+plugin's run, routing, the dead-letter format: the same retries and dead letters as a worker),
+runtime.dev (Maven, for Spark's own Kafka source's jars), runtime.kafka, runtime.ops,
+runtime.plugin, runtime.config, runtime.errors. Never the supervisor (Spark is the scheduler
+here) nor the worker's process; runtime.cli only from submit.py, which hands over to it.
 """

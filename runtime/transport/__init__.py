@@ -8,6 +8,7 @@ Kafka: the packer works on whatever message type the adapter binds (packing.bind
     frames.py     msgpack batch frames (columnar) and result messages
     packing.py    consumed messages → frames (runs, key split, columns)
     speedups.py   the switch between the C speedups (_speedups.c) and their Python twins
+    groupmeta.py  the group's metadata (KIP-447), written by the supervisor, read by the workers
 
 Runs in: both sides (the supervisor writes rings and reads results; workers the reverse).
 May import: runtime.errors only.

@@ -68,8 +68,8 @@ def config(broker: Any, names: dict[str, str], tmp_path: Path, **workers: Any) -
                                                           ("C", "forkserver")])
 def test_every_record_processed_in_order_and_committed(broker: Any, names: dict[str, str], tmp_path: Path,
                                                        hot_paths: str, start_method: str) -> None:
-    """Both implementations of the hot paths (runtime/_speedups.c and its Python twins), and
-    every documented start method."""
+    """Both implementations of the hot paths (runtime/transport/_speedups.c and its Python
+    twins), and every documented start method."""
     make_topics(broker.bootstrap, 4, names["in"], names["out"], names["dlq"])
     counts = produce(broker.bootstrap, names["in"], ids(6000), 4)
     cfg = config(broker, names, tmp_path, settings={"journal_dir": str(jdir(tmp_path))},

@@ -1,5 +1,5 @@
-"""The C speedups (runtime/_speedups.c) against their pure-Python twins: the same frame
-bytes from the same consumed messages, the same Records from the same frame, and a safe
+"""The C speedups (runtime/transport/_speedups.c) against their pure-Python twins: the same
+frame bytes from the same consumed messages, the same Records from the same frame, and a safe
 fall-back to Python when the C side fails or disagrees."""
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ from fakes import TP0, TP1, assign, assign_in_consume, make, msgs, pending, rede
 from runtime.kafka.consumer import Fetched
 from runtime.supervisor.partition.partition import PauseReason
 from runtime.supervisor.scheduling.batches import Batch
+from runtime.supervisor.workers.workforce import State
 from runtime.transport.frames import (
     BLOCKED,
     DEFERRED,
     DONE,
+    EXHAUSTED,
     FENCED,
     Columns,
     Result,
@@ -564,3 +566,30 @@ def test_a_partial_batch_is_cut_early_for_an_idle_worker_only_when_the_client_ha
     assert sup.intake.cut(fakes.room(), drained=False).batches == [], "10 of 100: waits for more"
     # Nothing more queued.
     assert [b.count for b in sup.intake.cut(fakes.room(), drained=True).batches] == [10], "cut at once"
+
+
+# ---------------------------------------------------------------------- the tick's capacity (issue 42)
+def test_a_worker_that_reports_in_a_tick_gets_the_batch_waiting_for_it_in_that_tick() -> None:
+    """Results are read just before placing, and placing asks the workers' room anew: a worker
+    whose ring was full as the tick began, and that reported a batch done during it, is not
+    left idle until the next tick (issue 24: placing by what the tick began with)."""
+    sup, consumer, _clock, pool = make()
+    assign(sup, consumer, [TP0])
+    b1, _b2, b3 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(3))
+    sup.scheduler.dispatch(sup.capacity())
+    assert sup.scheduler.count(0) == 2 and not sup.scheduler.out_on(0, b3.batch_id), "the ring is full"
+    done(pool, 0, b1)
+    sup.tick()
+    assert sup.scheduler.out_on(0, b3.batch_id), "placed in the tick that read the result"
+
+
+def test_a_worker_that_reports_running_out_in_a_tick_is_given_nothing_more_in_it() -> None:
+    """A worker that ran out of a resource says so and exits next; nothing more goes to its
+    ring, also not the batches cut in the tick that read its report."""
+    sup, consumer, _clock, pool = make(batch_max_wait_ms=0)
+    assign(sup, consumer, [TP0])
+    sup.workforce.lives[0].state = State.READY
+    consumer.next_fetch = lambda n, t: Fetched(runs={TP0: msgs(TP0, 0, 1, 2)}, count=3)
+    report(pool, 0, Result(EXHAUSTED, 9, 0, 0, detail="memory (MemoryError)", cause="worn"))
+    sup.tick()
+    assert fakes.pending(sup, TP0) == 1 and pool.handles[0].ring.frames == [], "cut, and not placed"

@@ -5,6 +5,6 @@
     rollout.py     reload (new plugin code, canary, one worker at a time) and resize
     operator.py    operator pauses (the control topic) applied to this member's partitions
 
-Runs in: supervisor. May import: the data path, the workers' rooms and seams.py; never the
+Runs in: supervisor. May import: the data path, the workers' rooms and the seams; never the
 group's rooms or the wiring above it.
 """

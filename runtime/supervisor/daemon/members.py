@@ -1,5 +1,6 @@
 """``ringmaster run --members N`` (``supervisor.members``): N supervisors of one group on one
 host from one config, past the per-record ceiling of a single supervisor with light work.
+Starts processes: the N member daemons.
 
 The parent started by ``ringmaster run`` does no Kafka work. It checks the config and the
 plugin once, checks that ``supervisor.shm_dir`` holds every member's rings together, then starts

@@ -1,11 +1,15 @@
 """The data path: a record's way through the supervisor, from the fetch to its committable
 offset, and the state each partition holds on the way.
 
-    assignment.py       the partitions held: slots and epochs (fencing), rewinds, seeks
-    intake.py           fetch, cut each partition's run into batches (per lane); records set
-                        aside (no ring fits, unreadable): under exactly-once a letter batch
-    flowcontrol.py      holds, backpressure, every pause/resume sent to the client
-    results.py          what workers report, redelivery of a dead worker's batches, dead letters
+    intake.py           what consume() returned, handed to each partition and cut into batches
+                        (per lane); records set aside (no ring fits, unreadable): under
+                        exactly-once a letter batch
+    starts.py           where each partition is read from: its start, a rewind read again
+    flowcontrol.py      backpressure; every pause/resume sent to the client
+    results.py          what a report, a death or a delivered dead letter means, as effects
+    effects.py          those effects, as values (Complete, Rewind, Block, Isolate, Letter, ...)
+    applier.py          the one place effects are applied; the result pipes read
+    release.py          what a release asks of the data path: fence, join, terminate, forget
     isolation.py        what becomes of a batch that crashed its worker (pure); under
                         exactly-once its record's letter as a batch for a worker's transaction
     deadletter_desk.py  dead letters the supervisor writes itself (asynchronous, acked)

@@ -6,5 +6,5 @@
 
 Runs in: supervisor (rebalance callbacks run inside ``consume()`` on its thread). May import:
 the operator's rooms (pauses applied to new partitions), the data path, the workers' rooms
-and seams.py; never the wiring above it.
+and the seams; never the wiring above it.
 """

@@ -1,6 +1,7 @@
 """What the supervisor holds for each assigned partition.
 
-    partition.py         the partition's parts, each with one writer
+    partition.py         one partition and its life: its parts, changed by its own methods
+    table.py             the partitions held, their slots, those held over capacity
     offsets.py           completion tracking → committable offset (the one rule)
     acknowledgements.py  a share group's tracker: each record accepted or released
 

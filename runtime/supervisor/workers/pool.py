@@ -1,4 +1,5 @@
-"""Worker processes: spawn, reap, kill. The only module that starts processes.
+"""Worker processes: spawn, reap, kill. Starts processes: the workers, and ``ringmaster
+check``'s throw-away worker (the supervisor's only other process start is members.py's).
 
 Each worker index (a **slot**) owns one shared segment (its board and its ring) and one lock,
 from the first time the slot is used to the end of the run: the pool starts with
