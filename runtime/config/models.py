@@ -342,7 +342,8 @@ class ControlSettings(_Section):
         return self.topic or "_ringmaster.control." + re.sub(r"[^a-zA-Z0-9._-]", "_", group_id)
 
     enabled: bool = True
-    topic: str | None = Field(default=None, description="default: _ringmaster.control.<group_id>")
+    topic: str | None = Field(default=None, pattern=TOPIC_NAME,
+                              description="default: _ringmaster.control.<group_id>")
     replication_factor: int = Field(default=-1, description="when the topic is created (-1: the "
                                     "broker's default)")
     load_timeout_s: float = Field(default=30.0, gt=0, description="reading it at start; past this the "

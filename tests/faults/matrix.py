@@ -519,6 +519,11 @@ FAULTS += [
           "refused by `check` and `run` with one line naming the key, exit 2, before anything touches Kafka",
           sections={"control": {"status_topic": "not a topic!"}}, exit=2, log=("control.status_topic",),
           check="refused_before_kafka"),
+    Fault("control-topic-not-a-topic-name", "configuration",
+          "`control.topic` is no valid topic name",
+          "refused by `check` and `run` with one line naming the key, exit 2, before anything touches Kafka",
+          sections={"control": {"topic": "not a topic!"}}, exit=2, log=("control.topic",),
+          check="refused_before_kafka"),
     Fault("status-record-too-large", "configuration",
           "a member's status record is larger than the producer's `message.max.bytes` (thousands of "
           "partitions, or a small limit)",
