@@ -909,6 +909,30 @@ FAULTS += [
           values={5: "big:r5#" + "z" * 70_000}, dead={"r5": "RecordTooLarge"},
           workers={"ring_bytes": 65536, "batch_max_records": 1},
           sections={"kafka": {"producer": {"linger.ms": 3000}}}),
+    # Issue 44: an output the cluster will never take, inside a transaction. librdkafka fails a
+    # transaction in which a delivery failed, so the refusal that at-least-once dead-letters at
+    # once used to defer the batch for ever (the partition stuck, committed -1001).
+    *[_exactly_once(row, "the refusal fails the batch's transaction (librdkafka aborts a transaction in "
+                    "which a delivery failed): it is aborted and the batch runs again in a new one that "
+                    "knows the refusal, where the record is dead-lettered as `OutputRejected` without its "
+                    "output being produced again; exit 0, each output and dead letter once")
+      for row in ("output-routed-to-a-missing-topic", "output-routed-to-an-invalid-topic",
+                  "output-larger-than-message-max", "outputs-refused-in-two-parts-of-a-batch",
+                  "failing-and-refused-records-in-one-batch")],
+    Fault("transaction-timed-out-exactly-once", _EO_GROUP,
+          "a batch runs longer than the producer's `transaction.timeout.ms` after its first output, "
+          "under `output.guarantee = \"exactly-once\"`: the coordinator aborts its transaction and "
+          "fences the producer",
+          "`TransactionAborted`: the batch is deferred and runs again in a new transaction (a new producer); "
+          "no worker crashes and no record is blamed: each output and dead letter once",
+          # r3 raises: bisection delivers outputs (the coordinator starts the transaction's clock
+          # at its first write), then the part holding r30 sleeps past the timeout (once)
+          values={3: "raise:r3", 30: "slowonce=6000:r30"}, dead={"r3": "ValueError"},
+          guarantee="exactly-once",
+          # librdkafka wants message.timeout.ms (delivery_timeout_s) within transaction.timeout.ms
+          sections={"kafka": {"producer": {"transaction.timeout.ms": 3000}},
+                    "output": {"delivery_timeout_s": 2.0}},
+          log=("batch deferred",), check="transaction_aborted_not_crashed"),
     Fault("broker-stall-exactly-once", _EO_GROUP,
           "the broker stalls past the session timeout in the middle of transactions, under "
           "`output.guarantee = \"exactly-once\"`, then comes back",

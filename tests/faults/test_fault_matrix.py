@@ -268,6 +268,16 @@ def no_worker_died(obs: drive.Observation) -> None:
         assert obs.log.count(needle) == 2, f"{needle!r} logged {obs.log.count(needle)} times"
 
 
+def transaction_aborted_not_crashed(obs: drive.Observation) -> None:
+    """A transaction the coordinator timed out is a deferral (TransactionAborted), not a crash
+    the batch is blamed for: no worker exited, nothing isolated."""
+    deferred = [line for line in obs.log.splitlines() if "batch deferred" in line]
+    assert "worker exited" not in obs.log and "WorkerCrashed" not in obs.log \
+        and "bisecting" not in obs.log, f"a worker crashed on a timed-out transaction:\n{obs.log[-4000:]}"
+    assert any("cause=transaction" in line or '"cause": "transaction"' in line for line in deferred), \
+        f"the deferral's cause is the transaction: {deferred}"
+
+
 def _no_crash(obs: drive.Observation) -> None:
     assert "WorkerCrashed" not in obs.log and "worker exited with status" not in obs.log \
         and "perhaps out of memory" not in obs.log, "no worker crashed"
