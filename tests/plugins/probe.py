@@ -34,8 +34,9 @@ flaky=N             raise the first N times this id is seen (state_dir), then pr
 firstslow=MS        sleep MS on the record's first delivery (record.delivery_count 1: share
                     groups), then process
 slowonce=MS         sleep MS the first time this id is seen (state_dir), then process
-backofffor=S        raise Backoff(0.5) while less than S seconds have passed since this id was
-                    first seen (state_dir): a downstream down for S seconds, then process
+backofffor=S        raise Backoff(0.5) while less than S seconds have passed since a record with
+                    this command was first seen (state_dir): a downstream down for S seconds
+                    from the first record that met it, for every record that needs it
 notopic             yield an Output without a topic (and nothing else for this record)
 die=PHASE           the worker SIGKILLs itself (as the OOM killer would) in that phase of the
                     batch holding this record, through hooks on the worker's own code that
@@ -331,7 +332,7 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
             time.sleep(int(arg) / 1000)
         if cmd == "slowonce" and _seen(f"slowonce-{r.topic}-{r.partition}-{r.offset}") == 0:
             time.sleep(int(arg) / 1000)
-        if cmd == "backofffor" and time.time() - _first_seen(f"backofffor-{r.offset}") < float(arg):
+        if cmd == "backofffor" and time.time() - _first_seen("backofffor") < float(arg):
             raise Backoff(0.5, f"downstream down for {arg} s ({ident})")
         if _sleep_s:
             time.sleep(_sleep_s)
