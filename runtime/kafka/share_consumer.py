@@ -44,6 +44,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +144,11 @@ class ShareGroupConsumer:
         self.group = group or ShareGroupConfig()
         self._clock = clock
         self._held: dict[TP, dict[int, _Held]] = {}  # acquired, not acknowledged yet
+        # What _hand_out takes from, so that a tick costs what it hands out, not what is held:
+        # the offsets of records waiting (in the order they go: last deliveries first; an entry
+        # whose record is no longer waiting is skipped), and of records kept.
+        self._queue: dict[TP, deque[int]] = {}
+        self._kept: dict[TP, set[int]] = {}
         # Acknowledgements sent and not answered: (tp, offset) -> [(outcome, sent after the lock)].
         self._unanswered: dict[tuple[TP, int], list[tuple[Outcome, bool]]] = {}
         self._unsent = False  # acknowledgements recorded in the client, not sent yet
@@ -267,23 +273,39 @@ class ShareGroupConsumer:
                 new.append(tp)
             self._held.setdefault(tp, {})[offset] = _Held(m, m.delivery_count() or 1, deadline)
             self.counts.acquired += 1
+        limit = self.group.delivery_limit
+        for tp, held in self._held.items():
+            order = sorted((off for off, h in held.items() if h.state is _State.WAITING),
+                           key=lambda off: (held[off].count < limit, off))
+            self._queue[tp] = deque(order)
         return new
 
     def _hand_out(self, out: Fetched, max_records: int) -> None:
         """Kept records of partitions not paused, then waiting ones, up to max_records in all
-        (records at their last delivery first, whatever the limit: they cannot wait), each
+        (records at their last delivery whatever the limit: they cannot wait), each
         partition's in offset order."""
         room = max_records - out.count
+        limit = self.group.delivery_limit
         for tp, held in self._held.items():
             if tp in self._paused or tp not in self._known:
                 continue
-            ready = [h for h in held.values() if h.state in (_State.KEPT, _State.WAITING)]
-            if not ready:
-                continue
-            ready.sort(key=lambda h: (h.count < self.group.delivery_limit, h.state is not _State.KEPT,
-                                      offset_of(h.message)))
-            last = [h for h in ready if h.count >= self.group.delivery_limit]
-            take = ready[:max(room, len(last))] if room > 0 else last
+            take: list[_Held] = []
+            kept = self._kept.get(tp, set())
+            for off in sorted(kept, key=lambda off: (held[off].count < limit, off)):
+                if len(take) >= room and held[off].count < limit:
+                    break
+                take.append(held[off])
+                kept.discard(off)
+            queue = self._queue.get(tp)
+            while queue:
+                waiting = held.get(queue[0])
+                if waiting is None or waiting.state is not _State.WAITING:
+                    queue.popleft()  # acknowledged, or kept, meanwhile
+                    continue
+                if len(take) >= room and waiting.count < limit:
+                    break
+                take.append(waiting)
+                queue.popleft()
             if not take:
                 continue
             for h in take:
@@ -316,6 +338,7 @@ class ShareGroupConsumer:
                     self._ack(tp, off, h, Outcome.RELEASE, now)
                 elif h.state is _State.KEPT or tp in self._paused:
                     h.state = _State.LAST
+                    self._kept.get(tp, set()).discard(off)
                     out.last_deliveries.setdefault(tp, []).append(h.message)
                 # else: waiting at its last delivery: handed out first (_hand_out)
             if not held:
@@ -353,6 +376,7 @@ class ShareGroupConsumer:
             h = held[off]
             if outcome is Outcome.RELEASE and h.count >= self.group.delivery_limit:
                 h.state = _State.KEPT  # INVARIANT: never released at its last delivery
+                self._kept.setdefault(tp, set()).add(off)
                 continue
             self._ack(tp, off, h, outcome, now)
             n += 1
@@ -362,6 +386,7 @@ class ShareGroupConsumer:
 
     def _ack(self, tp: TP, off: int, h: _Held, outcome: Outcome, now: float) -> None:
         del self._held[tp][off]
+        self._kept.get(tp, set()).discard(off)
         try:
             self._c.acknowledge(h.message, outcome.value)
         except KafkaException as exc:  # closed, or no longer in flight: the broker redelivers it
@@ -377,9 +402,10 @@ class ShareGroupConsumer:
         kept here, not released, and handed out again once the partition resumes (or released,
         or dead-lettered, as their lock nears its end). Returns how many."""
         held = self._held.get(tp, {})
-        kept = [h for off, h in held.items() if first <= off <= last and h.state is _State.OUT]
-        for h in kept:
-            h.state = _State.KEPT
+        kept = [off for off, h in held.items() if first <= off <= last and h.state is _State.OUT]
+        for off in kept:
+            held[off].state = _State.KEPT
+        self._kept.setdefault(tp, set()).update(kept)
         return len(kept)
 
     def may_dead_letter(self, tp: TP, offset: int) -> bool:
@@ -418,9 +444,11 @@ class ShareGroupConsumer:
         for m in run:
             offset = offset_of(m)
             self.acknowledge(tp, offset, offset, Outcome.RELEASE)
-        waiting = [off for off, h in self._held.get(tp, {}).items() if h.state is _State.WAITING]
-        for off in waiting:
-            self.acknowledge(tp, off, off, Outcome.RELEASE)
+        held = self._held.get(tp, {})
+        for off in self._queue.pop(tp, ()):
+            h = held.get(off)
+            if h is not None and h.state is _State.WAITING:
+                self.acknowledge(tp, off, off, Outcome.RELEASE)
 
     def settle(self, timeout_s: float) -> None:
         """A stop: release what is held (the loop gave up what it did not finish; a record at

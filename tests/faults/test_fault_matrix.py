@@ -62,6 +62,8 @@ def test_fault(fault_id: str, observations: dict[str, Any]) -> None:
         raise obs
     f: Fault = obs.fault
     tail = "\n".join(obs.log.splitlines()[-40:])
+    if f.driver.startswith("share"):
+        print(figures(obs))  # shown with the failure, or with -rP
     assert obs.exit == f.exit, f"exit {obs.exit}, expected {f.exit}:\n{tail}"
     # Invariant 7 for every row, in the row's own segment directory (drive.run).
     assert obs.extra["shm_left"] == [], f"shared memory left behind by the row: {obs.extra['shm_left']}"
@@ -100,6 +102,19 @@ def test_fault(fault_id: str, observations: dict[str, Any]) -> None:
         assert not aborted, f"records of aborted transactions processed: {aborted[:5]}"
     if f.check:
         CHECKS[f.check](obs)
+
+
+def figures(obs: drive.Observation) -> str:
+    """A share row's outcome in numbers: records lost (no output, no dead letter), run twice,
+    dead letters (and records with more than one), and what the daemon counted."""
+    outputs = Counter(b["id"] for b in obs.bodies())
+    letters = Counter(ident(m.value()) for m in obs.dead)
+    ids = {ident(v) for v in obs.values}
+    lost = sorted(ids - set(outputs) - set(letters))
+    return (f"figures {obs.fault.id}: {len(ids)} records, {len(lost)} lost {lost[:10]}, "
+            f"{sum(1 for n in outputs.values() if n > 1)} run twice, {sum(letters.values())} dead letters "
+            f"({sum(1 for n in letters.values() if n > 1)} records with more than one), "
+            f"counts {(obs.status or {}).get('share')}")
 
 
 # ---------------------------------------------------------------------------- extra checks

@@ -370,7 +370,7 @@ def test_reload_and_resize_under_load_lose_nothing_and_accept_nothing_before_its
 
 # ---------------------------------------------------------------------- issue 44: what an adversary found
 def _settled(share: dict[str, int]) -> int:
-    return share["accepted"] + share["released"] + share["rejected"] + share["lock_expiries"]
+    return sum(share.get(k, 0) for k in ("accepted", "released", "rejected", "lock_expiries"))
 
 
 @needs_kafka
@@ -379,9 +379,9 @@ def test_a_member_killed_leaves_to_the_other_only_what_it_had_in_flight(
         broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
     """One partition, two daemons, 20,000 records written by a producer with an ordinary
     producer's defaults (batches of thousands), both daemons busy, then one SIGKILLed. Its
-    acknowledgements went out batch by batch, so the other runs again only what it had not
-    acknowledged: before, acknowledged once a whole poll was done, one daemon had run 8,499 of
-    a poll the survivor then ran all again."""
+    acknowledgements went out batch by batch, so the other runs again only what it had in
+    flight: before, acknowledged once a whole poll was done, one daemon had run 8,499 of a poll
+    the survivor then ran all again (432 in a run of this test on 3940596)."""
     n = 20_000
     make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
     p = Producer({"bootstrap.servers": broker.bootstrap})  # librdkafka defaults: batches up to 10,000
@@ -389,7 +389,8 @@ def test_a_member_killed_leaves_to_the_other_only_what_it_had_in_flight(
         p.produce(names["in"], f"r{i}".encode())
         p.poll(0)
     assert p.flush(30) == 0
-    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 1})
+    batch = 20
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 2}, batch_max_records=batch)
     cfg["supervisor"]["status_interval_s"] = 0.2
     a, b = Ringmaster(cfg, tmp_path, "a"), Ringmaster(cfg, tmp_path, "b")
     try:
@@ -399,8 +400,13 @@ def test_a_member_killed_leaves_to_the_other_only_what_it_had_in_flight(
 
         def done_by(pids: set[int]) -> int:
             return sum(1 for row in journal(tmp_path / "journal") if row[3] in pids)
-        wait_for(lambda: done_by(a_pids) >= 500 and done_by(b_pids) >= 500, 120,
-                 "both daemons processing records of the one partition", interval_s=0.2)
+
+        def unacknowledged(rm: Ringmaster) -> int:
+            share = (rm.status() or {}).get("share") or {}
+            return share.get("acquired", 0) - _settled(share) if share else 0
+        # Both busy, and the one to be killed in the middle of a poll (its records not all done).
+        wait_for(lambda: done_by(a_pids) >= 1000 and done_by(b_pids) >= 500 and unacknowledged(a) >= 500,
+                 120, "both daemons processing records of the one partition, a mid-poll", interval_s=0.2)
         os.kill(a.proc.pid, signal.SIGSTOP)  # its status stands still: what it had in flight
         share = (a.status() or {})["share"]
         in_flight = share["acquired"] - _settled(share)
@@ -420,8 +426,10 @@ def test_a_member_killed_leaves_to_the_other_only_what_it_had_in_flight(
         b_done = done_by(b_pids)
         print(f"\nkilled member: {a_done} processed, {in_flight} in flight (acquired, not acknowledged); "
               f"survivor {b_done}; run twice: {twice}")
-        # In flight as of its last status (0.2 s before the freeze), and what one poll more held.
-        assert twice <= in_flight + 500, f"{twice} run twice, {in_flight} in flight"
+        # What was in flight when it died: the batch it ran, those queued in its ring behind it
+        # (a batch and 20 ms of work: scheduler.py) and what it had acknowledged in the last
+        # tick, before the broker had it: a few batches, not the poll it was in the middle of.
+        assert twice <= 5 * batch, f"{twice} run twice ({in_flight} acquired and not acknowledged)"
         assert b.terminate(60) == 0
     finally:
         with contextlib.suppress(ProcessLookupError):
