@@ -815,9 +815,10 @@ FAULTS += [
     Fault("share-broker-stall", "share groups (Apache Kafka)",
           "in a share group, the broker is cut off for longer than the acquisition lock and the share "
           "session while a poll is worked on, then comes back",
-          "outputs that cannot be delivered are released, not accepted; acknowledgements the broker "
-          "refuses once back are counted as lock expiries, and their records, handed out again, are run "
-          "again: every record output (at least once), none rejected",
+          "outputs that cannot be delivered are not accepted (their records kept, then released as the "
+          "lock nears its end, with what was not started); acknowledgements the broker refuses once back "
+          "are counted as lock expiries, and their records, handed out again, are run again: every "
+          "record output (at least once), none rejected, the counts adding up",
           driver="share_broker_stall", n=1500, settings={"sleep_ms": 1}, workers={"batch_max_records": 10},
           log=("acknowledgements refused",), check="share_lock_expiries", redelivers=True, timeout_s=240.0),
 ]

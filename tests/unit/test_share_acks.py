@@ -626,4 +626,4 @@ def test_the_loop_takes_what_its_workers_start_within_the_lock_and_hands_back_wh
     _tick(sup)
     released = [o for _, o, k in client.acks if k == AcknowledgeType.RELEASE]
     assert len(released) == waiting + in_lanes, "what waited here and what waited in a lane"
-    assert sup.intake.lock_share == share / 2
+    assert sup.intake.lock_share <= share / 2, "at most half: what started of what was taken"

@@ -75,10 +75,11 @@ _GATHER_WAITS = 10  # ... and its first record waits at most this many batch_max
 # poll of 500-1,500 records with one slow record ran every record twice, their locks run out
 # in the rings behind it). The µs per record leave out what a batch costs around the plugin
 # (the ring, the result, the loop; on a loaded host, a lot): each time records had to be
-# handed back unstarted (``overcommitted``) the share is halved, down to _LOCK_HORIZON_MIN,
-# and each lock's length without one grows it by _LOCK_HORIZON_GROWTH, up to _LOCK_HORIZON.
-# (Grown per batch done, it was back at the top within one lock, and a broker stall's
-# aftermath handed back 350-410 batches a lock, the records handed out four times each.)
+# handed back unstarted (``overcommitted``) the share shrinks to what did start of what was
+# taken (at most half of it), down to _LOCK_HORIZON_MIN, and each lock's length without one
+# grows it by _LOCK_HORIZON_GROWTH, up to _LOCK_HORIZON. (Grown per batch done, it was back
+# at the top within one lock, and a broker stall's aftermath handed back 350-410 batches a
+# lock, the records handed out four times each; halved only, 230 and then 200.)
 _LOCK_HORIZON = 0.5
 _LOCK_HORIZON_MIN = 0.02
 _LOCK_HORIZON_GROWTH = 1.25
@@ -279,7 +280,7 @@ class Intake:
             log.info("records not started as their acquisition lock nears its end: released; "
                      "fetching less of them from now on", extra={"tp": p.label, "records": unstarted,
                                                                  "held": held})
-            self.overcommitted()
+            self.overcommitted(1 - unstarted / max(held, unstarted))
 
     def _last_deliveries(self, tp: TP, run: Run) -> None:
         """Share records at their last delivery, not done in time (LastDelivery): each one a
@@ -301,10 +302,11 @@ class Intake:
             log.error("record at its last delivery not done in time: dead-lettered", extra={
                 "tp": tp_label(tp), "offset": offset, "delivery_count": count, "held": why})
 
-    def overcommitted(self) -> None:
-        """A share group's records had to be handed back unstarted as their lock neared its end:
-        the loop takes less of the lock's worth from now on."""
-        self.lock_share = max(_LOCK_HORIZON_MIN, self.lock_share / 2)
+    def overcommitted(self, started: float) -> None:
+        """A share group's records had to be handed back unstarted as their lock neared its end;
+        ``started``: the share of what the loop held that did start. It takes that much less of
+        the lock's worth from now on, at least half as much."""
+        self.lock_share = max(_LOCK_HORIZON_MIN, self.lock_share * min(0.5, max(0.0, started)))
         self._lock_share_at = self.clock()
 
     # ------------------------------------------------------------------ cutting
