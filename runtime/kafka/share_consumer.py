@@ -435,7 +435,8 @@ class ShareGroupConsumer:
         """Records fetched that the loop dropped before running them (a fence, a rewind, an
         operator pause). ``keep``: it will run them after a wait (a deferral): kept here.
         Otherwise another member may have them now, and so may the records of ``tp`` not
-        handed out yet."""
+        handed out yet and those kept for a wait (an operator's pause during a deferral hands
+        them to the others too), but one at its last delivery."""
         if keep:
             for m in run:
                 offset = offset_of(m)
@@ -449,6 +450,10 @@ class ShareGroupConsumer:
             h = held.get(off)
             if h is not None and h.state is _State.WAITING:
                 self.acknowledge(tp, off, off, Outcome.RELEASE)
+        for off in sorted(self._kept.pop(tp, ())):
+            h = held.get(off)
+            if h is not None and h.state is _State.KEPT:
+                self.acknowledge(tp, off, off, Outcome.RELEASE)  # kept again if at its last delivery
 
     def settle(self, timeout_s: float) -> None:
         """A stop: release what is held (the loop gave up what it did not finish; a record at
