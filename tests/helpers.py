@@ -44,7 +44,10 @@ Broker = DevBroker | ApacheKafkaBroker
 KAFKA_TEST_SERVER = {"group.consumer.session.timeout.ms": "2000",
                      "group.consumer.heartbeat.interval.ms": "300",
                      # share groups: a test may shorten a group's acquisition lock to seconds
-                     "group.share.min.record.lock.duration.ms": "1000"}
+                     "group.share.min.record.lock.duration.ms": "1000",
+                     # a transaction past its transaction.timeout.ms is aborted within a second,
+                     # not at the next 10 s sweep (the default): a test of it waits that less
+                     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000"}
 # The group protocol of the daemons a session starts (base_config): classic (the default) or
 # consumer (KIP-848, Apache Kafka only). Suites that parametrize by protocol use
 # GROUP_PROTOCOLS: both on Apache Kafka, classic alone on Tansu.

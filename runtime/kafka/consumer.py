@@ -88,6 +88,14 @@ class Fetched:
     runs: dict[TP, Run] = field(default_factory=dict)
     eof: dict[TP, int] = field(default_factory=dict)
     count: int = 0
+    # A share group's records at their last delivery that will not be done within their
+    # acquisition lock (runtime/kafka/share_consumer.py): the loop dead-letters each, then
+    # acknowledges it, rather than let the broker archive it without a trace.
+    last_deliveries: dict[TP, Run] = field(default_factory=dict)
+    # A share group's partitions whose records out are near the end of their lock: the loop
+    # releases what it has not started of them (runtime/supervisor/partition/partition.py,
+    # hand_back_unstarted).
+    lock_ending: list[TP] = field(default_factory=list)
 
 
 # Errors that librdkafka reports but recovers from by itself.
@@ -385,7 +393,7 @@ class GroupConsumer:
         """The group's committed offsets (positions.py); KafkaError if unanswered or refused."""
         return self._positions.committed(tps, timeout_s, ask_again)
 
-    def release(self, tp: TP, run: Run) -> None:
+    def release(self, tp: TP, run: Run, keep: bool = False) -> None:
         """Nothing to do: dropped records are read again from the seek that follows a fence."""
 
     def seek_to_start(self, tps: Iterable[TP]) -> list[TP]:

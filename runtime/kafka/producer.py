@@ -9,12 +9,13 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from confluent_kafka import KafkaError as _CKError
 from confluent_kafka import KafkaException, Message, Producer
 
-from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected
+from runtime.errors import DeliveryFailed, KafkaError, KafkaUnreachable, OutputRejected, TransactionAborted
 from runtime.kafka.client_log import UNREACHABLE, log_client_error, with_logger
 from runtime.kafka.messages import offset_of
 from runtime.tp import TOPIC_NAME
@@ -65,6 +66,19 @@ PRODUCER_STATE_ERRORS = frozenset({
 })
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A message of a delivery that the cluster refused for what it is (``is_records_fault``):
+    ``whole_topic`` when the topic refuses every message (missing, not authorised), else this
+    message only (its key and value: a failed message does not bring its headers back)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    whole_topic: bool
+    reason: str
+
+
 def is_record_error(err: _CKError) -> bool:
     """The message can never be delivered as it is, to whatever topic (RECORD_ERRORS)."""
     return err.code() in RECORD_ERRORS
@@ -108,6 +122,7 @@ class OutputProducer:
         output was routed to) is the record's fault (``is_records_fault``). None: every
         topic counts as the configuration's."""
         props = with_logger(props)
+        self.transactional = bool(props.get("transactional.id"))
         self.own_topics = None if own_topics is None else frozenset(t for t in own_topics if t)
         self._bootstrap = str(props.get("bootstrap.servers", ""))
         props["error_cb"] = self._on_error
@@ -121,6 +136,8 @@ class OutputProducer:
         # None when some are still in flight (unknown). Every other message queued since the
         # previous deliver() was acknowledged (runtime/execution/acked.py builds on it).
         self.undelivered: list[Message] | None = None
+        # After deliver() raised: the messages of that delivery refused for what they are.
+        self.refused: list[Refusal] = []
 
     @property
     def broken(self) -> bool:
@@ -191,11 +208,13 @@ class OutputProducer:
                 raise self._refused(exc, topic, value, key) from None
 
     def _refused(self, exc: KafkaException, topic: str, value: bytes | None,
-                 key: bytes | None) -> OutputRejected | DeliveryFailed:
+                 key: bytes | None) -> OutputRejected | DeliveryFailed | TransactionAborted:
         err = exc.args[0]
         if is_records_fault(err, topic, self.own_topics):
             return OutputRejected(_refusal(topic, err, value, key))
-        return DeliveryFailed(f"producing to {topic!r} failed: {err}")
+        if err.fatal() or err.code() == _CKError._FATAL:  # "Unable to produce message: Local: Fatal error"
+            self.fatal = self.fatal or str(err)
+        return self._outage(f"producing to {topic!r} failed: {err}")
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._p.poll(timeout_s)
@@ -206,7 +225,14 @@ class OutputProducer:
         deadline = time.monotonic() + timeout_s
         remaining = len(self._p)
         while remaining and not self.fatal:
-            remaining = self._p.flush(max(0.0, min(0.5, deadline - time.monotonic())))
+            try:
+                remaining = self._p.flush(max(0.0, min(0.5, deadline - time.monotonic())))
+            except (KafkaException, SystemError) as exc:
+                # A transaction the coordinator timed out fences its producer, and flush() then
+                # raised SystemError ("returned a result with an exception set", confluent-kafka
+                # 2.16, Apache Kafka 4.4): the worker exited 1 and its batch was blamed (issue 44).
+                self.fatal = self.fatal or f"the client failed while flushing: {exc}"
+                remaining = len(self._p)
             beat()
             if time.monotonic() >= deadline:
                 break
@@ -214,19 +240,30 @@ class OutputProducer:
         purged = self._purge() if remaining or self.fatal else []
         # Knowing which messages made it costs nothing when all did (no failures).
         self.undelivered = None if len(self._p) else [m for _, _, m in failures + purged]
-        refused = [(t, e) for t, e, _ in failures if is_records_fault(e, t, self.own_topics)]
+        faults = [(t, e, m) for t, e, m in failures if is_records_fault(e, t, self.own_topics)]
+        self.refused = [Refusal(t, m.key(), m.value(), e.code() not in RECORD_ERRORS, _refusal(t, e))
+                        for t, e, m in faults]
+        refused = [(t, e) for t, e, _ in faults]
         outage = [f"{t}: {e}" for t, e, _ in failures if not is_records_fault(e, t, self.own_topics)]
         if self.fatal:
             outage.insert(0, f"fatal producer error: {self.fatal}")
         if remaining:
             outage.append(f"{remaining} message(s) not acknowledged within {timeout_s:g} s")
         if outage:
-            raise DeliveryFailed(f"delivery failed: {outage[0]}"
-                                 + (f" (+{len(outage) - 1} more)" if len(outage) > 1 else ""))
+            raise self._outage(f"delivery failed: {outage[0]}"
+                               + (f" (+{len(outage) - 1} more)" if len(outage) > 1 else ""))
         if refused:
             topic, err = refused[0]
             raise OutputRejected(_refusal(topic, err) + (f" (+{len(refused) - 1} more)"
                                                          if len(refused) > 1 else ""))
+
+    def _outage(self, reason: str) -> DeliveryFailed | TransactionAborted:
+        """Not the records' fault. A transactional producer's fatal error ends the batch's
+        transaction (the coordinator timed it out and fenced the producer, or a successor took
+        its transactional id): TransactionAborted, a deferral like any outage."""
+        if self.transactional and self.fatal:
+            return TransactionAborted(f"the batch's transaction was aborted: {reason}")
+        return DeliveryFailed(reason)
 
     def discard_queued(self) -> None:
         """Drop messages not yet sent: the batch they belong to is tried again later, and they
@@ -237,9 +274,9 @@ class OutputProducer:
     def _purge(self) -> list[tuple[str, _CKError, Message]]:
         """discard_queued, returning the delivery failures reported meanwhile (the purged
         messages among them)."""
-        with contextlib.suppress(KafkaException, RuntimeError):
+        with contextlib.suppress(KafkaException, RuntimeError, SystemError):  # SystemError: deliver()
             self._p.purge(in_queue=True, in_flight=False, blocking=False)
-        self._p.poll(0)
+            self._p.poll(0)
         purged, self._failures = self._failures, []
         return purged
 

@@ -217,8 +217,9 @@ class StatusSnapshot:
     # Assigned by the group beyond supervisor.max_partitions: paused, never read, lag growing
     # (runtime/supervisor/partition/table.py). Each {"tp", "high" (watermark or None), "since_s"}.
     over_capacity: list[dict[str, Any]] = field(default_factory=list)
-    # kafka.group_type = "share": records acquired, accepted, released, rejected and lock
-    # expiries (acknowledgements refused because the lock ran out), since the start; else None.
+    # kafka.group_type = "share": what the broker did with the records acquired since the start
+    # (acquired, accepted, released, rejected, lock_expiries: acknowledged after the lock ended
+    # or refused), and what is held now (held, kept, waiting, unanswered); else None.
     share: dict[str, int] | None = None
     # Wall clock when the snapshot was taken: the end of window_s, so that the windows of
     # several daemons (run --members) can be laid on one time line.

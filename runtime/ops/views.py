@@ -220,6 +220,7 @@ def render(reading: Reading) -> Group:
         head_rows.append(["acquired", _n(share.get("acquired")), "accepted", _n(share.get("accepted"))])
         head_rows.append(["released", _n(share.get("released")), "lock expiries",
                           f"{_n(share.get('lock_expiries'))} (rejected {_n(share.get('rejected'))})"])
+        head_rows.append(["held", _n(share.get("held")), "kept to retry", _n(share.get("kept"))])
     sentences = [_line("state:", reading.state, "" if reading.running else "bold red"),
                  _line("plugin:", f"{snap.get('plugin', '')} {snap.get('plugin_version') or ''}".strip())]
     head = _grid(head_rows)

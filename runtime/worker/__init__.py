@@ -9,6 +9,8 @@
     lineage.py           dies with its supervisor; what its plugin forks dies with it
     signal_mask.py       the signals a worker ignores (the supervisor holds them around a spawn)
     spec.py              WorkerSpec: what the supervisor tells a worker it starts
+    refusals.py          exactly-once: outputs the cluster refused inside a transaction, refused
+                         by the runner before the batch's next transaction produces them again
     (the batch through the plugin, its outputs' routing, its dead letters: runtime/execution/,
     shared with Spark and the redrive)
 

@@ -22,6 +22,7 @@ from runtime.tp import tp_label
 from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
 from runtime.worker.decoding import frame_records
+from runtime.worker.refusals import KnownRefusals
 from runtime.worker.spec import WorkerSpec, producer_props
 
 log = logging.getLogger("ringmaster.worker")
@@ -62,6 +63,9 @@ class BatchRunner:
         # False under exactly-once: a deferred batch's transaction was aborted, so what the
         # broker acknowledged of it is invisible, and its next run writes everything again.
         self.carry_acknowledged = True
+        # Exactly-once: what the cluster refused in this batch's earlier transaction, refused
+        # here before it is produced again (refusals.py); None: not kept.
+        self.refusals: KnownRefusals | None = None
 
     def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result:
         """``records``: the frame's records, when the caller built them already (exactly-once
@@ -171,6 +175,7 @@ class BatchRunner:
         produce, route, routed = self.producer.produce, self.route.topic, self._routed
         version_only, wait_s = self._version_only, self.spec.delivery_timeout_s
         default_topic = self.spec.output_topic
+        refusals = self.refusals or None  # the hot path: none known
         try:
             for i, out in enumerate(outputs):  # noqa: B007 (i: where a refusal stopped us)
                 topic = out.topic
@@ -180,6 +185,8 @@ class BatchRunner:
                         continue
                 elif topic not in routed:
                     self._check_route(topic)
+                if refusals is not None and (refused := refusals.of(topic, out.key, out.value)) is not None:
+                    raise refused
                 # The common case, no headers, shares one list rather than building one per output.
                 headers = with_version(out.headers, self.version) if out.headers else version_only
                 produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
@@ -194,7 +201,12 @@ class BatchRunner:
             raise
 
     def _flush(self) -> None:
-        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+        try:
+            self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+        except (OutputRejected, DeliveryFailed):
+            if self.refusals is not None:
+                self.refusals.learn(self.producer.refused)
+            raise
 
     def _undelivered(self) -> list[Any] | None:
         return self.producer.undelivered

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from runtime.errors import TransactionAborted
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
+from runtime.plugin import Record
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_COMMIT, Board
 from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
@@ -36,9 +37,14 @@ from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 from runtime.worker.batch_runner import BatchRunner
 from runtime.worker.decoding import frame_records
+from runtime.worker.refusals import KnownRefusals
 from runtime.worker.spec import WorkerSpec
 
 log = logging.getLogger("ringmaster.worker")
+
+# Transactions one batch may take when each learns outputs the cluster refuses (run): one
+# refusal a transaction at worst, and a batch with more such records waits for its next run.
+_REFUSAL_RUNS = 4
 
 
 class Offsets(Protocol):
@@ -94,6 +100,25 @@ class TransactionalRunner:
         head = (frame.batch_id, frame.slot, frame.epoch)
         tp = (frame.topic, frame.partition)
         records = frame_records(frame)
+        refusals = self.runner.refusals = KnownRefusals()
+        try:
+            for _ in range(_REFUSAL_RUNS):
+                known = len(refusals)
+                result = self._run_in_a_transaction(head, tp, frame, records)
+                if result.kind != DEFERRED or len(refusals) == known:
+                    return result
+                # The cluster refused outputs of this run, which failed its transaction: run it
+                # again at once in a new one that refuses them itself (refusals.py), so that their
+                # records are dead-lettered as OutputRejected, as under at-least-once.
+                log.warning("outputs refused inside the batch's transaction; running it again in a new "
+                            "one that dead-letters their records", extra={"tp": tp_label(tp),
+                                                                          "refused": len(refusals)})
+            return result
+        finally:
+            self.runner.refusals = None
+
+    def _run_in_a_transaction(self, head: tuple[int, int, int], tp: tuple[str, int], frame: BatchFrame,
+                              records: list[Record]) -> Result:
         try:
             txn = self._transactions()
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)

@@ -42,7 +42,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -253,14 +253,78 @@ def share(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
         pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
     obs, cfg = prepare(fault, bootstrap, tmp)
     _share_group(cfg)
+    _set_group_configs(bootstrap, obs.names["group"], fault.group_configs)
     rm = Ringmaster(cfg, tmp, "rm", env=dict(fault.env))
     try:
-        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= fault.n, fault.timeout_s,
-                       "every record accepted")
+        _until_accepted(rm, fault, obs)
         obs.exit = rm.terminate(fault.timeout_s)
     finally:
         rm.close()
     return read_back(obs, rm)
+
+
+def _until_accepted(rm: Ringmaster, fault: Fault, obs: Observation) -> None:
+    """Until every record is output or dead-lettered and the daemon holds nothing (each
+    acknowledged, and answered: an acknowledgement sent after the record's lock ended counts
+    as a lock expiry, not as accepted). Past the row's time, judged on what there is: a record
+    the broker archived without a trace is missing from both topics, not a timeout."""
+    expected = {(v or b"").decode(errors="replace").split("#", 1)[0].rsplit(":", 1)[-1] for v in obs.values}
+
+    def settled(s: dict[str, Any]) -> bool:
+        share = s.get("share") or {}
+        if not share or share.get("held") or share.get("unanswered") or share["acquired"] < fault.n:
+            return False
+        try:
+            seen = {json.loads(m.value())["id"] for m in read_all(obs.bootstrap, obs.names["out"])}
+            seen |= {(m.value() or b"").decode(errors="replace").split("#", 1)[0].rsplit(":", 1)[-1]
+                     for m in read_all(obs.bootstrap, obs.names["dlq"])}
+        except AssertionError:  # a read that found no end in time (a loaded machine): again
+            return False
+        return seen >= expected
+    try:
+        wait_for(lambda: rm.proc.poll() is None and (s := rm.status()) is not None and settled(s),
+                 fault.timeout_s, "every record output or dead-lettered, nothing held", interval_s=1.0)
+    except AssertionError as exc:
+        obs.extra["timed_out"] = str(exc).splitlines()[0]
+
+
+def share_output_outage(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """A share group's `[output] topic` missing (auto-creation off) for ``outage_s``: an outage,
+    not the records' fault. Then the topic is created; the daemon runs until every record is
+    accepted (output or dead-lettered), then SIGTERM."""
+    if TEST_BROKER != "kafka":
+        pytest.skip("share groups need Apache Kafka (RINGMASTER_TEST_BROKER=kafka)")
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    _share_group(cfg)
+    late = obs.names["out"] = unique("late-out")
+    _merge(cfg, {"output": {"topic": late, "delivery_timeout_s": 1.0, "retry_backoff_s": 0.3,
+                            "retry_backoff_max_s": 1.0},
+                 "kafka": {"producer": {"allow.auto.create.topics": False,
+                                        "topic.metadata.propagation.max.ms": 500}}})
+    _set_group_configs(bootstrap, obs.names["group"], fault.group_configs)
+    rm = Ringmaster(cfg, tmp, "rm")
+    try:
+        rm.wait_status(lambda s: s.get("deferred", 0) >= 1 or (s.get("share") or {}).get("acquired"), 60,
+                       "records acquired")
+        start = time.monotonic()
+        wait_for(lambda: time.monotonic() - start >= fault.outage_s or rm.proc.poll() is not None,
+                 fault.outage_s + 5, "the outage's length (the fault)", interval_s=0.2)
+        create_topic({"bootstrap.servers": bootstrap}, late, fault.partitions, 1, TOPIC_CONFIG)
+        _until_accepted(rm, fault, obs)
+        obs.exit = rm.terminate(fault.timeout_s)
+    finally:
+        rm.close()
+    return read_back(obs, rm)
+
+
+def _set_group_configs(bootstrap: str, group: str, configs: Mapping[str, str]) -> None:
+    """A share group's configs (the lock, the delivery limit), before it has members."""
+    if not configs:
+        return
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer: not destroyed mid-call
+    admin.incremental_alter_configs([res])[res].result(30)
 
 
 # ---- exactly-once (docs/exactly-once.md): rows of any driver, with output.guarantee
@@ -879,9 +943,10 @@ def share_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
                     return {json.loads(m.value())["id"] for m in out} >= expected
                 except AssertionError:  # a read that found no end in time (a loaded machine): again
                     return False
-            # Not the accepted count: an ACCEPT refused after the stall was counted (and is a
-            # lock expiry); its record's later delivery is what writes the output for sure.
+            # Outputs first: an ACCEPT refused after the stall is a lock expiry, and its record's
+            # later delivery is what writes the output for sure; then nothing held.
             wait_for(all_out, fault.timeout_s, "every record's output after the stall", interval_s=2.0)
+            _until_accepted(rm, fault, obs)
             obs.exit = rm.terminate(60)
         finally:
             rm.close()
@@ -918,7 +983,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "transactions": transactions,
     "redrive_letters": redrive_letters,
     "admin_port_held": admin_port_held,
-    "share": share, "share_broker_stall": share_broker_stall,
+    "share": share, "share_broker_stall": share_broker_stall, "share_output_outage": share_output_outage,
     "exactly_once_broker_stall": exactly_once_broker_stall,
 }
 

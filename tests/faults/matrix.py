@@ -63,6 +63,10 @@ class Fault:
     # returns aborted records) and are judged exactly once, outputs and dead letters, whatever
     # ``redelivers`` says of the same fault under at-least-once.
     guarantee: str = "at-least-once"
+    # A share group's configs (kafka-configs --entity-type groups), set before the daemon joins:
+    # share.record.lock.duration.ms, share.delivery.count.limit.
+    group_configs: Mapping[str, str] = field(default_factory=dict)
+    outage_s: float = 0.0  # driver share_output_outage: how long the output topic is missing
 
 
 def values(**at: str) -> dict[int, str]:
@@ -816,11 +820,77 @@ FAULTS += [
     Fault("share-broker-stall", "share groups (Apache Kafka)",
           "in a share group, the broker is cut off for longer than the acquisition lock and the share "
           "session while a poll is worked on, then comes back",
-          "outputs that cannot be delivered are released, not accepted; acknowledgements the broker "
-          "refuses once back are counted as lock expiries, and their records, handed out again, are run "
-          "again: every record output (at least once), none rejected",
+          "outputs that cannot be delivered are not accepted (their records kept, then released as the "
+          "lock nears its end, with what was not started); acknowledgements the broker refuses once back "
+          "are counted as lock expiries, and their records, handed out again, are run again: every "
+          "record output (at least once), none rejected, the counts adding up",
           driver="share_broker_stall", n=1500, settings={"sleep_ms": 1}, workers={"batch_max_records": 10},
           log=("acknowledgements refused",), check="share_lock_expiries", redelivers=True, timeout_s=240.0),
+]
+
+# Share groups against the delivery limit and the lock (issue 44). Each delivery of a record
+# counts, a release included, and at the group's share.delivery.count.limit the broker archives
+# a record released or whose lock runs out, with no trace: records held through an outage used
+# to be released at every deferral and vanish (2 of 200 under a Backoff of 60 s, 3 of 200 with
+# the output topic missing for 60 s, on Apache Kafka's defaults: 5 deliveries, a 30 s lock).
+# Here a 5 s lock and 3 deliveries: an outage within limit × lock, and one past it. At a
+# record's last delivery the broker hands records out one at a time (seen on Apache Kafka 4.4:
+# 40 records released twice came back as 1 a poll), so the rows past the limit have few records.
+SHORT_LOCK = {"share.record.lock.duration.ms": "5000", "share.delivery.count.limit": "3"}
+_ALL_BACK_OFF = {i: f"backofffor={{s}}:r{i}" for i in range(40)}
+FAULTS += [
+    Fault("share-backoff-within-the-delivery-limit", "share groups (Apache Kafka)",
+          "in a share group, the plugin raises `Backoff` for every record for 6 s, longer than the "
+          "acquisition lock (5 s), shorter than the delivery limit × the lock (3 × 5 s)",
+          "the deferred records are kept, not released at each deferral (a release spends a delivery), "
+          "and run again here when the back-off ends; released only as their lock nears its end, to go "
+          "on with a fresh one: every record output once its back-off ends, none dead-lettered",
+          driver="share", values={i: v.format(s=6) for i, v in _ALL_BACK_OFF.items()},
+          group_configs=SHORT_LOCK, check="share_counts_add_up", redelivers=True),
+    Fault("share-backoff-past-the-delivery-limit", "share groups (Apache Kafka)",
+          "in a share group, the plugin raises `Backoff` for every record for longer than the delivery "
+          "limit × the acquisition lock (3 × 5 s)",
+          "never released at its last delivery (the broker would archive it with no trace): as its last "
+          "lock nears its end each record is dead-lettered as `DeliveryLimitReached`, with its "
+          "`ringmaster.delivery_count` and what held it, then accepted; nothing is lost",
+          driver="share", n=2, values={i: v.format(s=600) for i, v in _ALL_BACK_OFF.items() if i < 2},
+          dead={f"r{i}": "DeliveryLimitReached" for i in range(2)}, group_configs=SHORT_LOCK,
+          check="share_letters_at_the_limit", timeout_s=180.0),
+    Fault("share-output-outage-within-the-delivery-limit", "share groups (Apache Kafka)",
+          "in a share group, `[output] topic` is missing (auto-creation off) for 6 s: an outage longer "
+          "than the acquisition lock, shorter than the delivery limit × the lock",
+          "the batches wait (not the records' fault); their records are kept here, not released at each "
+          "retry, and every record is output once the topic exists, none dead-lettered",
+          driver="share_output_outage", outage_s=6.0, group_configs=SHORT_LOCK,
+          check="share_counts_add_up", redelivers=True, timeout_s=180.0),
+    Fault("share-output-outage-past-the-delivery-limit", "share groups (Apache Kafka)",
+          "in a share group, `[output] topic` is missing (auto-creation off) for longer than the "
+          "delivery limit × the acquisition lock",
+          "each record is dead-lettered as `DeliveryLimitReached` before its last lock ends (the "
+          "dead-letter topic is there), then accepted; nothing is archived without a trace",
+          driver="share_output_outage", n=4, outage_s=60.0, group_configs=SHORT_LOCK,
+          dead={f"r{i}": "DeliveryLimitReached" for i in range(4)}, check="share_letters_at_the_limit",
+          timeout_s=180.0),
+    Fault("share-lock-ends-mid-isolation", "share groups (Apache Kafka)",
+          "in a share group, a record that kills its worker is in a batch of 200 under a 3 s lock: "
+          "finding it takes longer than the lock",
+          "the batch is split into its records at once (not bisected: a death per level outlived the "
+          "lock, and two members each isolated the record, up to four letters); the record's letter is "
+          "written only while this member's lock holds, or at its last delivery, else it is released "
+          "and its next delivery isolates it: one dead letter, with its `ringmaster.delivery_count`",
+          driver="share", n=200, values={37: "crash:r37"}, dead={"r37": "WorkerCrashed"},
+          workers={"batch_max_records": 200}, group_configs={"share.record.lock.duration.ms": "3000"},
+          check="share_one_letter_each", redelivers=True, timeout_s=180.0),
+    Fault("share-slow-records-in-a-big-poll", "share groups (Apache Kafka)",
+          "in a share group, two records among 400 of one producer batch take longer than the "
+          "acquisition lock (3 s) on their first delivery",
+          "acknowledged batch by batch, not once the whole poll is done; records the loop has not "
+          "started as the lock nears its end are released, not run after it: only the records in a "
+          "ring with a slow one run twice, not the poll (every record used to run twice)",
+          driver="share", n=400, values={50: "firstslow=4000:r50", 300: "firstslow=4000:r300"},
+          settings={"sleep_ms": 2}, workers={"batch_max_records": 10},
+          group_configs={"share.record.lock.duration.ms": "3000"}, check="share_few_duplicates",
+          redelivers=True, timeout_s=180.0),
 ]
 
 # The rows whose subject is the group protocol at work: a member's death and the rewind to the
@@ -914,6 +984,30 @@ FAULTS += [
           values={5: "big:r5#" + "z" * 70_000}, dead={"r5": "RecordTooLarge"},
           workers={"ring_bytes": 65536, "batch_max_records": 1},
           sections={"kafka": {"producer": {"linger.ms": 3000}}}),
+    # Issue 44: an output the cluster will never take, inside a transaction. librdkafka fails a
+    # transaction in which a delivery failed, so the refusal that at-least-once dead-letters at
+    # once used to defer the batch for ever (the partition stuck, committed -1001).
+    *[_exactly_once(row, "the refusal fails the batch's transaction (librdkafka aborts a transaction in "
+                    "which a delivery failed): it is aborted and the batch runs again in a new one that "
+                    "knows the refusal, where the record is dead-lettered as `OutputRejected` without its "
+                    "output being produced again; exit 0, each output and dead letter once")
+      for row in ("output-routed-to-a-missing-topic", "output-routed-to-an-invalid-topic",
+                  "output-larger-than-message-max", "outputs-refused-in-two-parts-of-a-batch",
+                  "failing-and-refused-records-in-one-batch")],
+    Fault("transaction-timed-out-exactly-once", _EO_GROUP,
+          "a batch runs longer than the producer's `transaction.timeout.ms` after its first output, "
+          "under `output.guarantee = \"exactly-once\"`: the coordinator aborts its transaction and "
+          "fences the producer",
+          "`TransactionAborted`: the batch is deferred and runs again in a new transaction (a new producer); "
+          "no worker crashes and no record is blamed: each output and dead letter once",
+          # r3 raises: bisection delivers outputs (the coordinator starts the transaction's clock
+          # at its first write), then the part holding r30 sleeps past the timeout (once)
+          values={3: "raise:r3", 30: "slowonce=6000:r30"}, dead={"r3": "ValueError"},
+          guarantee="exactly-once",
+          # librdkafka wants message.timeout.ms (delivery_timeout_s) within transaction.timeout.ms
+          sections={"kafka": {"producer": {"transaction.timeout.ms": 3000}},
+                    "output": {"delivery_timeout_s": 2.0}},
+          log=("batch deferred",), check="transaction_aborted_not_crashed"),
     Fault("broker-stall-exactly-once", _EO_GROUP,
           "the broker stalls past the session timeout in the middle of transactions, under "
           "`output.guarantee = \"exactly-once\"`, then comes back",

@@ -267,6 +267,42 @@ def test_retries_isolation_and_backoff_inside_transactions_write_each_output_and
     assert final is not None and final["transactions_aborted"] >= 1
 
 
+def test_a_transaction_the_coordinator_timed_out_is_aborted_not_a_crash(broker: Any,
+                                                                       names: dict[str, str]) -> None:
+    """Issue 44: the coordinator aborts a transaction past transaction.timeout.ms and fences its
+    producer; the next delivery's flush() raised SystemError out of OutputProducer.deliver
+    (confluent-kafka 2.16: a callback run with the fatal error set), the worker exited 1 and its
+    batch was blamed. It is TransactionAborted: a deferral, the producer replaced."""
+    from runtime.errors import BatchDeferred, TransactionAborted
+    from runtime.kafka.producer import OutputProducer
+    from runtime.kafka.transactions import BatchTransactions
+    make_topics(broker.bootstrap, 1, names["out"])
+    p = OutputProducer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("txn"),
+                        "transaction.timeout.ms": 2000, "message.timeout.ms": 2000},
+                       own_topics=[names["out"]])
+    txn = BatchTransactions(p.client, 10.0)
+    txn.begin()
+    p.produce(names["out"], b"first")
+    p.deliver(10.0)  # the coordinator's clock for the transaction starts at its first write
+    failures: list[Exception] = []
+
+    def refused() -> bool:
+        """One more write into the transaction, until the coordinator has ended it (past the
+        timeout, at its sweep: every second here, helpers.KAFKA_TEST_SERVER)."""
+        try:
+            p.produce(names["out"], b"late")
+            p.deliver(10.0)
+        except BatchDeferred as exc:
+            failures.append(exc)
+            return True
+        return False
+    wait_for(refused, 30, "the coordinator to end the transaction", interval_s=1.0)
+    assert isinstance(failures[0], TransactionAborted) and p.broken, failures
+    with pytest.raises(TransactionAborted):
+        p.produce(names["out"], b"later")
+    assert read_committed(broker.bootstrap, names["out"], 0, timeout_s=10) == []
+
+
 def test_a_record_that_kills_its_workers_is_dead_lettered_once_with_its_offset_and_never_run_again(
         broker: Any, names: dict[str, str], tmp_path: Path) -> None:
     """The last record of a partition SIGKILLs every worker that runs it: isolated after

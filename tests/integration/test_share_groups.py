@@ -13,8 +13,11 @@ broker stall is the fault matrix's ``share-broker-stall`` row.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +112,7 @@ def test_two_daemons_share_one_partition_and_a_killed_one_loses_nothing(
         assert int(headers["ringmaster.delivery_count"]) >= 1
         final = b.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) > 0, 30, "b's counts")
         share = final["share"]
-        assert share["acquired"] >= share["accepted"] + share["released"] + share["rejected"]
+        assert share["acquired"] >= _settled(share)
         assert share["rejected"] == 0, "a poison record is dead-lettered then accepted"
         assert b.terminate(60) == 0
         assert (b.status() or {}).get("share", {}).get("acquired", 0) > 0
@@ -123,7 +126,8 @@ def test_two_daemons_share_one_partition_and_a_killed_one_loses_nothing(
 def test_a_record_not_delivered_is_not_accepted(
         broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
     """Outputs to a topic that does not exist fail delivery: the batch is deferred, its records
-    released, never accepted; once the topic exists every record comes through."""
+    kept, then released as their lock nears its end, never accepted; once the topic exists
+    every record comes through."""
     make_topics(broker.bootstrap, 1, names["in"], names["dlq"])
     _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(20)])
     cfg = _share_config(broker, names, tmp_path)
@@ -212,7 +216,7 @@ def test_a_graceful_stop_releases_what_is_not_done(
         assert rm.terminate(60) == 0
         share = (rm.status() or {})["share"]
         assert share["released"] > 0, share
-        assert share["acquired"] == share["accepted"] + share["released"], share
+        assert share["acquired"] == _settled(share), share
     finally:
         rm.close()
     again = Ringmaster(cfg, tmp_path, "again")
@@ -236,9 +240,10 @@ def _share_counts(rm: Ringmaster) -> dict[str, int]:
 
 
 def _nothing_held(s: dict[str, Any]) -> bool:
-    """Every record acquired was acknowledged (accepted or released): none is held here."""
+    """Every record acquired was acknowledged and the broker answered (accepted, released,
+    rejected, or expired: acknowledged after its lock ended): none is held here."""
     share = s.get("share") or {}
-    return share.get("acquired", 0) == share.get("accepted", 0) + share.get("released", 0)
+    return bool(share) and share["acquired"] == _settled(share)
 
 
 def _operator_held(s: dict[str, Any]) -> bool:
@@ -353,9 +358,147 @@ def test_reload_and_resize_under_load_lose_nothing_and_accept_nothing_before_its
         assert r.returncode == 0 and r.stdout.startswith("resized from 3 to 1 worker"), r.stderr
         accepted_after_outputs()
         s = rm.wait_status(lambda s: s["share"]["accepted"] >= n and _nothing_held(s), 180, "every record")
-        assert s["share"]["lock_expiries"] == 0 and s["share"]["rejected"] == 0, s["share"]
+        # (Lock expiries are counted, not judged: on a loaded 2-core host a reload's batches can
+        # outlive a lock; their records run again, and the counts still add up: _nothing_held.)
+        assert s["share"]["rejected"] == 0, s["share"]
         assert len(s["workers"]) == 1
         assert rm.terminate(60) == 0
     finally:
         rm.close()
     assert set(_ids(broker.bootstrap, names["out"])) == {f"r{i}" for i in range(n)}, "nothing lost"
+
+
+# ---------------------------------------------------------------------- issue 44: what an adversary found
+def _settled(share: dict[str, int]) -> int:
+    return sum(share.get(k, 0) for k in ("accepted", "released", "rejected", "lock_expiries"))
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_a_member_killed_leaves_to_the_other_only_what_it_had_in_flight(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """One partition, two daemons, 20,000 records written by a producer with an ordinary
+    producer's defaults (batches of thousands), both daemons busy, then one SIGKILLed. Its
+    acknowledgements went out batch by batch, so the other runs again only what it had in
+    flight: before, acknowledged once a whole poll was done, one daemon had run 8,499 of a poll
+    the survivor then ran all again (432 in a run of this test on 3940596)."""
+    n = 20_000
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    p = Producer({"bootstrap.servers": broker.bootstrap})  # librdkafka defaults: batches up to 10,000
+    for i in range(n):
+        p.produce(names["in"], f"r{i}".encode())
+        p.poll(0)
+    assert p.flush(30) == 0
+    batch = 20
+    cfg = _share_config(broker, names, tmp_path, settings={"sleep_ms": 2}, batch_max_records=batch)
+    cfg["supervisor"]["status_interval_s"] = 0.2
+    a, b = Ringmaster(cfg, tmp_path, "a"), Ringmaster(cfg, tmp_path, "b")
+    try:
+        a.wait_status(lambda s: a.worker_pids(), 60, "a's worker")
+        b.wait_status(lambda s: b.worker_pids(), 60, "b's worker")
+        a_pids, b_pids = set(a.worker_pids()), set(b.worker_pids())
+
+        def done_by(pids: set[int]) -> int:
+            return sum(1 for row in journal(tmp_path / "journal") if row[3] in pids)
+
+        def unacknowledged(rm: Ringmaster) -> int:
+            share = (rm.status() or {}).get("share") or {}
+            return share.get("acquired", 0) - _settled(share) if share else 0
+        # Both busy, and the one to be killed in the middle of a poll (its records not all done).
+        wait_for(lambda: done_by(a_pids) >= 1000 and done_by(b_pids) >= 500 and unacknowledged(a) >= 500,
+                 120, "both daemons processing records of the one partition, a mid-poll", interval_s=0.2)
+        os.kill(a.proc.pid, signal.SIGSTOP)  # its status stands still: what it had in flight
+        share = (a.status() or {})["share"]
+        in_flight = share["acquired"] - _settled(share)
+        a_done = done_by(a_pids)
+        a.kill()
+        a.reclaim()
+
+        def all_out() -> bool:
+            try:
+                return len(set(_ids(broker.bootstrap, names["out"]))) >= n
+            except AssertionError:  # a read that found no end in time (a loaded machine): again
+                return False
+        wait_for(all_out, 300, f"every record processed:\n{b.log_tail()}", interval_s=2.0)
+        ids = Counter(_ids(broker.bootstrap, names["out"]))
+        assert set(ids) == {f"r{i}" for i in range(n)}, "nothing lost"
+        twice = sum(1 for c in ids.values() if c > 1)
+        b_done = done_by(b_pids)
+        print(f"\nkilled member: {a_done} processed, {in_flight} in flight (acquired, not acknowledged); "
+              f"survivor {b_done}; run twice: {twice}")
+        # What was in flight when it died: the batch it ran, those queued in its ring behind it
+        # (a batch and 20 ms of work: scheduler.py) and what it had acknowledged in the last
+        # tick, before the broker had it: a few batches, not the poll it was in the middle of.
+        assert twice <= 5 * batch, f"{twice} run twice ({in_flight} acquired and not acknowledged)"
+        assert b.terminate(60) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(a.proc.pid, signal.SIGCONT)
+        a.close()
+        b.close()
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_acknowledgements_after_the_lock_are_counted_as_lock_expiries_and_the_counts_add_up(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """A poll whose records take longer than their 2 s lock on one worker: acknowledgements
+    sent after a lock ended count as lock expiries, whatever the broker answers (it answers
+    those without an error), never as accepted; each record is accepted once, on the delivery
+    that ran within its lock; acquired = accepted + released + rejected + lock_expiries.
+    Before: 'accepted' counted each ACCEPT the daemon made (4,000 for 2,000 records)."""
+    n = 200
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _lock(broker.bootstrap, names["group"], 2000)
+    _produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)])
+    rm = Ringmaster(_share_config(broker, names, tmp_path, settings={"sleep_ms": 30}), tmp_path, "rm")
+    try:
+        rm.wait_status(lambda s: (s.get("share") or {}).get("accepted", 0) >= n, 240, "every record accepted")
+        assert rm.terminate(60) == 0
+    finally:
+        rm.close()
+    share = (rm.status() or {})["share"]
+    assert share["accepted"] == n, f"each record accepted once: {share}"
+    assert share["acquired"] == _settled(share), share
+    assert set(_ids(broker.bootstrap, names["out"])) == {f"r{i}" for i in range(n)}
+
+
+@needs_kafka
+@pytest.mark.kafka
+def test_one_poison_record_between_two_members_gives_one_dead_letter_with_its_delivery_count(
+        broker: Broker, names: dict[str, str], tmp_path: Path) -> None:
+    """A record that kills its worker, in a batch of 400 under a 3 s lock, two daemons: its
+    isolation outlives the lock. Before, both members isolated it on their own (3 and 4 dead
+    letters for one record) and its WorkerCrashed letter had no ringmaster.delivery_count."""
+    n = 400
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    _lock(broker.bootstrap, names["group"], 3000)
+    values = [f"r{i}" for i in range(n)]
+    values[150] = "crash:r150"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 100})  # one producer batch
+    for v in values:
+        p.produce(names["in"], v.encode())
+    assert p.flush(30) == 0
+    cfg = _share_config(broker, names, tmp_path, batch_max_records=400)
+    a, b = Ringmaster(cfg, tmp_path, "a"), Ringmaster(cfg, tmp_path, "b")
+    try:
+        wait_for(lambda: len(read_all(broker.bootstrap, names["dlq"])) >= 1, 240,
+                 f"the poison record's dead letter:\n{a.log_tail()}\n{b.log_tail()}", interval_s=1.0)
+
+        def all_out() -> bool:
+            try:
+                return len(set(_ids(broker.bootstrap, names["out"]))) >= n - 1
+            except AssertionError:
+                return False
+        wait_for(all_out, 240, "every other record processed", interval_s=2.0)
+        for rm in (a, b):
+            rm.wait_status(lambda s: s["share"]["acquired"] == _settled(s["share"]), 60, "nothing held")
+        assert a.terminate(60) == 0 and b.terminate(60) == 0
+    finally:
+        a.close()
+        b.close()
+    letters = read_all(broker.bootstrap, names["dlq"])
+    assert len(letters) == 1, f"{len(letters)} dead letters for one record"
+    headers = dict(letters[0].headers())
+    assert headers["ringmaster.error.type"] == b"WorkerCrashed"
+    assert int(headers["ringmaster.delivery_count"]) >= 1

@@ -33,6 +33,10 @@ backoffall=S        the same with scope="all"
 flaky=N             raise the first N times this id is seen (state_dir), then process
 firstslow=MS        sleep MS on the record's first delivery (record.delivery_count 1: share
                     groups), then process
+slowonce=MS         sleep MS the first time this id is seen (state_dir), then process
+backofffor=S        raise Backoff(0.5) while less than S seconds have passed since a record with
+                    this command was first seen (state_dir): a downstream down for S seconds
+                    from the first record that met it, for every record that needs it
 notopic             yield an Output without a topic (and nothing else for this record)
 die=PHASE           the worker SIGKILLs itself (as the OOM killer would) in that phase of the
                     batch holding this record, through hooks on the worker's own code that
@@ -213,6 +217,20 @@ def _seen(name: str) -> int:
     return n
 
 
+def _first_seen(name: str) -> float:
+    """When this name was first seen (wall-clock seconds, a file per name in state_dir)."""
+    assert _state_dir, "this command needs the state_dir setting"
+    path = os.path.join(_state_dir, name.replace("/", "_"))
+    try:
+        with open(path) as f:
+            return float(f.read())
+    except FileNotFoundError:
+        now = time.time()
+        with open(path, "w") as f:
+            f.write(repr(now))
+        return now
+
+
 def parse(value: str) -> tuple[str, str, str]:
     """(command, argument, id) of a value."""
     head = value.split("#", 1)[0]
@@ -312,6 +330,10 @@ def process(batch: Sequence[Record]) -> Iterator[Any] | Any:
             raise RuntimeError(f"flaky record {value}")
         if cmd == "firstslow" and g.delivery_count == 1:
             time.sleep(int(arg) / 1000)
+        if cmd == "slowonce" and _seen(f"slowonce-{r.topic}-{r.partition}-{r.offset}") == 0:
+            time.sleep(int(arg) / 1000)
+        if cmd == "backofffor" and time.time() - _first_seen("backofffor") < float(arg):
+            raise Backoff(0.5, f"downstream down for {arg} s ({ident})")
         if _sleep_s:
             time.sleep(_sleep_s)
         if r.key in _slow_keys:

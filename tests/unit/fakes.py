@@ -226,7 +226,7 @@ class FakeConsumer:
         refused, self.refused = self.refused, {}
         return refused
 
-    def release(self, tp: Any, run: Any) -> None:
+    def release(self, tp: Any, run: Any, keep: bool = False) -> None:
         pass
 
     def seek_to_start(self, tps: Any) -> list[Any]:
@@ -332,14 +332,14 @@ class _Nobody:
     def fence(self, slot: int) -> int:
         return 1
 
-    def release(self, tp: Any, run: Any) -> None:
+    def release(self, tp: Any, run: Any, keep: bool = False) -> None:
         pass
 
     def seek(self, tp: Any, offset: int) -> bool:
         return True
 
-    def discard(self, tp: Any) -> None:
-        pass
+    def discard(self, tp: Any) -> list[Any]:
+        return []
 
 
 def partition(tp: Any = TP0, batch_records: int = 500, share: bool = False) -> Partition:
@@ -386,7 +386,7 @@ def fetch(sup: Supervisor) -> Fetched:
     """The tick's steps up to the cut, as the loop runs them: wait, consume() (its callbacks),
     the rebalance step, start retries, the fatal check, the records handed to the partitions."""
     capacity = sup.capacity()
-    fetched = sup.fetch(capacity, sup.flow.records_wanted())
+    fetched = sup.fetch(capacity, sup.intake.within_the_lock(sup.flow.records_wanted()))
     sup.rebalanced(fetched)
     sup.starts.retry()
     sup.check_fatal()

@@ -317,3 +317,61 @@ def test_what_deferred_batches_keep_is_bounded_and_the_oldest_partition_is_dropp
     assert runner.run(_frame(4, partition=0)).kind == DONE  # dropped: its first two again
     assert producer.written == Counter({**{f"p1v{i}".encode(): 1 for i in range(4)},
                                         **{f"v{i}".encode(): 2 if i < 2 else 1 for i in range(4)}})
+
+
+# -- a multiset, not a set (issue 44): each acknowledged copy stands for one output only ----------
+class QueueFullProducer(FakeProducer):
+    """The local queue fills after ``room`` messages (once): produce() raises DeliveryFailed,
+    and the messages queued before it are delivered, so exactly those count as written."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__()
+        self.room: int | None = room
+
+    def produce(self, topic: str, value: Any, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
+        if self.room is not None and len(self.queued) == self.room:
+            self.room = None
+            raise DeliveryFailed("the producer's local queue stayed full")
+        super().produce(topic, value, key, headers, queue_wait_s)
+
+
+def test_a_call_that_yields_one_output_twice_writes_again_the_copy_the_broker_did_not_take() -> None:
+    """The batch's one call yields the same output twice and only the first copy is taken
+    before an outage defers it: its next run must write the second copy (a set would take the
+    acknowledged copy for both, and lose one)."""
+    producer = QueueFullProducer(room=1)
+    runner = _runner(lambda batch: [Output(b"same"), Output(b"same")], producer)
+    assert runner.run(_frame(1)).kind == DEFERRED
+    assert producer.written == Counter({b"same": 1})
+    assert runner.run(_frame(1)).kind == DONE
+    assert producer.written == Counter({b"same": 2})
+
+
+def test_identical_outputs_of_the_records_of_one_batch_are_each_written_once_through_an_outage() -> None:
+    """Four records yield the same output; two copies are taken before the outage: two more
+    when the batch comes back, four in all."""
+    producer = QueueFullProducer(room=2)
+    runner = _runner(lambda batch: [Output(b"same") for _ in batch], producer)
+    assert runner.run(_frame(4)).kind == DEFERRED
+    assert runner.run(_frame(4)).kind == DONE
+    assert producer.written == Counter({b"same": 4})
+
+
+def test_identical_outputs_across_bisection_parts_are_each_written_once_through_an_outage() -> None:
+    """Records 0..5 yield the same output and record 3 raises: bisection runs 0..2 alone, of
+    whose three copies one is taken before an outage defers the batch. Run again, the part
+    0..2 writes the two copies not taken, the part 4..5 its own two: five in all, record 3
+    dead-lettered."""
+    def process(batch: Sequence[Record]) -> list[Output]:
+        if any(r.offset == 3 for r in batch):
+            raise ValueError("record 3")
+        return [Output(b"same") for _ in batch]
+    producer = QueueFullProducer(room=1)
+    runner = _runner(process, producer)
+    failures: list[Any] = []
+    runner._dead_letter = failures.extend
+    assert runner.run(_frame(6)).kind == DEFERRED
+    assert producer.written == Counter({b"same": 1})
+    assert runner.run(_frame(6)).kind == DONE
+    assert producer.written == Counter({b"same": 5})
+    assert [f.record.offset for f in failures] == [3]

@@ -13,7 +13,8 @@ from confluent_kafka import KafkaError, KafkaException
 from fakes import TP0, assign, make
 
 from runtime.config import Settings, guarantee_problem
-from runtime.errors import ConfigError, FrameError, TransactionAborted
+from runtime.errors import ConfigError, FrameError, OutputRejected, TransactionAborted
+from runtime.kafka.producer import Refusal
 from runtime.kafka.transactions import BatchTransactions
 from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
@@ -335,3 +336,75 @@ def test_the_cli_refuses_what_exactly_once_cannot_keep_in_one_line_before_kafka(
     lines = r.stderr.strip().splitlines()
     assert r.returncode == ConfigError.exit_code, r.stderr
     assert len(lines) == 1 and lines[0].startswith("ringmaster: error: ") and needle in lines[0], r.stderr
+
+
+# -------------------------------------- an output the cluster refuses, inside a transaction (issue 44)
+class _RefusingProducer(_Producer):
+    """Refuses at delivery every message to MISSING (a topic that does not exist, auto-creation
+    off), as the broker does; librdkafka then fails the transaction the message was in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued: list[tuple[str, bytes]] = []
+        self.refused: list[Refusal] = []
+        self.undelivered: list[Any] | None = None
+        self.transaction_failed = False
+
+    def produce(self, topic: str, value: bytes, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
+        self.queued.append((topic, value))
+
+    def deliver(self, timeout_s: float, beat: Any = None) -> None:
+        queued, self.queued = self.queued, []
+        self.produced += [v for t, v in queued if t != MISSING]
+        self.refused = [Refusal(t, None, v, True, f"the output to {t!r} was refused: Unknown topic")
+                        for t, v in queued if t == MISSING]
+        self.undelivered = [] if not self.refused else None
+        if self.refused:
+            self.transaction_failed = True
+            raise OutputRejected(self.refused[0].reason)
+
+
+MISSING = "missing-topic"
+
+
+def test_an_output_the_cluster_refuses_is_dead_lettered_in_the_batchs_next_transaction() -> None:
+    """The refusal fails the transaction (its commit is refused); the batch runs again at once
+    in a new one that refuses the output itself, before producing it: the record is
+    dead-lettered as OutputRejected and the transaction commits. It used to be deferred and run
+    the same way for ever."""
+    def process(batch: Any) -> Any:
+        return [Output(r.value, topic=MISSING if r.offset == 11 else None) for r in batch]
+
+    log: list[Any] = []
+
+    class Txn(_Transactions):
+        def __init__(self, producer: _RefusingProducer) -> None:
+            super().__init__()
+            self.producer, self.log = producer, log
+
+        def commit(self, offsets: dict[Any, int], group: bytes) -> None:
+            if self.producer.transaction_failed:
+                log.append("refused")
+                raise TransactionAborted("1 message(s) failed delivery")
+            super().commit(offsets, group)
+
+    spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
+                      transactional_id="t")
+    board = Board(memoryview(bytearray(BOARD_BYTES)))
+    producers = [_RefusingProducer()]
+    plain = BatchRunner(Plugin("p", process, None, None), spec, board, producers[0])  # type: ignore[arg-type]
+    letters: list[Any] = []
+    plain._dead_letter = letters.extend  # type: ignore[method-assign]
+
+    def new_producer() -> Any:
+        producers.append(_RefusingProducer())
+        return producers[-1]
+    offsets = types.SimpleNamespace(of=lambda tp, timeout_s: None, close=lambda: None)
+    runner = TransactionalRunner(plain, spec, board, offsets, lambda: b"meta",  # type: ignore[arg-type]
+                                 Txn, new_producer)  # type: ignore[arg-type]
+    result = runner.run(_frame(10, 3))
+    assert result.kind == DONE and result.cause == "committed" and result.dead_letters == 1
+    assert log == ["begin", "refused", "begin", ("commit", {("in", 3): 13}, b"meta")]
+    assert producers[-1].produced == [b"v10", b"v12"] and not producers[-1].transaction_failed
+    assert [(f.record.offset, f.error_type) for f in letters[-1:]] == [(11, "OutputRejected")]
+    assert plain.refusals is None, "what was refused is this batch's only"

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError as CKError
 from confluent_kafka import KafkaException
 
-from runtime.errors import DeliveryFailed, OutputRejected
+from runtime.errors import DeliveryFailed, OutputRejected, TransactionAborted
 from runtime.kafka.producer import (
     PRODUCER_STATE_ERRORS,
     RECORD_ERRORS,
@@ -27,11 +27,17 @@ from runtime.kafka.producer import (
 class FakeMsg:
     def __init__(self, topic: str, value: bytes | None, key: bytes | None, headers: Any,
                  on_delivery: Callable[[Any, Any], None], partition: int | None = None) -> None:
-        self._topic, self.value, self.key = topic, value, key
+        self._topic, self._value, self._key = topic, value, key
         self.headers, self.on_delivery, self.partition = headers, on_delivery, partition
 
     def topic(self) -> str:
         return self._topic
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
 
 
 class FakeProducer:
@@ -107,7 +113,7 @@ def err(code: int) -> CKError:
 
 
 def fail_values(mapping: dict[bytes, int]) -> Callable[[FakeMsg], CKError | None]:
-    return lambda m: err(mapping[m.value]) if m.value in mapping else None  # type: ignore[index]
+    return lambda m: err(mapping[m.value()]) if m.value() in mapping else None  # type: ignore[index]
 
 
 # ---------------------------------------------------------------------- the error tables
@@ -190,7 +196,7 @@ def test_a_batch_whose_every_message_is_acknowledged_is_delivered(producer: Outp
     producer.produce("out", b"a", b"k", [("h", b"1")])
     producer.produce("out", b"b")
     producer.deliver(5.0, beat=lambda: beats.append(1))
-    assert [(m.topic(), m.value, m.key, m.headers) for m in fake.produced] == \
+    assert [(m.topic(), m.value(), m.key(), m.headers) for m in fake.produced] == \
         [("out", b"a", b"k", [("h", b"1")]), ("out", b"b", None, None)]
     assert beats, "deliver beats the heartbeat while it waits"
     assert fake.purges == []
@@ -344,7 +350,7 @@ def test_a_full_local_queue_is_waited_out_while_deliveries_drain(producer: Outpu
                                                                  fake: FakeProducer) -> None:
     fake.produce_raises = [BufferError("Local: Queue full"), BufferError("Local: Queue full")]
     producer.produce("out", b"v", queue_wait_s=5.0)
-    assert [m.value for m in fake.produced] == [b"v"]
+    assert [m.value() for m in fake.produced] == [b"v"]
     assert len(fake.polls) == 2, "each refusal serves delivery reports before trying again"
 
 
@@ -431,3 +437,52 @@ def test_writing_a_stream_stops_at_the_first_refusal(monkeypatch: pytest.MonkeyP
     with pytest.raises(KafkaError, match="writing to 't' failed"):
         producer_mod.write_acknowledged({}, "t", ((None, f"v{i}".encode()) for i in range(100)))
     assert len(fake.sent) < 100, "a refused record stops the stream"
+
+
+# ------------------------------------------------- a transaction the coordinator ended (issue 44)
+class FencedFlush(FakeProducer):
+    """What confluent-kafka 2.16 did on Apache Kafka 4.4 once the coordinator had timed out the
+    producer's transaction and fenced it: flush() raised SystemError ("<class 'str'> returned a
+    result with an exception set"), and every produce() after it KafkaException _FATAL."""
+
+    def flush(self, timeout: float) -> int:
+        self.flushes.append(timeout)
+        self.produce_always = KafkaException(err(CKError._FATAL))
+        raise SystemError("<class 'str'> returned a result with an exception set")
+
+
+@pytest.mark.parametrize("transactional", [True, False], ids=["transactional", "idempotent"])
+def test_a_client_that_fails_inside_flush_is_an_outage_and_a_fenced_transaction_is_aborted(
+        transactional: bool) -> None:
+    """The worker used to exit 1 on it, and its batch was blamed and bisected."""
+    props = {"bootstrap.servers": "127.0.0.1:9", **({"transactional.id": "t"} if transactional else {})}
+    p = OutputProducer(props)
+    p._p = FencedFlush()  # type: ignore[assignment]
+    p.produce("out", b"v")
+    kind = TransactionAborted if transactional else DeliveryFailed
+    with pytest.raises(kind) as caught:
+        p.deliver(1.0)
+    assert p.broken and "flushing" in str(caught.value)
+    assert transactional == isinstance(caught.value, TransactionAborted)
+    with pytest.raises(kind):  # "Unable to produce message: Local: Fatal error"
+        p.produce("out", b"w")
+
+
+def test_a_failed_delivery_says_which_messages_were_refused_for_what_they_are(
+        fake: FakeProducer, producer: OutputProducer) -> None:
+    """What a transaction's next run must not produce again (runtime/worker/refusals.py): the
+    routed topic that refuses everything, the message too large for its topic; not an outage."""
+    producer.own_topics = OWN
+    fake.fate = lambda m: (err(CKError.UNKNOWN_TOPIC_OR_PART) if m.topic() == ROUTED
+                           else err(CKError.MSG_SIZE_TOO_LARGE) if m.value() == b"big"
+                           else err(CKError._MSG_TIMED_OUT) if m.value() == b"late" else None)
+    for topic, value in ((ROUTED, b"a"), ("out", b"big"), ("out", b"ok")):
+        producer.produce(topic, value, b"k")
+    with pytest.raises(OutputRejected):
+        producer.deliver(1.0)
+    assert [(r.topic, r.key, r.value, r.whole_topic) for r in producer.refused] == \
+        [(ROUTED, b"k", b"a", True), ("out", b"k", b"big", False)]
+    producer.produce("out", b"late")
+    with pytest.raises(DeliveryFailed):
+        producer.deliver(1.0)
+    assert producer.refused == []

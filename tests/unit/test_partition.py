@@ -36,10 +36,11 @@ class World:
         self.epoch += 1
         return self.epoch
 
-    def discard(self, tp: Any) -> None:
+    def discard(self, tp: Any) -> list[Any]:
         self.discarded.append(tp)
+        return []
 
-    def release(self, tp: Any, run: Any) -> None:
+    def release(self, tp: Any, run: Any, keep: bool = False) -> None:
         self.released.append((tp, len(run)))
 
     def seek(self, tp: Any, offset: int) -> bool:

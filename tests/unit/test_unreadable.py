@@ -116,7 +116,8 @@ def test_the_supervisor_dead_letters_it_and_processes_the_rest_of_the_batch() ->
         max_bytes = 1_000_000
 
         def submit(self, tp: Any, batch_id: int, row: Any, error_type: str, message: str,
-                   attempts: int = 1, plugin_version: str | None = None) -> None:
+                   attempts: int = 1, plugin_version: str | None = None,
+                   delivery_count: int | None = None) -> None:
             submitted.append((tp, batch_id, row, error_type, message))
 
         def pending(self, tp: Any = None) -> int:

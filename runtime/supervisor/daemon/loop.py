@@ -71,7 +71,7 @@ from runtime.supervisor.partition.partition import Partition
 from runtime.supervisor.partition.table import PartitionTable, SlotTable
 from runtime.supervisor.scheduling.capacity import Capacity
 from runtime.supervisor.scheduling.scheduler import Scheduler
-from runtime.supervisor.seams.consumer import Consumer
+from runtime.supervisor.seams.consumer import Consumer, share_acks
 from runtime.supervisor.seams.pool import H, LoopPool
 from runtime.supervisor.workers.pool import become_subreaper
 from runtime.supervisor.workers.workforce import Workforce
@@ -127,7 +127,9 @@ class Supervisor(Generic[H]):
         self.partitions = PartitionTable(SlotTable(epochs), consumer, self.scheduler, clock,
                                          w.batch_max_records, share)
         # Key lanes per partition (process_limit): fixed for the run (a key keeps its lane across resizes).
-        shape = Shape(w, sizing, share, w.process_limit, letter_bytes if eos_letters else None)
+        self.acks = share_acks(consumer)  # a share group's consumer: its lock, its letters' guard
+        shape = Shape(w, sizing, share, w.process_limit, letter_bytes if eos_letters else None,
+                      self.acks.lock_s if self.acks is not None else None)
         self.intake = Intake(shape, consumer, self.partitions, ids, clock)
         self.flow = FlowControl(w, consumer, self.partitions, self.intake, self.scheduler, ring.capacity,
                                 clock)
@@ -190,7 +192,7 @@ class Supervisor(Generic[H]):
         self.apply_operator_pauses()
         # What the workers can take as the tick begins: the wait and the cut go by it.
         capacity = self.capacity()
-        wanted = self.flow.records_wanted()
+        wanted = self.intake.within_the_lock(self.flow.records_wanted())
         fetched = self.fetch(capacity, wanted)
         drained = fetched.count < wanted  # the client had nothing more queued (counted before settling)
         self.rebalanced(fetched)
@@ -338,7 +340,8 @@ class Supervisor(Generic[H]):
         for h in dead:
             self.applier.drain(h)
         for death in self.workforce.manage(dead, self.scheduler.counts()):
-            self.applier.apply(self.results.redeliver(death))
+            self.applier.apply(self.results.redeliver(
+                death, self.acks.may_dead_letter if self.acks is not None else None))
         for i in self.workforce.stops_due():
             if self.scheduler.write_stop(i):
                 self.workforce.stop_written(i)

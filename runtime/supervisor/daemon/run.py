@@ -333,7 +333,7 @@ def _consumer(settings: Settings, pool: WorkerPool,
         return GroupConsumer(consumer_properties(settings),
                              on_group_metadata=None if group_cell is None else group_cell.write)
     props = share_consumer_properties(settings)
-    lock_s = prepare_share_group(props, settings.kafka.group_id, settings.kafka.connect_timeout_s)
+    group = prepare_share_group(props, settings.kafka.group_id, settings.kafka.connect_timeout_s)
 
     def wait_for_workers(timeout_s: float) -> None:
         """While a poll's records are out: until a worker reports or dies, or timeout_s."""
@@ -343,7 +343,7 @@ def _consumer(settings: Settings, pool: WorkerPool,
         else:
             time.sleep(timeout_s)
 
-    return ShareGroupConsumer(props, wait_for_workers, lock_s=lock_s)
+    return ShareGroupConsumer(props, wait_for_workers, group=group)
 
 
 def _warn_if_no_room_to_grow(settings: Settings) -> None:

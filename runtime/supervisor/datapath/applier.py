@@ -20,6 +20,7 @@ from runtime.supervisor.datapath.effects import (
     Block,
     Complete,
     Effect,
+    GiveUp,
     Isolate,
     Letter,
     LetterDone,
@@ -100,9 +101,11 @@ class Applier(Generic[H]):
                 p.rewind(PauseReason.BLOCKED, detail)
             case Isolate(p, batch_id, halves):
                 p.split(batch_id, list(halves))
-            case Letter(p, batch_id, row, error_type, message, attempts, version):
+            case GiveUp(p, batch_id, outcome):
+                p.give_up(batch_id, outcome)
+            case Letter(p, batch_id, row, error_type, message, attempts, version, count):
                 assert self.desk is not None  # results.py blocks the partition when there is none
-                self.desk.submit(p.tp, batch_id, row, error_type, message, attempts, version)
+                self.desk.submit(p.tp, batch_id, row, error_type, message, attempts, version, count)
             case ReadyLetter(p, batch_id, offset, letter):
                 assert self.desk is not None
                 self.desk.submit_letter(p.tp, batch_id, offset, letter)

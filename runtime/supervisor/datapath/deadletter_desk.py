@@ -56,11 +56,14 @@ class DeadLetterDesk:
         self.last_error: str | None = None
 
     def submit(self, tp: TP, batch_id: int, row: tuple[int, bytes | None, bytes | None, Any],
-               error_type: str, message: str, attempts: int = 1, plugin_version: str | None = None) -> None:
+               error_type: str, message: str, attempts: int = 1, plugin_version: str | None = None,
+               delivery_count: int | None = None) -> None:
         """Queue the dead letter of one record; row is (offset, key, value, headers);
-        ``plugin_version``: of the worker the record crashed (None: no plugin ran it)."""
+        ``plugin_version``: of the worker the record crashed (None: no plugin ran it);
+        ``delivery_count``: a share group's record's (its ``ringmaster.delivery_count``)."""
         offset = row[0]
-        letter = self.letter(tp, row, error_type, message, attempts, plugin_version)
+        letter = self.letter(tp, row, error_type, message, attempts, plugin_version,
+                             delivery_count=delivery_count)
         self.submit_letter(tp, batch_id, offset, letter)
         log.error("record dead-lettered", extra={"tp": tp_label(tp), "offset": offset,
                                                  "error": f"{error_type}: {message}",
@@ -77,12 +80,13 @@ class DeadLetterDesk:
 
     def letter(self, tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str,
                message: str, attempts: int = 1, plugin_version: str | None = None,
-               max_bytes: int | None = None) -> DeadLetter:
+               max_bytes: int | None = None, delivery_count: int | None = None) -> DeadLetter:
         """The dead letter of one record as the supervisor words it, in the first form that
         fits the topic's limit (or ``max_bytes``, when a frame must hold it: isolation.py);
         written here (submit) or, under exactly-once, by a worker's transaction (results.py)."""
         limit = self._max_bytes if max_bytes is None else max_bytes
-        return supervisor_letter(tp, row, error_type, message, limit, attempts, plugin_version)
+        return supervisor_letter(tp, row, error_type, message, limit, attempts, plugin_version,
+                                 delivery_count)
 
     def pending(self, tp: TP | None = None) -> int:
         return sum(1 for x in self._waiting if tp is None or x.tp == tp)
@@ -165,11 +169,13 @@ class DeadLetterDesk:
 
 
 def supervisor_letter(tp: TP, row: tuple[int, bytes | None, bytes | None, Any], error_type: str, message: str,
-                      max_bytes: int, attempts: int = 1, plugin_version: str | None = None) -> DeadLetter:
+                      max_bytes: int, attempts: int = 1, plugin_version: str | None = None,
+                      delivery_count: int | None = None) -> DeadLetter:
     """The dead letter of one record (``row``: offset, key, value, headers) as the supervisor
-    words it, in the first form that fits ``max_bytes``."""
+    words it, in the first form that fits ``max_bytes``; ``delivery_count``: a share group's."""
     offset, key, value, original = row
     headers = dead_letter_headers(original, error_type=error_type, message=message, traceback="",
                                   topic=tp[0], partition=tp[1], offset=offset, attempts=attempts,
-                                  worker="supervisor", plugin_version=plugin_version)
+                                  worker="supervisor", plugin_version=plugin_version,
+                                  delivery_count=delivery_count)
     return fit_dead_letter(key, value, headers, max_bytes)

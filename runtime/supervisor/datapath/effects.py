@@ -8,7 +8,9 @@ supervisor.
                   (done(): the committable offset may move) and learns its cost
     Rewind        each partition is held and read again (rewind()); a deferred one counts it
     Block         no dead-letter topic: the partition stops at the failing record
-    Isolate       a batch that keeps crashing workers is bisected: its halves replace it
+    Isolate       a batch that keeps crashing workers is bisected (a share group's: split into
+                  its records): its parts replace it
+    GiveUp        a share group's batch this member will not finish: released, or rejected
     Letter        the supervisor's desk writes a record's dead letter (acknowledged later)
     ReadyLetter   ... a letter made already (one that kills its workers, outside a transaction)
     LetterDone    an acknowledged dead letter: its one-record batch is handled (invariant 1)
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.execution.deadletter_format import DeadLetter
+from runtime.kafka.share_consumer import Outcome
 from runtime.supervisor.partition.partition import Partition, PauseReason
 from runtime.supervisor.scheduling.batches import Batch
 from runtime.transport.frames import ResultKind
@@ -71,7 +74,7 @@ class Block:
 class Isolate:
     p: Partition
     batch_id: int
-    halves: tuple[tuple[int, int, int], ...]  # (batch id, first, last) of each half
+    halves: tuple[tuple[int, int, int], ...]  # (batch id, first, last) of each part
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,14 @@ class Letter:
     message: str
     attempts: int = 1
     plugin_version: str | None = None
+    delivery_count: int | None = None  # a share group's record's (its ringmaster.delivery_count)
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    p: Partition
+    batch_id: int
+    outcome: Outcome  # RELEASE or REJECT
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,4 +115,5 @@ class Requeue:
     batches: tuple[Batch, ...]  # in the order they go back (each to the front of its lanes)
 
 
-Effect = WorkerSaid | Complete | Rewind | Block | Isolate | Letter | ReadyLetter | LetterDone | Requeue
+Effect = (WorkerSaid | Complete | Rewind | Block | Isolate | GiveUp | Letter | ReadyLetter | LetterDone
+          | Requeue)

@@ -28,6 +28,12 @@ records behind it (issue 24: ~10 µs work ran at 0.54 of ideal against Pool(15)'
 28 ms at half capacity). While a partition has a backlog and no worker is short of work, its
 records are gathered until the cut holds a full batch for each bucket seen in it, for at most
 10 × ``batch_max_wait_ms`` (``_gather``).
+
+A share group's records are each under an acquisition lock: the loop takes no more of them than
+its workers can start within half the lock (``within_the_lock``), the others wait in the
+share consumer (released if their lock nears its end there). A record the share consumer says
+is at its last delivery and will not be done in time is dead-lettered by the supervisor
+(``LastDelivery``), like a record too large for a ring.
 """
 
 from __future__ import annotations
@@ -64,6 +70,19 @@ _BACKLOG_BATCHES = 24
 _BACKLOG_STRETCH = 4
 _GATHER_RING_SHARE = 4  # key ordering: records gathered for one cut hold at most 1/4 of a ring (_gather)
 _GATHER_WAITS = 10  # ... and its first record waits at most this many batch_max_wait_ms (cut())
+# A share group's records the loop holds at once (fetched, not done): what its workers can
+# start within this share of the acquisition lock, at the µs per record learnt (issue 44: a
+# poll of 500-1,500 records with one slow record ran every record twice, their locks run out
+# in the rings behind it). The µs per record leave out what a batch costs around the plugin
+# (the ring, the result, the loop; on a loaded host, a lot): each time records had to be
+# handed back unstarted (``overcommitted``) the share shrinks to what did start of what was
+# taken (at most half of it), down to _LOCK_HORIZON_MIN, and each lock's length without one
+# grows it by _LOCK_HORIZON_GROWTH, up to _LOCK_HORIZON. (Grown per batch done, it was back
+# at the top within one lock, and a broker stall's aftermath handed back 350-410 batches a
+# lock, the records handed out four times each; halved only, 230 and then 200.)
+_LOCK_HORIZON = 0.5
+_LOCK_HORIZON_MIN = 0.02
+_LOCK_HORIZON_GROWTH = 1.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +96,7 @@ class TooLarge:
     row: tuple[int, bytes | None, bytes | None, object]
     frame_bytes: int
     max_frame: int
+    delivery_count: int | None = None  # a share group's
     error_type = "RecordTooLarge"
 
     @property
@@ -94,10 +114,26 @@ class Unreadable:
     batch_id: int
     row: tuple[int, bytes | None, bytes | None, object]
     message: str
+    delivery_count: int | None = None  # a share group's
     error_type = "UnreadableRecord"
 
 
-SetAside = TooLarge | Unreadable  # records the supervisor dead-letters itself
+@dataclass(frozen=True, slots=True)
+class LastDelivery:
+    """A share group's record at its last delivery (the group's share.delivery.count.limit)
+    that will not be done within its acquisition lock: released, or left to the lock, the
+    broker would archive it with no trace. Dead-lettered by the supervisor, then accepted
+    (runtime/kafka/share_consumer.py says when)."""
+
+    tp: TP
+    batch_id: int
+    row: tuple[int, bytes | None, bytes | None, object]
+    message: str
+    delivery_count: int
+    error_type = "DeliveryLimitReached"
+
+
+SetAside = TooLarge | Unreadable | LastDelivery  # records the supervisor dead-letters itself
 
 @dataclass(frozen=True, slots=True)
 class IntakeView:
@@ -133,13 +169,15 @@ class Shape:
     carry delivery counts), ``buckets`` (key ordering: lanes per partition, fixed for the run),
     ``letters_in_lane`` (under exactly-once with a dead-letter topic, the largest letter it
     takes: set-aside records are then LETTERS batches in their lane, ``_in_lane``, not
-    handed to the supervisor's desk; None: they are)."""
+    handed to the supervisor's desk; None: they are), ``lock_s`` (a share group's acquisition
+    lock, read from the group at start: what the loop takes is sized by it, ``within_the_lock``)."""
 
     w: WorkerSettings
     sizing: Sizing
     share: bool
     buckets: int
     letters_in_lane: int | None = None
+    lock_s: float | None = None
 
 
 class BatchIds:
@@ -171,6 +209,10 @@ class Intake:
         self.ordering = self.w.ordering
         self.share = shape.share
         self.letters_in_lane = shape.letters_in_lane
+        self.lock_s = shape.lock_s
+        self.lock_share = _LOCK_HORIZON  # of the lock the loop fills (within_the_lock)
+        self._lock_share_at = clock()  # when it last changed
+        self._last: list[SetAside] = []  # records at their last delivery, for the next cut's set-aside
         self.bytes_per_record = 0.0  # over all packed frames (fetch sizing)
         self.consumed = 0
         self.last_records_at = clock()
@@ -181,11 +223,39 @@ class Intake:
         return IntakeView(self.first_record_at, self.consumed)
 
     # ------------------------------------------------------------------ fetched records
+    def within_the_lock(self, wanted: int) -> int:
+        """A share group's: how many of ``wanted`` records the loop may take, so that what it
+        holds (fetched and not done) is what its workers start within _LOCK_HORIZON of the
+        lock, at the slowest partition's µs per record (before any is learnt, a batch per
+        worker). What it holds beyond that would wait in the rings while its lock ran out, and
+        run twice; left in the share consumer, it goes to another member instead."""
+        if self.lock_s is None:
+            return wanted
+        now = self.clock()
+        if self.lock_share < _LOCK_HORIZON and now - self._lock_share_at >= self.lock_s:
+            self.lock_share = min(_LOCK_HORIZON, self.lock_share * _LOCK_HORIZON_GROWTH)
+            self._lock_share_at = now
+        cost_us = max((p.intake.us_per_record for p in self.partitions.values()), default=0.0)
+        workers = max(1, self.w.processes)
+        if cost_us > 0:
+            horizon = max(1, int(workers * self.lock_s * self.lock_share * 1e6 / cost_us))
+        else:
+            horizon = workers * self.w.batch_max_records
+        held = sum(p.tracker.uncommitted_records + len(p.intake.open_msgs) for p in self.partitions.values())
+        return min(wanted, max(0, horizon - held))
+
     def take(self, fetched: Fetched) -> bool:
         """Apply what consume() returned (after the rebalance straddle was settled). True if
-        these are the first records of the run."""
+        these are the first records of the run. A share group's partitions whose records near
+        the end of their lock hand back what is not started (``Partition.hand_back_unstarted``)."""
         now = self.clock()
         first = False
+        for tp in fetched.lock_ending:
+            p = self.partitions.get(tp)
+            if p is not None:
+                self._hand_back(p)
+        for tp, last in fetched.last_deliveries.items():
+            self._last_deliveries(tp, last)
         if fetched.count:
             self.last_records_at = now
             if self.first_record_at is None:
@@ -204,6 +274,41 @@ class Intake:
                 p.reached_end(offset, now)
         return first
 
+    def _hand_back(self, p: Partition) -> None:
+        unstarted, held = p.hand_back_unstarted()
+        if unstarted:
+            log.info("records not started as their acquisition lock nears its end: released; "
+                     "fetching less of them from now on", extra={"tp": p.label, "records": unstarted,
+                                                                 "held": held})
+            self.overcommitted(1 - unstarted / max(held, unstarted))
+
+    def _last_deliveries(self, tp: TP, run: Run) -> None:
+        """Share records at their last delivery, not done in time (LastDelivery): each one a
+        batch of its own, registered (invariant 1: acknowledged only once its letter is), set
+        aside for the supervisor's dead letter, with why it waits (its partition's holds)."""
+        p = self.partitions.get(tp)
+        if p is None:
+            return
+        why = "; ".join(f"{h.reason.value}: {h.detail}" for h in p.pause.holds.values()) or "its batch waited"
+        now = self.clock()
+        for m in run:
+            offset, count = offset_of(m), m.delivery_count() or 1
+            bid = self.next_id()
+            p.register([(bid, offset, offset)], now)
+            self._last.append(LastDelivery(tp, bid, fields_of(m), (
+                f"not done within the acquisition lock of its last delivery (delivery {count}: the group's "
+                f"share.delivery.count.limit); released, the broker would archive it with no trace; "
+                f"held: {why}"), count))
+            log.error("record at its last delivery not done in time: dead-lettered", extra={
+                "tp": tp_label(tp), "offset": offset, "delivery_count": count, "held": why})
+
+    def overcommitted(self, started: float) -> None:
+        """A share group's records had to be handed back unstarted as their lock neared its end;
+        ``started``: the share of what the loop held that did start. It takes that much less of
+        the lock's worth from now on, at least half as much."""
+        self.lock_share = max(_LOCK_HORIZON_MIN, self.lock_share * min(0.5, max(0.0, started)))
+        self._lock_share_at = self.clock()
+
     # ------------------------------------------------------------------ cutting
     def cut(self, capacity: Capacity, drained: bool) -> Cut:
         """Turn fetched records into batches: when a batch is full, old enough, or a worker
@@ -213,7 +318,8 @@ class Intake:
         (``_gather``)."""
         now = self.clock()
         max_wait = self.w.batch_max_wait_ms / 1000
-        out = Cut([], [])
+        out = Cut([], self._last)
+        self._last = []
         worker_has_room = capacity.spare
         hungry = bool(capacity.hungry)
         for p in self.partitions.values():
@@ -339,7 +445,7 @@ class Intake:
             if start < i:
                 self._pack(p, buckets, msgs, start, i, out)
             row, why = salvage(msgs[i], bad)
-            out.append(Unreadable(p.tp, batch_id, row, why))
+            out.append(Unreadable(p.tp, batch_id, row, why, counts[i - start] if counts else None))
             if i + 1 < stop:
                 self._pack(p, buckets, msgs, i + 1, stop, out)
             return
@@ -352,7 +458,8 @@ class Intake:
                 self._pack(p, buckets, msgs, start, mid, out)
                 self._pack(p, buckets, msgs, mid, stop, out)
                 return
-            out.append(TooLarge(p.tp, batch_id, fields_of(msgs[start]), len(frame), self.max_frame))
+            out.append(TooLarge(p.tp, batch_id, fields_of(msgs[start]), len(frame), self.max_frame,
+                                counts[0] if counts else None))
             return
         first, last = offset_of(msgs[start]), offset_of(msgs[stop - 1])
         bucket: Bucket = None if buckets is None else buckets[0]

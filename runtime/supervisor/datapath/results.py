@@ -7,9 +7,12 @@ decisions as effects (effects.py), which applier.py applies, in order.
                        BLOCKED (no dead-letter topic): Block, the partition stops at the record
                        FATAL, HELLO, EXHAUSTED: WorkerSaid, the workforce's to judge
     worker deaths ─▶ Requeue of its batches; the one it was running counts a crash (isolation.py:
-                     retried, Isolate (bisected), Letter; under exactly-once the letter is a
-                     batch of its own, for a worker's transaction)
+                     retried, Isolate (bisected; a share group's split into its records),
+                     Letter; under exactly-once the letter is a batch of its own, for a
+                     worker's transaction; a share group's record whose lock ends first:
+                     GiveUp, released)
     set aside ─▶ Letter (the supervisor's desk writes it), or Block without a dead-letter topic
+                 (a share group's record at its last delivery: GiveUp, rejected)
     dead-letter desk ─▶ LetterDone: an acknowledged dead letter completes its one-record batch
 
 Owns the run's totals and the per-worker counts; hands each batch a worker reports back to the
@@ -28,6 +31,7 @@ from typing import Any
 from runtime.backoff import backoff_s
 from runtime.config import OutputSettings
 from runtime.execution.deadletter_format import DeadLetter
+from runtime.kafka.share_consumer import Outcome
 from runtime.ops.status import Totals
 from runtime.plugin import backoff_wait
 from runtime.supervisor.datapath.deadletter_desk import supervisor_letter
@@ -35,6 +39,7 @@ from runtime.supervisor.datapath.effects import (
     Block,
     Complete,
     Effect,
+    GiveUp,
     Isolate,
     Letter,
     LetterDone,
@@ -43,8 +48,9 @@ from runtime.supervisor.datapath.effects import (
     Rewind,
     WorkerSaid,
 )
-from runtime.supervisor.datapath.intake import BatchIds, SetAside
+from runtime.supervisor.datapath.intake import BatchIds, LastDelivery, SetAside
 from runtime.supervisor.datapath.isolation import isolate, letters_batch
+from runtime.supervisor.partition.acknowledgements import AckTracker
 from runtime.supervisor.partition.partition import Partition, PauseReason
 from runtime.supervisor.scheduling.batches import Batch
 from runtime.supervisor.scheduling.scheduler import Scheduler
@@ -155,10 +161,13 @@ class Results:
         return Rewind(targets, reason, detail, until, deferred=p)
 
     # ------------------------------------------------------------------ deaths
-    def redeliver(self, death: Death) -> list[Effect]:
+    def redeliver(self, death: Death,
+                  may_dead_letter: Callable[[TP, int], bool] | None = None) -> list[Effect]:
         """Put a dead worker's unacknowledged batches back in front of their lanes, in their
         original order, so another worker (or the next incarnation) runs them again; the
-        batch it was running counts a crash and may be bisected or dead-lettered."""
+        batch it was running counts a crash and may be bisected or dead-lettered.
+        ``may_dead_letter``: a share group's consumer's answer, whether this member's lock on
+        a record leaves time for its letter (runtime/kafka/share_consumer.py)."""
         effects: list[Effect] = []
         requeue: list[Batch] = []
         stopped: set[TP] = set()  # partitions stopped here at a record: their later batches are stale
@@ -177,11 +186,24 @@ class Results:
                 else:
                     effects.append(_letter_outside_a_transaction(p, b))
                 continue
-            iso = isolate(b, self.rules.max_crashes, self.next_id)
+            shared = isinstance(p.tracker, AckTracker)
+            iso = isolate(b, self.rules.max_crashes, self.next_id, singles=shared)
             if iso.split is not None:
                 effects.append(Isolate(p, b.batch_id, tuple(iso.split)))
                 log.warning("bisecting a batch that keeps crashing workers", extra={
-                    "tp": p.label, "first": b.first, "last": b.last})
+                    "tp": p.label, "first": b.first, "last": b.last, "parts": len(iso.split)})
+            if iso.dead_letter is not None and shared and may_dead_letter is not None \
+                    and not may_dead_letter(b.tp, b.first):
+                # A share group's record whose lock ends before its letter could be written and
+                # acknowledged: another member may be handed it then, and write a letter of its
+                # own (issue 44: up to four for one record). Released instead: its next delivery,
+                # its count raised, counts the crashes and isolates it at once.
+                effects.append(GiveUp(p, b.batch_id, Outcome.RELEASE))
+                log.warning("a record that keeps crashing workers is released, not dead-lettered: its "
+                            "acquisition lock ends before its letter could be acknowledged; its next "
+                            "delivery isolates it", extra={"tp": p.label, "offset": b.first,
+                                                           "delivery_count": iso.delivery_count})
+                continue
             if iso.dead_letter is not None:
                 why = (f"worker {death.why} while processing this record ({b.crashes} times"
                        + (f"; the last time {death.during})" if death.during else ")"))
@@ -198,7 +220,8 @@ class Results:
                                                     "error": f"WorkerCrashed: {why}"})
                     continue
                 effect = self.dead_letter(p, b.batch_id, iso.dead_letter, "WorkerCrashed", why,
-                                          attempts=b.crashes, plugin_version=death.version)
+                                          attempts=b.crashes, plugin_version=death.version,
+                                          delivery_count=iso.delivery_count)
                 effects.append(effect)
                 if isinstance(effect, Block):
                     stopped.add(p.tp)
@@ -214,19 +237,30 @@ class Results:
         effects: list[Effect] = []
         for x in records:
             p = self.partitions.get(x.tp)
-            if p is not None:
-                effects.append(self.dead_letter(p, x.batch_id, x.row, x.error_type, x.message))
+            if p is None:
+                continue
+            if isinstance(x, LastDelivery) and self.rules.letter_bytes is None:
+                # Nowhere to write it: the broker archives it at the end of its lock anyway.
+                # Rejected, so that it is counted as such, rather than stop the partition.
+                effects.append(GiveUp(p, x.batch_id, Outcome.REJECT))
+                log.error("record at its last delivery not done in time, and no [dead_letter] topic: "
+                          "rejected (archived by the broker, with no trace here)",
+                          extra={"tp": p.label, "offset": x.row[0], "error": f"{x.error_type}: {x.message}"})
+                continue
+            effects.append(self.dead_letter(p, x.batch_id, x.row, x.error_type, x.message,
+                                            delivery_count=x.delivery_count))
         return effects
 
     def dead_letter(self, p: Partition, batch_id: int, row: tuple[int, bytes | None, bytes | None, Any],
                     error_type: str, message: str, attempts: int = 1,
-                    plugin_version: str | None = None) -> Letter | Block:
+                    plugin_version: str | None = None, delivery_count: int | None = None) -> Letter | Block:
         """The supervisor's desk writes the record's dead letter; with no dead-letter topic the
         partition stops at the record (nothing committed past it) until an operator fixes the
-        plugin or configures one."""
+        plugin or configures one. ``delivery_count``: a share group's record's, for the
+        letter's header."""
         if self.rules.letter_bytes is None:
             return Block(p, f"offset {row[0]}: {error_type}: {message}")
-        return Letter(p, batch_id, row, error_type, message, attempts, plugin_version)
+        return Letter(p, batch_id, row, error_type, message, attempts, plugin_version, delivery_count)
 
     def letters_delivered(self, done: Iterable[tuple[TP, int]]) -> list[Effect]:
         """Dead letters the desk has had acknowledged: (partition, batch id) each."""

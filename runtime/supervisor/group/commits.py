@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from runtime.kafka.share_consumer import Outcome, ShareCounts
 from runtime.supervisor.partition.acknowledgements import AckTracker
 from runtime.supervisor.partition.partition import Partition
-from runtime.supervisor.seams.consumer import Consumer
+from runtime.supervisor.seams.consumer import Acknowledging, Consumer
 from runtime.tp import TP
 
 
@@ -107,24 +105,17 @@ class Committer:
         return None
 
 
-@runtime_checkable
-class Acknowledging(Protocol):
-    """The share consumer (runtime/kafka/share_consumer.py), as the share committer uses it."""
-
-    def acknowledge(self, tp: TP, first: int, last: int, outcome: Outcome, /) -> int: ...
-    @property
-    def counts(self) -> ShareCounts: ...
-
-
 class ShareCommitter(Committer):
     """A share group's commits: every tick, each partition's acknowledgement intents
-    (acknowledgements.py) go to the share consumer, which sends them once every record of
-    its poll is acknowledged. Every tick, not every commit_interval_ms: the share consumer
-    polls again only when all of the last poll is acknowledged. No offset is ever committed.
+    (acknowledgements.py) go to the share consumer, which sends them with its next consume(),
+    batch by batch. Every tick, not every commit_interval_ms: a record acknowledged late may
+    have been handed to another member meanwhile, and the share consumer polls again only
+    when all of the last poll is acknowledged. No offset is ever committed.
 
     A synchronous commit comes at the end of a release (a stop): the partitions are fenced
     and the batches in progress are back, so what is not done will not run here: it is
-    released now, before the final status, and the answer is "nothing to commit"."""
+    released now and the broker's answers waited for, before the final status, and the answer
+    is "nothing to commit"."""
 
     def __init__(self, consumer: Consumer, acks: Acknowledging, partitions: Mapping[TP, Partition],
                  clock: Callable[[], float]) -> None:
@@ -135,7 +126,7 @@ class ShareCommitter(Committer):
         self.commit(list(self.partitions.values()), asynchronous=True)
 
     def share_counts(self) -> dict[str, int] | None:
-        return self.acks.counts.as_dict()
+        return {**self.acks.counts.as_dict(), **self.acks.holding()}
 
     def commit(self, parts: list[Partition], asynchronous: bool) -> dict[TP, SyncCommit]:
         answers: dict[TP, SyncCommit] = {}
@@ -144,9 +135,14 @@ class ShareCommitter(Committer):
                 if not asynchronous:
                     p.let_go_unfinished()
                 for intent in p.take_acks():
-                    self.acks.acknowledge(p.tp, intent.first, intent.last, intent.outcome)
+                    if intent.outcome is None:  # to run again after a wait: kept, not released
+                        self.acks.keep(p.tp, intent.first, intent.last)
+                    else:
+                        self.acks.acknowledge(p.tp, intent.first, intent.last, intent.outcome)
             if not asynchronous:
                 answers[p.tp] = SyncCommit(None, None, p.epoch)
+        if not asynchronous:
+            self.acks.settle(self.sync_timeout_s)  # the broker's answers counted before the last status
         return answers
 
 

@@ -10,8 +10,13 @@ share consumer every tick:
     complete(batch)          → ACCEPT its records: the worker reports DONE only once the
                                batch's outputs and dead letters are delivered (invariant 1),
                                and a set-aside record completes when its dead letter is
-    discard_unfinished()     → RELEASE every batch not done (a rewind: an outage, a plugin's
-                               Backoff, a record with nowhere to go, an operator pause)
+    discard_unfinished(keep) → every batch not done is kept by the share consumer, to run
+                               again after the wait (a rewind for an outage, a plugin's
+                               Backoff, a record with nowhere to go: ``keep``), or RELEASEd
+                               (an operator pause, a stop): another member may run it now
+    give_up(batch, outcome)  → RELEASE a batch this member will not finish (a crashing
+                               record whose lock ends before its isolation does), or REJECT
+                               one it cannot dead-letter (no dead-letter topic)
 
 A batch is [first, last] of one partition: the share consumer acknowledges the records of
 that range it holds (the offsets between may be other members').
@@ -36,7 +41,7 @@ from runtime.supervisor.partition.offsets import OffsetTracker
 class Intent:
     first: int
     last: int
-    outcome: Outcome
+    outcome: Outcome | None  # None: kept by the share consumer, to run again after a wait
 
 
 @dataclass(slots=True)
@@ -103,10 +108,21 @@ class AckTracker(OffsetTracker):
     def restart_offset(self) -> int | None:
         return min((o.first for o in self._open.values()), default=None)
 
-    def discard_unfinished(self) -> None:
-        """A rewind: what is not done is released, to be handed out again (here or elsewhere)."""
-        self._intents += [Intent(o.first, o.last, Outcome.RELEASE) for o in self._open.values()]
+    def discard_unfinished(self, keep: bool = False) -> None:
+        """A rewind: what is not done is kept, to run again here after the wait (``keep``: every
+        release spends one of a record's deliveries), or released, to be handed out again
+        (here or elsewhere)."""
+        outcome = None if keep else Outcome.RELEASE
+        self._intents += [Intent(o.first, o.last, outcome) for o in self._open.values()]
         self._open.clear()
+
+    def give_up(self, batch_id: int, outcome: Outcome = Outcome.RELEASE) -> bool:
+        """A batch this member will not finish: acknowledged with ``outcome`` as it stands."""
+        gone = self._open.pop(batch_id, None)
+        if gone is None:
+            return False
+        self._intents.append(Intent(gone.first, gone.last, outcome))
+        return True
 
     def take_intents(self) -> list[Intent]:
         taken, self._intents = self._intents, []

@@ -205,9 +205,10 @@ class OffsetTracker:
     def mark_committed(self, offset: int | None) -> None:
         self._committed = offset
 
-    def discard_unfinished(self) -> None:
+    def discard_unfinished(self, keep: bool = False) -> None:
         """Forget every span not done: the partition is read again from restart_offset()
-        (a rewind). Batches still out there complete nothing afterwards."""
+        (a rewind). Batches still out there complete nothing afterwards. (``keep``: a share
+        group's, acknowledgements.py; the log keeps a consumer group's records.)"""
         self._spans.clear()
         self._parts.clear()
         self._span_records = 0

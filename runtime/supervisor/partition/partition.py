@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # PauseReason lives with the status snapshot (ops reads it too); the rooms name it from here.
+from runtime.kafka.share_consumer import Outcome
 from runtime.ops.status import PauseReason as PauseReason
 from runtime.supervisor.partition.acknowledgements import AckTracker, Intent
 from runtime.supervisor.partition.offsets import OffsetTracker
+from runtime.supervisor.scheduling.batches import Batch
 from runtime.tp import TP, tp_label
 from runtime.transport.packing import Run, offset_of
 
@@ -113,14 +115,14 @@ class Epochs(Protocol):
 class Client(Protocol):
     """What a partition asks of the consumer itself (never a pause: flow control's)."""
 
-    def release(self, tp: TP, run: Run, /) -> None: ...
+    def release(self, tp: TP, run: Run, keep: bool = False, /) -> None: ...
     def seek(self, tp: TP, offset: int, /) -> bool: ...
 
 
 class Discards(Protocol):
     """What a partition tells the scheduler (runtime/supervisor/scheduling/scheduler.py)."""
 
-    def discard(self, tp: TP, /) -> None: ...
+    def discard(self, tp: TP, /) -> Sequence[Batch]: ...
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,14 @@ class Partition:
         return hold.detail if hold else None
 
     @property
+    def keeps(self) -> bool:
+        """Whether a share group's records not done in a rewind are kept by this member, to run
+        again after the wait, rather than released: every release spends one of a record's
+        deliveries, and at the group's limit the broker archives it (issue 44). All but an
+        operator's pause, which hands them to the other members at once (docs/share-groups.md)."""
+        return isinstance(self.tracker, AckTracker) and PauseReason.OPERATOR not in self.pause.holds
+
+    @property
     def wants_pause(self) -> bool:
         """Whether it must not fetch now: held, over its share of the backlog or too far ahead."""
         return self.pause.flow_paused or self.pause.ahead or self.held
@@ -200,12 +210,13 @@ class Partition:
         return reasons
 
     # ------------------------------------------------------------------ its life
-    def fence(self) -> None:
+    def fence(self, keep: bool = False) -> None:
         """A new epoch in shared memory: workers skip every frame of an older one from now on
         (invariant 5). What was fetched and not cut, and its batches not in a ring yet, are
-        stale: dropped (the scheduler is told once)."""
+        stale: dropped (the scheduler is told once). ``keep``: a share group's consumer keeps
+        the records dropped, to run after a wait (``keeps``)."""
         self._epoch = self._outside.epochs.fence(self.slot)
-        self._discard()
+        self._discard(keep)
 
     def rewind(self, reason: PauseReason, detail: str, until: float | None = None) -> None:
         """Hold the partition and read it again from its lowest unhandled offset once its
@@ -214,7 +225,7 @@ class Partition:
         self.hold(reason, detail, until)
         if self._rewinding:
             return
-        self.fence()
+        self.fence(self.keeps)
         self._rewinding = True
         log.info("partition held", extra={"tp": self.label, "reason": reason.value, "detail": detail})
 
@@ -226,7 +237,7 @@ class Partition:
         restart = self.tracker.restart_offset()
         if restart is None:
             restart = self.intake.dropped_from  # nothing registered: the first record dropped
-        self.tracker.discard_unfinished()
+        self.tracker.discard_unfinished(self.keeps)
         if restart is not None and not self._outside.client.seek(self.tp, restart):
             return False
         self._rewinding = False
@@ -264,16 +275,19 @@ class Partition:
         self._positioned()
         return self.release(PauseReason.SEEKING)
 
-    def _discard(self) -> None:
+    def _discard(self, keep: bool = False) -> Sequence[Batch]:
         """Forget fetched records not cut yet, remembering where they began (a rewind must go
-        back at least that far), and the batches not in a ring yet."""
+        back at least that far), and the batches not in a ring yet (returned). A share group's
+        consumer is told even of none: it keeps them, or releases them with its records of
+        the partition not handed out yet (``keep``)."""
         s = self.intake
         if s.open_msgs:
             first = offset_of(s.open_msgs[0])
             s.dropped_from = first if s.dropped_from is None else min(first, s.dropped_from)
-            self._outside.client.release(self.tp, s.open_msgs)
+        if s.open_msgs or isinstance(self.tracker, AckTracker):
+            self._outside.client.release(self.tp, s.open_msgs, keep)
         s.open_msgs = []
-        self._outside.scheduler.discard(self.tp)
+        return self._outside.scheduler.discard(self.tp)
 
     def _positioned(self) -> None:
         """It is read again from a new position: what was seen is forgotten."""
@@ -289,7 +303,7 @@ class Partition:
             first = offset_of(run[0])
             if self._rewinding and (s.dropped_from is None or first < s.dropped_from):
                 s.dropped_from = first
-            self._outside.client.release(self.tp, run)
+            self._outside.client.release(self.tp, run, self.keeps)
             return
         if s.open_msgs:
             s.open_msgs.extend(run)
@@ -395,6 +409,29 @@ class Partition:
     def let_go_unfinished(self) -> None:
         """A share group's partition released: what is not done is handed back (RELEASE)."""
         self.tracker.discard_unfinished()
+
+    def give_up(self, batch_id: int, outcome: Outcome = Outcome.RELEASE) -> None:
+        """A share group's batch this member will not finish: RELEASE (a crashing record whose
+        lock ends before its letter could be acknowledged), or REJECT (one it cannot
+        dead-letter: no dead-letter topic)."""
+        assert isinstance(self.tracker, AckTracker)
+        self.tracker.give_up(batch_id, outcome)
+
+    def hand_back_unstarted(self) -> tuple[int, int]:
+        """A share group's records out near the end of their acquisition lock: its batches not
+        in a ring yet, and records not cut, are released now, so that another member (or this
+        one, later) runs them with a fresh lock, rather than here after it ended (twice: issue
+        44, a slow record held a poll of 500-1,500 in the rings behind it). A record at its last
+        delivery is not released (the share consumer keeps it and dead-letters it). What is in
+        a ring runs on. Returns (records handed back, records it held)."""
+        if not isinstance(self.tracker, AckTracker) or self._rewinding:
+            return 0, 0
+        held = self.tracker.uncommitted_records + len(self.intake.open_msgs)
+        uncut = len(self.intake.open_msgs)
+        dropped = self._discard()
+        for b in dropped:
+            self.tracker.give_up(b.batch_id)
+        return sum(b.count for b in dropped) + uncut, held
 
     def take_acks(self) -> list[Intent]:
         """A share group's acknowledgements due (acknowledgements.py)."""

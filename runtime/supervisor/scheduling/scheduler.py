@@ -522,19 +522,21 @@ class Scheduler:
             self._cost_us[w] = sample if not old else (1 - _COST_WEIGHT) * old + _COST_WEIGHT * sample
 
     # ------------------------------------------------------------------ partitions
-    def discard(self, tp: TP) -> None:
-        """Forget the partition's batches not yet in a ring (a fence made them stale; the
-        partition says so, runtime/supervisor/partition/partition.py)."""
-        dropped: set[int] = set()  # a batch of several lanes is counted once
+    def discard(self, tp: TP) -> list[Batch]:
+        """Forget the partition's batches not yet in a ring (a fence made them stale, or a
+        share group's lock ends before they would start; the partition says so,
+        runtime/supervisor/partition/partition.py); returns them, each once."""
+        dropped: dict[int, Batch] = {}  # a batch of several lanes is counted once
         for key in self._of_tp.get(tp, ()):
             lane = self._lanes[key]
             for b in lane.pending:
                 if b.batch_id not in dropped:
-                    dropped.add(b.batch_id)
+                    dropped[b.batch_id] = b
                     self._add_pending(b, -1)
             lane.pending.clear()
             lane.records = 0
             self._ready.pop(key, None)
+        return list(dropped.values())
 
     def forget(self, tp: TP) -> None:
         """The partition was released: its batches in rings are stale (workers skip them: a

@@ -9,11 +9,12 @@ Runs in: supervisor.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from runtime.kafka.consumer import Fetched
 from runtime.kafka.group_offsets import GroupStanding
 from runtime.kafka.offset_commits import CommitResult
+from runtime.kafka.share_consumer import Outcome, ShareCounts
 from runtime.tp import TP
 from runtime.transport.packing import Run
 
@@ -36,9 +37,10 @@ class Consumer(Protocol):
     def resume(self, tps: list[TP], /) -> None: ...
     def commit(self, offsets: dict[TP, int], asynchronous: bool, timeout_s: float, /) -> CommitResult: ...
     def take_refused_commits(self) -> dict[TP, int]: ...
-    def release(self, tp: TP, run: Run, /) -> None:
+    def release(self, tp: TP, run: Run, keep: bool = False, /) -> None:
         """Fetched records the loop dropped before running them: a share consumer hands them
-        back to its group; a group consumer reads them again after the seek that follows."""
+        back to its group, or keeps them (``keep``: the loop runs them after a wait); a group
+        consumer reads them again after the seek that follows."""
     def seek_to_start(self, tps: list[TP], /) -> list[TP]: ...
     def seek(self, tp: TP, offset: int, /) -> bool: ...
     def high_watermark(self, tp: TP, /) -> int | None: ...
@@ -49,3 +51,26 @@ class Consumer(Protocol):
         ``held``: this member's partitions (it judges them itself)."""
     def stop(self) -> None: ...
     def close(self, timeout_s: float, /) -> bool: ...
+
+
+@runtime_checkable
+class Acknowledging(Protocol):
+    """A share group's consumer (runtime/kafka/share_consumer.py), as the rooms use it besides
+    the Consumer seam: what the share committer hands it, what the loop asks before a crashing
+    record is dead-lettered, the group's lock that the loop sizes its fetches by."""
+
+    def acknowledge(self, tp: TP, first: int, last: int, outcome: Outcome, /) -> int: ...
+    def keep(self, tp: TP, first: int, last: int, /) -> int: ...
+    def may_dead_letter(self, tp: TP, offset: int, /) -> bool: ...
+    def settle(self, timeout_s: float, /) -> None: ...
+    def holding(self) -> dict[str, int]: ...
+    @property
+    def counts(self) -> ShareCounts: ...
+    @property
+    def lock_s(self) -> float: ...
+
+
+def share_acks(consumer: Consumer) -> Acknowledging | None:
+    """A share group's consumer, as the rooms that acknowledge records use it (None: a
+    consumer group's)."""
+    return consumer if isinstance(consumer, Acknowledging) else None

@@ -316,7 +316,7 @@ class SimConsumer:
     def take_refused_commits(self) -> dict[Any, int]:
         return {}
 
-    def release(self, tp: Any, run: Any) -> None:
+    def release(self, tp: Any, run: Any, keep: bool = False) -> None:
         pass
 
     def seek_to_start(self, tps: Any) -> list[Any]:
