@@ -34,8 +34,15 @@ def transactional_id(group: str, member: str, slot: int) -> str:
     return f"ringmaster-{group}-{member}-w{slot}"
 
 
-def _reason(what: str, exc: KafkaException) -> str:
-    err = exc.args[0]
+# The client's calls can end in SystemError with its fatal error as the cause: confluent-kafka
+# leaves a fenced producer's error pending (runtime/kafka/producer.py, _client_failed).
+CLIENT_ERRORS = (KafkaException, SystemError)
+
+
+def _reason(what: str, exc: BaseException) -> str:
+    if isinstance(exc, SystemError):
+        exc = exc.__cause__ or exc
+    err = exc.args[0] if exc.args else exc
     text = err.str() if hasattr(err, "str") else str(err)
     return f"{what}: {text}"
 
@@ -51,13 +58,13 @@ class BatchTransactions:
         self.timeout_s = timeout_s
         try:
             self._p.init_transactions(timeout_s)
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             raise TransactionAborted(_reason("cannot start transactions", exc)) from None
 
     def begin(self) -> None:
         try:
             self._p.begin_transaction()
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             raise TransactionAborted(_reason("cannot begin a transaction", exc)) from None
 
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
@@ -74,7 +81,7 @@ class BatchTransactions:
                 except KafkaException as exc:
                     if not exc.args[0].retriable() or time.monotonic() >= deadline:
                         raise
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             self.abort()  # acknowledged or not, the caller replaces the producer
             raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
 
@@ -92,9 +99,9 @@ class BatchTransactions:
             try:
                 self._p.abort_transaction(self.timeout_s)
                 return True
-            except KafkaException as exc:
-                err = exc.args[0]
-                if not (hasattr(err, "retriable") and err.retriable()):
+            except CLIENT_ERRORS as exc:
+                err: Any = exc.args[0] if exc.args else None
+                if not (hasattr(err, "retriable") and err.retriable()):  # SystemError's is a str
                     return False
         return False
 
