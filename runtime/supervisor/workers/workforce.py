@@ -68,6 +68,7 @@ log = logging.getLogger("ringmaster.workforce")
 NO_LIMIT = 1 << 62  # allowance(): a worker with no max_batches may hold any number of batches
 _KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this
 _WATCH_S = 2.0  # psutil checks: memory, open files, processes the plugin started
+_RECLAIM_S = 30.0  # a look for segments of supervisors that died beside this one
 # A worker holding this share of its RLIMIT_NOFILE is recycled between batches: a plugin that
 # leaks descriptors would otherwise fail every record with EMFILE (issue 17.8).
 _FD_RECYCLE_SHARE = 0.8
@@ -174,6 +175,7 @@ class Workforce(Generic[S]):
         self.start_failures = 0  # in a row, all workers, before started_once
         self.fatal: RingmasterError | None = None
         self._last_watch = 0.0
+        self._last_reclaim = 0.0
         self.stopping = False
 
     # ------------------------------------------------------------------ queries
@@ -345,6 +347,9 @@ class Workforce(Generic[S]):
             self.pool.watch_descendants()
             self.pool.reap_orphans()
             self._recycle_if_needed(in_rings, watch=True)
+        if now - self._last_reclaim >= _RECLAIM_S:
+            self._last_reclaim = now
+            self.pool.reclaim_dead_runs()
         elif self.w.max_batches:
             self._recycle_if_needed(in_rings, watch=False)
         return deaths
