@@ -92,6 +92,21 @@ class TransactionalRunner:
             self._txn_of = producer
         return self._txn
 
+    def prepare(self) -> None:
+        """Start this slot's transactions now, not at the first batch: ``init_transactions``
+        fences what an earlier holder of the transactional id left open (a worker killed
+        mid-batch, a daemon SIGKILLed and replaced on this host) and aborts it at once. Until
+        then the member that took over its partitions cannot read their committed offsets, and
+        a read_committed reader of the outputs stops at the open transaction; this worker may
+        get none of those partitions. A coordinator that does not answer in time is asked
+        again at the first batch."""
+        try:
+            self._transactions()
+        except TransactionAborted as exc:
+            log.warning("cannot start transactions yet; trying again at the first batch",
+                        extra={"reason": exc.reason})
+            self._renew()
+
     def _renew(self) -> None:
         self.runner.producer = self._new_producer()
         self._txn = None

@@ -128,7 +128,10 @@ class _Transactions:
 
 
 def _runner(process: Any, committed: int | None = None, refuse: int = 0,
-            group: bytes | None = b"meta") -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
+            group: bytes | None | Any = b"meta", starts: list[Any] | None = None,
+            ) -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
+    """``starts``: each start of the transactions (init_transactions) is appended the producer
+    it was for; one that is an exception raises it."""
     spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
                       transactional_id="t")
     board = Board(memoryview(bytearray(BOARD_BYTES)))
@@ -141,8 +144,18 @@ def _runner(process: Any, committed: int | None = None, refuse: int = 0,
         return producers[-1]
 
     offsets = types.SimpleNamespace(of=lambda tp, timeout_s: committed, close=lambda: None)
-    runner = TransactionalRunner(plain, spec, board, offsets, lambda: group,  # type: ignore[arg-type]
-                                 lambda _p: txn, new_producer)  # type: ignore[arg-type,return-value]
+
+    def start(p: Any) -> Any:
+        if starts is not None:
+            outcome = starts.pop(0) if starts and isinstance(starts[0], Exception) else None
+            if outcome is not None:
+                raise outcome
+            starts.append(p)
+        return txn
+
+    metadata = group if callable(group) else lambda: group
+    runner = TransactionalRunner(plain, spec, board, offsets, metadata,  # type: ignore[arg-type]
+                                 start, new_producer)  # type: ignore[arg-type]
     return runner, txn, producers
 
 
@@ -161,6 +174,28 @@ def test_a_batch_commits_its_outputs_with_the_next_offset_and_the_groups_metadat
     assert result.kind == DONE and result.processed == 3
     assert txn.log == ["begin", ("commit", {("in", 3): 13}, b"meta")]
     assert producers[0].produced == [b"v10", b"v11", b"v12"]
+
+
+def test_a_workers_transactions_start_before_its_first_batch_fencing_what_its_slot_left_open() -> None:
+    """Issue 40: a daemon SIGKILLed and replaced on its host left transactions open under its
+    slots' ids; the replacement's workers fence them as they start, not at a first batch that
+    may never come (the partitions went to the other member, which waited for
+    transaction.timeout.ms to read their committed offsets)."""
+    starts: list[Any] = []
+    runner, _txn, producers = _runner(echo, starts=starts)
+    runner.prepare()
+    assert starts == [producers[0]], "init_transactions at start"
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert starts == [producers[0]], "not started again for the batch"
+
+
+def test_a_start_the_coordinator_does_not_answer_is_tried_again_at_the_first_batch() -> None:
+    starts: list[Any] = [TransactionAborted("cannot start transactions: Coordinator not available")]
+    runner, _txn, producers = _runner(echo, starts=starts)
+    runner.prepare()
+    assert len(producers) == 2 and starts == [], "a new producer, nothing started yet"
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert starts == [producers[1]]
 
 
 def test_records_an_earlier_transaction_committed_are_left_out() -> None:
