@@ -134,6 +134,17 @@ class TransactionalRunner:
 
     def _run_in_a_transaction(self, head: tuple[int, int, int], tp: tuple[str, int], frame: BatchFrame,
                               records: list[Record]) -> Result:
+        # INVARIANT: the batch commits with the group's metadata as it was when the batch
+        # started, not at its commit. A member that loses its partitions (its session timed out
+        # behind a frozen coordinator) leaves a batch still delivering to finish on its own
+        # (rebalance.py); if the member joins again meanwhile and gets the partition back, the
+        # latest metadata would let that batch commit beside the new owner's run of the same
+        # records. The generation it started in is refused (ILLEGAL_GENERATION, a stale member
+        # epoch): aborted, invisible. A rebalance during a batch costs that batch a run.
+        group = self._group_metadata()
+        if group is None:
+            return self._deferred(head, tp, TransactionAborted(
+                "no group metadata yet (the supervisor has not joined the group)"))
         try:
             txn = self._transactions()
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)
@@ -157,10 +168,7 @@ class TransactionalRunner:
                             extra={"tp": tp_label(tp)})
                 self._renew()
             return result
-        group = self._group_metadata()
         try:
-            if group is None:
-                raise TransactionAborted("no group metadata yet (the supervisor has not joined the group)")
             self.board.set_phase(PHASE_COMMIT)
             txn.commit({tp: todo[-1].offset + 1}, group)
         except TransactionAborted as exc:

@@ -198,6 +198,22 @@ def test_a_start_the_coordinator_does_not_answer_is_tried_again_at_the_first_bat
     assert starts == [producers[1]]
 
 
+def test_a_batch_commits_with_the_group_metadata_of_its_start_not_the_latest() -> None:
+    """Issue 40: a member whose session expired behind a frozen coordinator leaves its batch
+    in progress to finish; had the member joined again and got the partition back, the latest
+    metadata would let that batch commit beside the new run of its records. With the metadata
+    of its start, the broker refuses it (another generation)."""
+    now = [b"generation-1"]
+
+    def rejoined_meanwhile(batch: Any) -> Any:
+        now[0] = b"generation-2"  # the supervisor wrote the new generation's metadata
+        return echo(batch)
+
+    runner, txn, _ = _runner(rejoined_meanwhile, group=lambda: now[0])
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert txn.log[-1] == ("commit", {("in", 3): 12}, b"generation-1")
+
+
 def test_records_an_earlier_transaction_committed_are_left_out() -> None:
     """A worker killed after its commit, before its report: the batch comes back."""
     seen: list[bytes] = []
