@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from runtime.errors import TransactionAborted
 from runtime.kafka.client_log import with_logger
+from runtime.kafka.coordinator import until_answered
 from runtime.tp import TP
 
 
@@ -116,9 +117,16 @@ class CommittedOffsets:
         self._c = Consumer(props)
 
     def of(self, tp: TP, timeout_s: float) -> int | None:
-        """The partition's committed offset (None: nothing committed)."""
+        """The partition's committed offset (None: nothing committed). A coordinator moving or
+        loading (a node of the cluster killed, frozen or cut off) is asked again within
+        ``timeout_s`` (runtime/kafka/coordinator.py): answered NOT_COORDINATOR, the batch was
+        deferred and its producer replaced, over and over while the coordinator moved."""
+        deadline = time.monotonic() + timeout_s
+        wanted = [TopicPartition(tp[0], tp[1])]
         try:
-            [part] = self._c.committed([TopicPartition(tp[0], tp[1])], timeout=timeout_s)
+            [part] = until_answered(
+                lambda: self._c.committed(wanted, timeout=max(0.1, deadline - time.monotonic())),
+                timeout_s, "the partition's committed offset")
         except KafkaException as exc:
             raise TransactionAborted(_reason("cannot read the partition's committed offset", exc)) from None
         if part.error is not None:

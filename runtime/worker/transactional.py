@@ -147,14 +147,21 @@ class TransactionalRunner:
                 "no group metadata yet (the supervisor has not joined the group)"))
         try:
             txn = self._transactions()
+        except TransactionAborted as exc:
+            self._renew()
+            return self._deferred(head, tp, exc)
+        try:
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)
-            todo = records if below is None else [r for r in records if r.offset >= below]
-            if not todo:
-                # An earlier transaction committed it (a worker killed after it asked the
-                # broker to commit, before it reported): done, nothing to write again.
-                log.info("batch committed already by an earlier transaction", extra={
-                    "tp": tp_label(tp), "first": records[0].offset, "committed": below})
-                return Result(DONE, *head, processed=len(records))
+        except TransactionAborted as exc:  # the group's answer, not the producer's: kept
+            return self._deferred(head, tp, exc)
+        todo = records if below is None else [r for r in records if r.offset >= below]
+        if not todo:
+            # An earlier transaction committed it (a worker killed after it asked the broker
+            # to commit, before it reported): done, nothing to write again.
+            log.info("batch committed already by an earlier transaction", extra={
+                "tp": tp_label(tp), "first": records[0].offset, "committed": below})
+            return Result(DONE, *head, processed=len(records))
+        try:
             txn.begin()
         except TransactionAborted as exc:
             self._renew()

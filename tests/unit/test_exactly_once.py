@@ -214,6 +214,44 @@ def test_a_batch_commits_with_the_group_metadata_of_its_start_not_the_latest() -
     assert txn.log[-1] == ("commit", {("in", 3): 12}, b"generation-1")
 
 
+def test_a_committed_offset_the_group_cannot_answer_defers_the_batch_and_keeps_the_producer() -> None:
+    """The group's answer failed, not the producer: replacing it cost an init_transactions per
+    deferral while a coordinator moved (issue 40)."""
+    runner, txn, producers = _runner(echo)
+
+    def unanswered(tp: Any, timeout_s: float) -> int | None:
+        raise TransactionAborted("cannot read the partition's committed offset: Broker: Not coordinator")
+
+    runner._offsets = types.SimpleNamespace(of=unanswered, close=lambda: None)
+    result = runner.run(_frame(10, 2))
+    assert result.kind == DEFERRED and "Not coordinator" in result.detail
+    assert len(producers) == 1 and txn.log == [], "the producer kept, no transaction begun"
+
+
+def test_the_committed_offset_is_asked_again_while_the_coordinator_moves() -> None:
+    from confluent_kafka import TopicPartition
+
+    from runtime.kafka.transactions import CommittedOffsets
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"})
+    real = offsets._c
+    answers: list[Any] = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)),
+                          KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
+                          [TopicPartition("in", 3, 42)]]
+
+    def committed(parts: Any, timeout: float) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    offsets._c = types.SimpleNamespace(committed=committed, close=real.close)  # type: ignore[assignment]
+    try:
+        assert offsets.of(("in", 3), 10.0) == 42 and answers == []
+    finally:
+        real.close()
+
+
 def test_records_an_earlier_transaction_committed_are_left_out() -> None:
     """A worker killed after its commit, before its report: the batch comes back."""
     seen: list[bytes] = []
