@@ -70,7 +70,10 @@ class BatchTransactions:
 
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
         """Send ``offsets`` (the next offset to read, per partition) into the transaction and
-        commit it. A retriable error of the commit is tried again within the timeout."""
+        commit it, within the timeout (a retriable error of the commit is tried again). A
+        failure is not aborted here: the caller replaces the producer, and the new one's
+        init_transactions aborts what this one left open; an abort on top took up to two more
+        timeouts, which the supervisor's bound on a commit had to allow for."""
         deadline = time.monotonic() + self.timeout_s
         try:
             self._p.send_offsets_to_transaction(
@@ -83,7 +86,6 @@ class BatchTransactions:
                     if not exc.args[0].retriable() or time.monotonic() >= deadline:
                         raise
         except CLIENT_ERRORS as exc:
-            self.abort()  # acknowledged or not, the caller replaces the producer
             raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
 
     def abort(self) -> bool:

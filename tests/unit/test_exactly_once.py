@@ -405,6 +405,23 @@ def test_a_timed_out_abort_is_asked_again_once_then_given_up(
     assert client.calls == calls
 
 
+def test_a_refused_commit_is_not_aborted_on_top_its_producer_is_replaced() -> None:
+    """The commit phase is bounded by one timeout, so the supervisor's bound on it can be
+    tight (librdkafka#5511 hangs send_offsets_to_transaction for good): the abort that
+    followed a refused commit took up to two more, and the producer is replaced anyway."""
+    client = _TxnClient(None)
+    client.send_offsets_to_transaction = lambda offsets, meta, timeout: None  # type: ignore[attr-defined]
+
+    def refused(timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True))
+
+    client.commit_transaction = refused  # type: ignore[attr-defined]
+    txns = BatchTransactions(client, 2.0)  # type: ignore[arg-type]
+    with pytest.raises(TransactionAborted, match="not committed"):
+        txns.commit({("in", 0): 5}, b"meta")
+    assert client.calls == 0, "no abort"
+
+
 _WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'
 
 

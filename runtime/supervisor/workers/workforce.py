@@ -161,12 +161,14 @@ class Workforce(Generic[S]):
         self.w = w
         self.delivery_bound_s = 2 * delivery_timeout_s + 30
         # Exactly-once: sending the offsets and committing take at most delivery_timeout_s
-        # each. Past that the worker is blocked in librdkafka: send_offsets_to_transaction
-        # waits without a deadline while the transaction coordinator answers
-        # CONCURRENT_TRANSACTIONS (after a broker stall, until the broker's own transaction
-        # timeout: docs/exactly-once.md, Limits). Killing it sooner lets its successor's
-        # init_transactions fence it as soon as the broker lets it.
-        self.commit_bound_s = 2 * delivery_timeout_s + 10
+        # together (runtime/kafka/transactions.py; a failed commit is not aborted: the producer
+        # is replaced, and its successor's init_transactions aborts it). Past that the worker is
+        # blocked in librdkafka, whose send_offsets_to_transaction ignores its timeout
+        # (librdkafka#5456) and hangs when the group coordinator's node left the cluster
+        # (#5511: a coordinator killed on a three-node cluster, issue 40), or while the
+        # transaction coordinator answers CONCURRENT_TRANSACTIONS after a broker stall
+        # (docs/exactly-once.md, Limits). Killed, its successor's init_transactions fences it.
+        self.commit_bound_s = delivery_timeout_s + 10
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
