@@ -80,7 +80,8 @@ class SteadyInput(threading.Thread):
     def finish(self, timeout_s: float = 120.0) -> None:
         """Stop writing; every record handed over acknowledged (or the test fails)."""
         self._halt.set()
-        self.join(10)
+        if self.ident is not None:
+            self.join(10)
         left = self._p.flush(timeout_s)
         assert left == 0 and not self.failed, f"the input producer: {left} unacknowledged, {self.failed[:3]}"
 
@@ -117,7 +118,8 @@ class OutputReader(threading.Thread):
 
     def finish(self) -> None:
         self._halt.set()
-        self.join(30)
+        if self.ident is not None:  # started
+            self.join(30)
 
 
 class CommitSampler(threading.Thread):
@@ -152,7 +154,8 @@ class CommitSampler(threading.Thread):
 
     def finish(self) -> None:
         self._halt.set()
-        self.join(30)
+        if self.ident is not None:  # started
+            self.join(30)
 
 
 @dataclass

@@ -51,6 +51,10 @@ class Row:
     ci: bool = False  # also in ./scripts/test --all (the representative subset)
     hold_s: float = 12.0  # how long the fault lasts
     producer: tuple[tuple[str, int], ...] = ()  # kafka.producer settings of the daemons
+    # False: the row measures a documented trade-off (a member on another host cannot fence a
+    # dead one's transactions: they end by transaction.timeout.ms), its recovery not held to
+    # the aim (test_cluster_matrix.RECOVERY_S)
+    aim: bool = True
 
     @property
     def id(self) -> str:
@@ -103,7 +107,7 @@ ROWS: list[Row] = [
     Row("isr-below-min", EOS),
     # ------------------------------------------------------------------ a member dies
     Row("supervisor-killed", EOS, hold_s=0.0),
-    Row("supervisor-killed-elsewhere", EOS, hold_s=0.0),
+    Row("supervisor-killed-elsewhere", EOS, hold_s=0.0, aim=False),
     Row("supervisor-killed-elsewhere", EOS, hold_s=0.0, producer=SHORT_TXN),
 ]
 ROWS_BY_ID = {r.id: r for r in ROWS}

@@ -5,6 +5,8 @@ internal topic that its key hashes to, ``abs(String.hashCode()) % partitions`` i
 
 from __future__ import annotations
 
+import base64
+
 from confluent_kafka.admin import AdminClient
 
 OFFSETS = "__consumer_offsets"
@@ -59,7 +61,11 @@ class Who:
     def share_coordinator(self, group: str, topic: str, partition: int) -> int:
         """The node keeping a share partition's state (KIP-932: ``group:topicId:partition``)."""
         [description] = self._admin.describe_topics(_topics([topic])).values()
-        topic_id = str(description.result(10).topic_id)
+        uuid = description.result(10).topic_id
+        # Java's Uuid.toString(): the 16 bytes in URL-safe base64, without padding.
+        raw = b"".join((bits & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big")
+                       for bits in (uuid.get_most_significant_bits(), uuid.get_least_significant_bits()))
+        topic_id = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
         return self._internal_leader(SHARE_STATE, f"{group}:{topic_id}:{partition}")
 
 

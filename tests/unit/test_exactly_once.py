@@ -128,7 +128,7 @@ class _Transactions:
 
 
 def _runner(process: Any, committed: int | None = None, refuse: int = 0,
-            group: bytes | None | Any = b"meta", starts: list[Any] | None = None,
+            group: bytes | Any | None = b"meta", starts: list[Any] | None = None,
             ) -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
     """``starts``: each start of the transactions (init_transactions) is appended the producer
     it was for; one that is an exception raises it."""
