@@ -152,6 +152,8 @@ def run(row: Row, nc: NetCluster, tmp: Path) -> Observation:
     if span is not None:
         until = max(stopped_at, span.end)
         obs.recovery = recovery(span, until, reader.arrivals, PARTITIONS, sampler.samples).figures()
+        if row.batch_run:  # its figure: how long after the fault's end the run ended (0: before)
+            obs.recovery["run_ended_s"] = round(max(0.0, stopped_at - span.end), 1)
     out = read_all(nc.bootstrap, names["out"], timeout_s=120)
     obs.outputs = Counter(json.loads(m.value())["id"] for m in out)
     obs.letters = Counter(m.value().decode() for m in read_all(nc.bootstrap, names["dlq"], timeout_s=60))
