@@ -29,6 +29,17 @@ from runtime.kafka.client_log import with_logger
 from runtime.kafka.coordinator import until_answered
 from runtime.tp import TP
 
+# A batch's commit (its offsets sent into the transaction, then EndTxn) is two replicated
+# writes on the coordinators: milliseconds, seconds on a loaded host. It gets this long, or the
+# delivery timeout if shorter; past it the batch is aborted and runs again (an outage), and a
+# worker blocked in it longer is librdkafka's hang (librdkafka#5511, #5456: the group
+# coordinator's node gone), which the supervisor ends by killing the worker.
+COMMIT_TIMEOUT_S = 10.0
+
+
+def commit_timeout_s(delivery_timeout_s: float) -> float:
+    return min(delivery_timeout_s, COMMIT_TIMEOUT_S)
+
 
 def transactional_id(group: str, member: str, slot: int) -> str:
     """Stable across the worker's restarts in one slot of one member (see the module)."""
@@ -54,9 +65,12 @@ class BatchTransactions:
     with the same id fences this one and settles what it left open), so no state of a failed
     transaction outlives it."""
 
-    def __init__(self, client: Producer, timeout_s: float) -> None:
+    def __init__(self, client: Producer, timeout_s: float, commit_timeout_s: float | None = None) -> None:
+        """``timeout_s``: what starting and aborting a transaction may take;
+        ``commit_timeout_s``: what its commit may take (default ``timeout_s``)."""
         self._p = client
         self.timeout_s = timeout_s
+        self.commit_timeout_s = timeout_s if commit_timeout_s is None else commit_timeout_s
         try:
             self._p.init_transactions(timeout_s)
         except CLIENT_ERRORS as exc:
@@ -74,10 +88,11 @@ class BatchTransactions:
         failure is not aborted here: the caller replaces the producer, and the new one's
         init_transactions aborts what this one left open; an abort on top took up to two more
         timeouts, which the supervisor's bound on a commit had to allow for."""
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + self.commit_timeout_s
         try:
             self._p.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata, self.timeout_s)
+                [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata,
+                self.commit_timeout_s)
             while True:
                 try:
                     self._p.commit_transaction(max(0.1, deadline - time.monotonic()))

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from runtime.errors import TransactionAborted
 from runtime.kafka.producer import OutputProducer
-from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
+from runtime.kafka.transactions import BatchTransactions, CommittedOffsets, commit_timeout_s
 from runtime.plugin import Record
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_COMMIT, Board
@@ -79,7 +79,8 @@ class TransactionalRunner:
         segment = Segment(Path(spec.group_metadata_path), 0, create=False)
         cell = GroupMetadataCell(segment.buf[:GROUP_METADATA_BYTES])
         return cls(runner, spec, board, CommittedOffsets(spec.group_props), cell.read,
-                   lambda p: BatchTransactions(p.client, spec.delivery_timeout_s),
+                   lambda p: BatchTransactions(p.client, spec.delivery_timeout_s,
+                                               commit_timeout_s(spec.delivery_timeout_s)),
                    lambda: OutputProducer(producer_props, own_topics=(spec.output_topic,
                                                                       spec.dead_letter_topic)))
 

@@ -15,7 +15,7 @@ from fakes import TP0, assign, make
 from runtime.config import Settings, guarantee_problem
 from runtime.errors import ConfigError, FrameError, OutputRejected, TransactionAborted
 from runtime.kafka.producer import Refusal
-from runtime.kafka.transactions import BatchTransactions
+from runtime.kafka.transactions import BatchTransactions, commit_timeout_s
 from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import (
@@ -410,16 +410,19 @@ def test_a_refused_commit_is_not_aborted_on_top_its_producer_is_replaced() -> No
     tight (librdkafka#5511 hangs send_offsets_to_transaction for good): the abort that
     followed a refused commit took up to two more, and the producer is replaced anyway."""
     client = _TxnClient(None)
-    client.send_offsets_to_transaction = lambda offsets, meta, timeout: None  # type: ignore[attr-defined]
+    waits: list[float] = []
+    client.send_offsets_to_transaction = lambda offsets, meta, timeout: waits.append(timeout)  # type: ignore[attr-defined]
 
     def refused(timeout: float) -> None:
+        waits.append(timeout)
         raise KafkaException(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True))
 
     client.commit_transaction = refused  # type: ignore[attr-defined]
-    txns = BatchTransactions(client, 2.0)  # type: ignore[arg-type]
+    txns = BatchTransactions(client, 30.0, commit_timeout_s(30.0))  # type: ignore[arg-type]
     with pytest.raises(TransactionAborted, match="not committed"):
         txns.commit({("in", 0): 5}, b"meta")
     assert client.calls == 0, "no abort"
+    assert waits[0] == 10.0 and waits[1] <= 10.0, "the commit's own timeout, not the delivery's 30 s"
 
 
 _WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'

@@ -58,6 +58,7 @@ import psutil
 from runtime.backoff import backoff_s
 from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
+from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
@@ -160,15 +161,16 @@ class Workforce(Generic[S]):
         """``delivery_timeout_s``: output.delivery_timeout_s (a delivery wait far past it is killed)."""
         self.w = w
         self.delivery_bound_s = 2 * delivery_timeout_s + 30
-        # Exactly-once: sending the offsets and committing take at most delivery_timeout_s
+        # Exactly-once: sending the offsets and committing take at most commit_timeout_s
         # together (runtime/kafka/transactions.py; a failed commit is not aborted: the producer
-        # is replaced, and its successor's init_transactions aborts it). Past that the worker is
-        # blocked in librdkafka, whose send_offsets_to_transaction ignores its timeout
-        # (librdkafka#5456) and hangs when the group coordinator's node left the cluster
-        # (#5511: a coordinator killed on a three-node cluster, issue 40), or while the
-        # transaction coordinator answers CONCURRENT_TRANSACTIONS after a broker stall
-        # (docs/exactly-once.md, Limits). Killed, its successor's init_transactions fences it.
-        self.commit_bound_s = delivery_timeout_s + 10
+        # is replaced, and its successor's init_transactions aborts what it left open). Past
+        # that the worker is blocked in librdkafka, whose send_offsets_to_transaction ignores
+        # its timeout (librdkafka#5456) and hangs when the group coordinator's node left the
+        # cluster (#5511: a coordinator killed or frozen on a three-node cluster, issue 40), or
+        # while the transaction coordinator answers CONCURRENT_TRANSACTIONS after a broker
+        # stall (docs/exactly-once.md, Limits). Killed, its successor's init_transactions
+        # fences it.
+        self.commit_bound_s = commit_timeout_s(delivery_timeout_s) + 5
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
