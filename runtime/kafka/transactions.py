@@ -34,7 +34,7 @@ from runtime.tp import TP
 # delivery timeout if shorter; past it the batch is aborted and runs again (an outage), and a
 # worker blocked in it longer is librdkafka's hang (librdkafka#5511, #5456: the group
 # coordinator's node gone), which the supervisor ends by killing the worker.
-COMMIT_TIMEOUT_S = 10.0
+COMMIT_TIMEOUT_S = 5.0
 
 
 def commit_timeout_s(delivery_timeout_s: float) -> float:

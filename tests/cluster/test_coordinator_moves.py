@@ -23,7 +23,7 @@ from runtime.kafka.admin import create_topic
 from .drive import NetCluster, heal
 from .who import Who
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_ci, pytest.mark.timeout(300)]
 
 READER = """
 import json, sys, time
