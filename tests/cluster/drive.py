@@ -30,7 +30,16 @@ from runtime.kafka.admin import create_topic
 from runtime.kafka.transactions import transactional_id
 from runtime.ops.member_slot import member_name
 
-from .flow import CommitSampler, FaultSpan, OutputReader, SteadyInput, committed_now, recovery, wait_steady
+from .flow import (
+    CommitSampler,
+    FaultSpan,
+    OutputReader,
+    SteadyInput,
+    committed_now,
+    recovery,
+    transactions_settled,
+    wait_steady,
+)
 from .matrix import EOS, SHARE, Row
 from .netns import Network
 from .who import Who
@@ -74,6 +83,7 @@ class Observation:
     # Segments of a SIGKILLed supervisor still there at the end: its replacement on the host
     # reclaims them at its start, a daemon of the group beside it within 30 s (issue 40).
     unreclaimed: list[str] = field(default_factory=list)
+    settled: bool = True  # no transaction left open on the outputs and dead letters when read
     detail: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
@@ -154,6 +164,8 @@ def run(row: Row, nc: NetCluster, tmp: Path) -> Observation:
         obs.recovery = recovery(span, until, reader.arrivals, PARTITIONS, sampler.samples).figures()
         if row.batch_run:  # its figure: how long after the fault's end the run ended (0: before)
             obs.recovery["run_ended_s"] = round(max(0.0, stopped_at - span.end), 1)
+    # A killed member's transactions hold read_committed readers until the broker ends them.
+    obs.settled = transactions_settled(nc.props, [names["out"], names["dlq"]], 180)
     out = read_all(nc.bootstrap, names["out"], timeout_s=120)
     obs.outputs = Counter(json.loads(m.value())["id"] for m in out)
     obs.letters = Counter(m.value().decode() for m in read_all(nc.bootstrap, names["dlq"], timeout_s=60))

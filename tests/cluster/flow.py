@@ -25,7 +25,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from helpers import unique
 
 # Outputs arrive every few ms at the steady rate; under exactly-once a read_committed reader
@@ -86,9 +87,20 @@ class SteadyInput(threading.Thread):
         assert left == 0 and not self.failed, f"the input producer: {left} unacknowledged, {self.failed[:3]}"
 
 
+Series = int | tuple[str, int]  # an input partition, or ("out", an output partition)
+
+
+def series(partitions: int) -> list[Series]:
+    """What must flow for a fault to be over: the outputs of every input partition, and every
+    output partition (under exactly-once a transaction left open holds a read_committed reader
+    of its output partitions, whatever input partition the outputs after it came from)."""
+    return [*range(partitions), *(("out", q) for q in range(partitions))]
+
+
 class OutputReader(threading.Thread):
     """Reads every partition of the output topic from the start, without a group, and notes
-    when each output arrived, by the input partition (``p``) its body names."""
+    when each output arrived, by the input partition (``p``) its body names and by the output
+    partition it is in (``("out", q)``)."""
 
     def __init__(self, props: dict[str, Any], topic: str, exactly_once: bool) -> None:
         super().__init__(daemon=True, name="output-reader")
@@ -96,7 +108,7 @@ class OutputReader(threading.Thread):
                             "isolation.level": "read_committed" if exactly_once else "read_uncommitted",
                             "fetch.wait.max.ms": 50, "log_level": 2})
         self.topic = topic
-        self.arrivals: dict[int, list[float]] = defaultdict(list)
+        self.arrivals: dict[Series, list[float]] = defaultdict(list)
         self.ids: Counter[str] = Counter()
         self._halt = threading.Event()
         self.error: BaseException | None = None
@@ -108,8 +120,9 @@ class OutputReader(threading.Thread):
             while not self._halt.is_set():
                 for m in self._c.consume(1000, 0.1):
                     if m.error() is None:
-                        body = json.loads(m.value())
-                        self.arrivals[body["p"]].append(time.monotonic())
+                        body, now = json.loads(m.value()), time.monotonic()
+                        self.arrivals[body["p"]].append(now)
+                        self.arrivals[("out", m.partition())].append(now)
                         self.ids[body["id"]] += 1
         except BaseException as exc:  # judged by the test
             self.error = exc
@@ -172,10 +185,10 @@ class Recovery:
     first_output_s: float | None  # None: some partition had no output after the end
     steady_s: float | None
     first_commit_s: float | None
-    slowest: int | None  # the input partition that set steady_s
+    slowest: Series | None  # the input partition (or ("out", output partition)) that set steady_s
     fault_s: float = 0.0  # how long the fault lasted
-    # (input partition, seconds from the fault's start, length): every gap of GAP_S or more
-    gaps: tuple[tuple[int, float, float], ...] = ()
+    # (series, seconds from the fault's start, length): every gap of GAP_S or more
+    gaps: tuple[tuple[Series, float, float], ...] = ()
 
     def figures(self) -> dict[str, Any]:
         def r(x: float | None) -> float | None:
@@ -185,14 +198,14 @@ class Recovery:
                 "fault_s": r(self.fault_s), "gaps": [(p, r(at), r(n)) for p, at, n in self.gaps]}
 
 
-def recovery(span: FaultSpan, until: float, arrivals: dict[int, list[float]], partitions: int,
+def recovery(span: FaultSpan, until: float, arrivals: dict[Series, list[float]], partitions: int,
              samples: list[tuple[float, dict[int, int]]], gap_s: float = GAP_S) -> Recovery:
     """The recovery of the fault ``span`` from what was seen up to ``until`` (the next fault,
-    or the end of the run). See the module's docstring."""
+    or the end of the run), over every series (``series``). See the module's docstring."""
     firsts: list[float] = []
-    steady: list[tuple[float, int]] = []
-    gaps: list[tuple[int, float, float]] = []
-    for p in range(partitions):
+    steady: list[tuple[float, Series]] = []
+    gaps: list[tuple[Series, float, float]] = []
+    for p in series(partitions):
         seen = arrivals.get(p, [])
         after = [t for t in seen if span.end <= t < until]
         if not after:
@@ -215,7 +228,7 @@ def recovery(span: FaultSpan, until: float, arrivals: dict[int, list[float]], pa
         moved = [t for t, offs in samples if t >= span.end and at_end is not None
                  and offs.get(p, -1) > at_end.get(p, -1) and t < until]
         commit.append(moved[0] - span.end if moved else float("inf"))
-    worst, slowest = max(steady)
+    worst, slowest = max(steady, key=lambda x: x[0])
 
     def finite(x: float) -> float | None:
         return None if x == float("inf") else x
@@ -229,13 +242,13 @@ def _sample_at(samples: list[tuple[float, dict[int, int]]], t: float) -> dict[in
 
 
 def wait_steady(reader: OutputReader, since: float, partitions: int, hold_s: float, timeout_s: float) -> bool:
-    """Until every input partition has had outputs arriving for ``hold_s`` without a gap of
-    GAP_S since ``since``: the group has recovered (False: not within ``timeout_s``)."""
+    """Until every series (``series``) has had outputs arriving for ``hold_s`` without a gap
+    of GAP_S since ``since``: the group has recovered (False: not within ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         now = time.monotonic()
         ok = True
-        for p in range(partitions):
+        for p in series(partitions):
             seen = [t for t in reader.arrivals.get(p, []) if t >= since]
             if not seen or now - seen[-1] >= GAP_S:
                 ok = False
@@ -269,3 +282,26 @@ def committed_now(props: dict[str, Any], group: str, topic: str, partitions: int
                 time.sleep(0.5)
     finally:
         c.close()
+
+
+def transactions_settled(props: dict[str, Any], topics: list[str], timeout_s: float) -> bool:
+    """Until no transaction is open on any partition of ``topics`` (every partition's last
+    stable offset at its end): what a read_committed reader reads is then all it will ever
+    read. A member killed on another host leaves its transactions open for
+    transaction.timeout.ms (False: still open after ``timeout_s``)."""
+    admin = AdminClient({**props, "log_level": 2})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            meta = admin.list_topics(timeout=10).topics
+            tps = [TopicPartition(t, p) for t in topics for p in meta[t].partitions]
+            ends = {level: admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level)
+                    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)}
+            stable, high = ([ends[level][tp].result(10).offset for tp in tps]
+                            for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED))
+            if stable == high:
+                return True
+        except KafkaException:  # a leader moving: asked again
+            pass
+        time.sleep(1.0)
+    return False

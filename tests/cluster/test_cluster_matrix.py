@@ -53,6 +53,7 @@ def judge(obs: Observation) -> None:
     logs = "\n".join(f"--- {n}\n{t}" for n, t in obs.logs.items())
     assert not obs.exited_early, f"members exited by themselves: {obs.exited_early}\n{logs}"
     assert all(code == 0 for code in obs.exits.values()), f"exits {obs.exits}\n{logs}"
+    assert obs.settled, "a transaction stayed open on the outputs for 180 s after the run"
     produced = obs.produced
     poison = {v.split(":", 1)[1] for v in produced if v.startswith("raise:")}
     good = {v for v in produced if not v.startswith("raise:")}

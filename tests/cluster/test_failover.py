@@ -36,6 +36,7 @@ from .flow import (
     SteadyInput,
     committed_now,
     recovery,
+    transactions_settled,
     wait_steady,
 )
 from .who import Who
@@ -151,6 +152,7 @@ def test_two_daemons_recover_from_leader_kills_a_frozen_coordinator_and_a_superv
         print("FAILOVER recovery " + json.dumps(figures))
 
     assert reader.error is None, reader.error
+    assert transactions_settled(props, [names["out"], names["dlq"]], 180), "a transaction stayed open"
     # librdkafka reads read_committed by default: aborted transactions' outputs are not counted
     outputs = read_all(cluster.bootstrap, names["out"], timeout_s=120)
     ids = _ids(outputs)
