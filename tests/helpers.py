@@ -313,9 +313,11 @@ class Ringmaster:
     def __init__(self, config: dict[str, Any], tmp: Path, name: str = "rm",
                  args: Iterable[str] = (), env: dict[str, str] | None = None,
                  status_path: Path | None = None, plugin_dirs: Iterable[Path] = (),
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, prefix: Iterable[str] = ()) -> None:
         """``new_session``: the daemon leads a process group of its own (its workers in it), so
-        a test can signal the whole group as a terminal would (os.killpg(proc.pid, ...))."""
+        a test can signal the whole group as a terminal would (os.killpg(proc.pid, ...)).
+        ``prefix``: a command the daemon runs through, which ends by exec'ing it (``ip netns
+        exec``: on another "host", tests/cluster/netns.py), so that its pid is the daemon's."""
         self.dir = tmp
         self.status_path = status_path or tmp / f"{name}.status.json"
         self.log_path = tmp / f"{name}.log"
@@ -335,9 +337,13 @@ class Ringmaster:
                    RINGMASTER__SUPERVISOR__SHM_DIR=str(self.shm_dir))
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "run", "-c", str(self.config_path), "--no-progress",
-             *args], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+            [*prefix, sys.executable, "-m", "runtime.cli", "run", "-c", str(self.config_path),
+             "--no-progress", *args], stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
             start_new_session=new_session)
+        try:  # the start stamp its segments are named with (exec keeps a process's start time)
+            self.stamp: int | None = int(psutil.Process(self.proc.pid).create_time() * 100)
+        except psutil.NoSuchProcess:
+            self.stamp = None
 
     def command(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         """`ringmaster <args> -c <this daemon's config>`, as an operator types it."""
@@ -404,7 +410,7 @@ class Ringmaster:
 
     def segments(self) -> list[str]:
         """This daemon's segments still in its directory (a SIGKILL leaves them)."""
-        return shm_segments(self.shm_dir, self.proc.pid)
+        return shm_segments(self.shm_dir, self.proc.pid, self.stamp)
 
     def reclaim(self) -> list[str]:
         """Unlink this daemon's segments, as its next start would; what was unlinked."""
@@ -439,9 +445,15 @@ def sweep_dead_sessions() -> list[str]:
     return removed
 
 
-def shm_segments(directory: Path = SHM_DIR, pid: int | None = None) -> list[str]:
-    """The segments in a directory (the session's by default), or those of one supervisor."""
-    return sorted(p.name for p in directory.glob("ringmaster-*" if pid is None else f"ringmaster-{pid}-*"))
+def shm_segments(directory: Path = SHM_DIR, pid: int | None = None,
+                 stamp: int | None = None) -> list[str]:
+    """The segments in a directory (the session's by default), or those of one supervisor: its
+    pid and, when given, its start stamp (runtime/transport/shm.py), so that a later supervisor
+    that got the same pid (they are reused within minutes on a busy host) is not taken for it."""
+    names = sorted(p.name for p in directory.glob("ringmaster-*" if pid is None else f"ringmaster-{pid}-*"))
+    if stamp is None:
+        return names
+    return [n for n in names if n.split("-")[2].isdigit() and abs(int(n.split("-")[2]) - stamp) <= 1]
 
 
 def row_shm_dir(name: str) -> Path:

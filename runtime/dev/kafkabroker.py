@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -94,14 +94,14 @@ def parse_scram_user(text: str) -> tuple[str, str]:
 
 
 def secured_properties(port: int, advertised_port: int, controller_port: int, internal_port: int,
-                       certs: DevCertificates) -> dict[str, str]:
+                       certs: DevCertificates, host: str = "127.0.0.1") -> dict[str, str]:
     """SASL_SSL with SCRAM-SHA-512 for clients on ``port``; the broker's own traffic (the
     inter-broker listener a KRaft node needs) on a plaintext loopback port: a client learns only
     the addresses of the listener it connected to, so it is never told of that one."""
     return {
-        "listeners": (f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal_port},"
-                      f"CONTROLLER://127.0.0.1:{controller_port}"),
-        "advertised.listeners": f"SASL_SSL://127.0.0.1:{advertised_port},INTERNAL://127.0.0.1:{internal_port}",
+        "listeners": (f"SASL_SSL://{host}:{port},INTERNAL://{host}:{internal_port},"
+                      f"CONTROLLER://{host}:{controller_port}"),
+        "advertised.listeners": f"SASL_SSL://{host}:{advertised_port},INTERNAL://{host}:{internal_port}",
         "inter.broker.listener.name": "INTERNAL",
         "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "sasl.enabled.mechanisms": SCRAM,
@@ -146,8 +146,72 @@ def resolve(version: str = KAFKA_VERSION) -> Path:
                          f"Apache Kafka {version}")
 
 
-def _cluster_id() -> str:
+def cluster_id() -> str:
+    """A new KRaft cluster id (the storage tool's format: a UUID in URL-safe base64)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def scram_format_arguments(user: tuple[str, str]) -> list[str]:
+    """The storage tool's arguments that put a SCRAM credential into the metadata log at format
+    time: the broker knows the user from its first start, with no admin call (which would need
+    a login itself)."""
+    return ["--add-scram", f"{SCRAM}=[name={user[0]},password={user[1]}]"]
+
+
+def write_config(data: Path, props: Mapping[str, str], log: Path) -> Path:
+    """``server.properties`` and the log4j configuration that sends the node's log to ``log``,
+    in ``data``; the path of the first."""
+    conf = data / "server.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (data / "log4j2.properties").write_text(_LOG4J.format(path=log))
+    return conf
+
+
+def jvm_command(jvm: str, libs: Path, data: Path, heap: Sequence[str]) -> list[str]:
+    """``java`` with the heap, the log4j configuration written in ``data`` and Kafka's jars."""
+    return [jvm, *heap, f"-Dlog4j2.configurationFile={data / 'log4j2.properties'}", "-cp", f"{libs}/*"]
+
+
+def format_log_dir(cmd: Sequence[str], conf: Path, cluster: str, log: Path,
+                   extra: Sequence[str] = ()) -> None:
+    """Format the KRaft log dir of ``conf`` for cluster ``cluster``, share groups on; its output
+    goes to ``log``. RingmasterError with the tool's last error when it fails."""
+    since = log.stat().st_size if log.exists() else 0
+    with open(log, "ab") as out:
+        fmt = subprocess.run(
+            # One argument: an id that starts with "-" (1 in 64) is not read as an option.
+            [*cmd, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", "-c", str(conf),
+             "--feature", "share.version=1", "--ignore-formatted", *extra],
+            stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=_die_with_parent)
+    if fmt.returncode != 0:
+        raise RingmasterError(f"formatting the Apache Kafka log dir failed (exit {fmt.returncode}): "
+                              f"{_last_error(log, since)}")
+
+
+def launch(cmd: Sequence[str], conf: Path, log: Path, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``kafka.Kafka`` over ``conf``, in a session of its own (signals reach the whole JVM as a
+    process group), dying with whoever started it; its output appended to ``log``. ``prefix``
+    runs it through another command (``ip netns exec NAME``: in a network namespace)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen([*prefix, *cmd, "kafka.Kafka", str(conf)], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent)  # one syscall: safe before exec
+
+
+def wait_started(proc: subprocess.Popen[bytes], log: Path, since: int, host: str, port: int,
+                 timeout_s: float, what: str) -> None:
+    """Until the node's log (written after byte ``since``) says it started and ``host:port``
+    takes connections. RingmasterError when it exits first or ``timeout_s`` passes; the process
+    is left as it is (the caller stops it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RingmasterError(f"{what} exited with {proc.returncode} while starting: "
+                                  f"{_last_error(log, since)}")
+        if _STARTED in _tail(log, since) and _listening(port, host):
+            return
+        time.sleep(0.2)
+    raise RingmasterError(f"{what} did not start in {timeout_s:.0f} s: {_last_error(log, since)}")
 
 
 def server_properties(port: int, controller_port: int, advertised_port: int, data: Path,
@@ -244,42 +308,16 @@ class ApacheKafkaBroker:
             self.ca = certs.ca
             secured = secured_properties(self.port, self.advertised_port, controller, free_port(), certs)
             overrides = {**secured, **overrides}
-            # The credential goes into the metadata log at format time: the broker knows the
-            # user from its first start, with no admin call (which would need a login itself).
-            scram = ["--add-scram", f"{SCRAM}=[name={self.scram[0]},password={self.scram[1]}]"]
+            scram = scram_format_arguments(self.scram)
         props = server_properties(self.port, controller, self.advertised_port, self.data, overrides)
-        conf = self.data / "server.properties"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (self.data / "log4j2.properties").write_text(_LOG4J.format(path=log))
-        cmd = [jvm, *HEAP, f"-Dlog4j2.configurationFile={self.data / 'log4j2.properties'}",
-               "-cp", f"{libs}/*"]
+        conf = write_config(self.data, props, log)
+        cmd = jvm_command(jvm, libs, self.data, HEAP)
         since = log.stat().st_size if log.exists() else 0  # a log of earlier runs is appended to
-        with open(log, "ab") as out:
-            fmt = subprocess.run(
-                # One argument: an id that starts with "-" (1 in 64) is not read as an option.
-                [*cmd, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(conf),
-                 "--feature", "share.version=1", "--ignore-formatted", *scram],
-                stdout=out, stderr=subprocess.STDOUT, check=False, preexec_fn=_die_with_parent)
-            if fmt.returncode != 0:
-                why = _last_error(log, since)
-                self._cleanup()
-                raise RingmasterError(
-                    f"formatting the Apache Kafka log dir failed (exit {fmt.returncode}): {why}")
-            self.proc = subprocess.Popen(
-                [*cmd, "kafka.Kafka", str(conf)], stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent)  # one syscall: safe before exec
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                code, why = self.proc.returncode, _last_error(log, since)
-                self._cleanup()
-                raise RingmasterError(f"Apache Kafka exited with {code} while starting: {why}")
-            if _STARTED in _tail(log, since) and _listening(self.port):
-                return self
-            time.sleep(0.2)
-        why = _last_error(log, since)
-        self.stop()
-        raise RingmasterError(f"Apache Kafka did not start in {timeout_s:.0f} s: {why}")
+        # A failure from here on is cleaned up by start(): the JVM stopped, the log dir removed.
+        format_log_dir(cmd, conf, cluster_id(), log, scram)
+        self.proc = launch(cmd, conf, log)
+        wait_started(self.proc, log, since, "127.0.0.1", self.port, timeout_s, "Apache Kafka")
+        return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM (the broker's own orderly shutdown), SIGKILL after ``timeout_s``; then the
@@ -324,9 +362,9 @@ def _last_error(path: Path, since: int) -> str:
     return (errors or lines or ["no output"])[-1][:300]
 
 
-def _listening(port: int) -> bool:
+def _listening(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), 0.5):
+        with socket.create_connection((host, port), 0.5):
             return True
     except OSError:
         return False

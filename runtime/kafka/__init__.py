@@ -15,6 +15,8 @@ planner with their own short-lived clients).
     share_consumer.py  a share group's member (KIP-932): one poll at a time, explicit acknowledgements
     transactions.py  transactional producers and their stable ids (exactly-once)
     group_offsets.py where the whole group stands for a batch run: partition ends, committed offsets
+    group_committed.py  the group's committed offsets through a consumer's committed(), asked
+                     again while the coordinator moves (never the admin client: librdkafka#5040)
     read_ends.py     a partition's end read to the end (some brokers answer ListOffsets short)
     empty_gaps.py    whether a gap of offsets holds anything a reader is handed
     side_readers.py  what those short-lived readers share: their properties, their answer's thread

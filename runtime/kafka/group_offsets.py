@@ -14,11 +14,13 @@ the time still ends): ListOffsets under the consumer's isolation level (under
 yet), then a reader from there to where the partition ends (runtime/kafka/read_ends.py),
 because Tansu answers ListOffsets "latest" short of the end (runtime/kafka/watermarks.py)
 and a partition judged by that answer counted as caught up with most of it uncommitted.
-Requests go through an admin client whose answers arrive on librdkafka's threads, the read
-on a thread of its own: ``refresh`` never blocks the loop, one request of a kind in flight,
-each abandoned after ``timeout_s`` (both steps of the ends are bounded within it). Under a
-topic pattern (``^...``) the topics are those the pattern matches among the ones this
-member was assigned and the ones the group committed to.
+The ends are asked of an admin client whose answers arrive on librdkafka's threads; the
+committed offsets of a consumer that never joins the group (runtime/kafka/group_committed.py:
+an admin client's ListConsumerGroupOffsets crashes the process when the coordinator moves,
+librdkafka#5040), and the reads, on threads of their own. ``refresh`` never blocks the loop,
+one request of a kind in flight, each abandoned after ``timeout_s`` (both steps of the ends
+are bounded within it). Under a topic pattern (``^...``) the topics are those the pattern
+matches in the cluster's metadata, and those this member was assigned.
 
 An input written by a transactional producer ends with a commit marker that no record's
 offset commits, and under ``read_committed`` an aborted transaction's records are never
@@ -44,17 +46,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
-    IsolationLevel,
-    KafkaException,
-    TopicCollection,
-    TopicPartition,
-)
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from runtime.kafka.admin import admin_properties
 from runtime.kafka.empty_gaps import EmptyGaps, Gaps
+from runtime.kafka.group_committed import Committed, GroupCommitted
 from runtime.kafka.read_ends import ReadEnds
 from runtime.tp import TP
 
@@ -103,9 +100,14 @@ class GroupAdmin(Protocol):
                         ) -> Mapping[str, Future[Any]]: ...
     def list_offsets(self, requests: dict[TopicPartition, OffsetSpec], /, *, isolation_level: IsolationLevel,
                      request_timeout: float) -> Mapping[TopicPartition, Future[Any]]: ...
-    def list_consumer_group_offsets(self, groups: list[ConsumerGroupTopicPartitions], /, *,
-                                    request_timeout: float, require_stable: bool = False
-                                    ) -> Mapping[str, Future[Any]]: ...
+
+
+class CommittedReader(Protocol):
+    """GroupCommitted.ask (a fake in tests): the group's committed offsets of the topics named
+    and of those the patterns match, stable or not, as a Future."""
+
+    def __call__(self, names: Collection[str], patterns: Sequence[re.Pattern[str]], stable: bool,
+                 timeout_s: float | None = None) -> Future[Committed]: ...
 
 
 class GroupOffsets:
@@ -114,10 +116,13 @@ class GroupOffsets:
                  admin: Callable[[], GroupAdmin] | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  gaps: Callable[[Gaps], Future[dict[TP, bool]]] | None = None,
-                 read_ends: Callable[[Mapping[TP, int]], Future[dict[TP, int]]] | None = None) -> None:
-        """``admin``, ``gaps``, ``read_ends``: the clients asked (tests give fakes); ``gaps``:
-        whether each gap holds nothing a reader is handed (EmptyGaps.ask); ``read_ends``: where
-        a reader starting at the ListOffsets answer reaches each partition's end (ReadEnds.ask)."""
+                 read_ends: Callable[[Mapping[TP, int]], Future[dict[TP, int]]] | None = None,
+                 committed: CommittedReader | None = None) -> None:
+        """``admin``, ``gaps``, ``read_ends``, ``committed``: the clients asked (tests give
+        fakes); ``gaps``: whether each gap holds nothing a reader is handed (EmptyGaps.ask);
+        ``read_ends``: where a reader starting at the ListOffsets answer reaches each
+        partition's end (ReadEnds.ask); ``committed``: the group's committed offsets
+        (GroupCommitted.ask)."""
         self.group = str(props.get("group.id", ""))
         self._names = {t for t in topics if not t.startswith("^")}
         self._patterns = [re.compile(t) for t in topics if t.startswith("^")]
@@ -139,6 +144,7 @@ class GroupOffsets:
         self._gaps = gaps or EmptyGaps(props).ask
         # The ends take two steps, both within timeout_s (or the answer is abandoned).
         self._read_ends = read_ends or ReadEnds(props, timeout_s / 3).ask
+        self._read_committed = committed or GroupCommitted(props, timeout_s).ask
         self._empty: dict[TP, int] = {}  # partition -> the committed offset its gap is empty from
         self._probed: dict[TP, int] = {}  # partition -> the committed offset last asked about
         self._probing: Gaps = {}
@@ -158,8 +164,8 @@ class GroupOffsets:
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in new},
                     isolation_level=self._isolation, request_timeout=self.timeout_s / 2)), at_once=True)
             if committed and self.group:
-                self._ask("committed", lambda a: a.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(self.group)], request_timeout=self.timeout_s))
+                self._ask("committed", lambda _: {"committed": self._read_committed(
+                    sorted(self._names), self._patterns, False)})
                 if (gaps := self._new_gaps(held)) and "gaps" not in self._pending:
                     self._probing = gaps
                     self._ask("gaps", lambda _: self._probe(gaps), at_once=True)
@@ -176,19 +182,15 @@ class GroupOffsets:
         not asked about at these offsets are then asked about, within what is left of it."""
         deadline = self._clock() + wait_s
         while self.group:
+            stable: Committed | None = None
             try:
-                if self._admin is None:
-                    self._admin = self._make()
-                futures = self._admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(self.group)], require_stable=True,
-                    request_timeout=max(0.1, deadline - self._clock()))
-                parts = [p for f in futures.values() for p in (f.result(max(0.1, deadline - self._clock()))
-                                                                 .topic_partitions or [])]
+                left = max(0.1, deadline - self._clock())
+                asked = self._read_committed(sorted(self._names), self._patterns, True, left)
+                stable = asked.result(left + 1)
             except Exception as exc:  # no answer in time, a busy coordinator: asked again
                 log.debug("stable committed offsets unknown", extra={"error": str(exc)})
-                parts = None
-            if parts is not None and not any(p.error is not None for p in parts if self._wanted(p.topic)):
-                self._take_parts(parts)
+            if stable is not None and not any(self._wanted(t) for t, _ in stable.refused):
+                self._take_parts(stable)
                 break
             if self._clock() >= deadline:
                 break
@@ -271,14 +273,13 @@ class GroupOffsets:
         for tp, end in ends.items():
             self._ends.setdefault(tp, end)
 
-    def _take_committed(self, answers: Mapping[str, Future[Any]]) -> None:
-        for fut in answers.values():
-            try:
-                parts = fut.result(0).topic_partitions or []
-            except Exception as exc:  # a busy coordinator: asked again
-                log.debug("committed offsets unknown", extra={"error": str(exc)})
-                return
-            self._take_parts(parts)
+    def _take_committed(self, answers: Mapping[str, Future[Committed]]) -> None:
+        try:
+            answer = answers["committed"].result(0)
+        except Exception as exc:  # a busy coordinator, no answer in time: asked again
+            log.debug("committed offsets unknown", extra={"error": str(exc)})
+            return
+        self._take_parts(answer)
 
     def _take_gaps(self, answers: Mapping[str, Future[dict[TP, bool]]]) -> None:
         self._record(self._probing, answers["gaps"])
@@ -296,10 +297,9 @@ class GroupOffsets:
             elif found[tp]:
                 self._empty[tp] = at
 
-    def _take_parts(self, parts: Sequence[TopicPartition]) -> None:
-        self._committed = {(p.topic, p.partition): p.offset for p in parts
-                           if self._wanted(p.topic) and p.offset >= 0}
-        self._names |= {tp[0] for tp in self._committed}
+    def _take_parts(self, answer: Committed) -> None:
+        self._committed = {tp: offset for tp, offset in answer.offsets.items() if self._wanted(tp[0])}
+        self._names |= {t for t in answer.topics if self._wanted(t)}
         self._answers += 1
 
 

@@ -155,8 +155,23 @@ class OutputProducer:
 
     def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
         if err is not None:
-            self._failures.append((str(msg.topic()), err, msg))
+            try:
+                topic = str(msg.topic())
+            except SystemError as exc:  # the client's fatal error pending: see _client_failed
+                self._client_failed(exc)
+                topic = ""
+            self._failures.append((topic, err, msg))
             self.note(err)
+
+    def _client_failed(self, exc: SystemError) -> None:
+        """A transactional producer fenced by a newer one (a worker's replacement, a daemon's on
+        this host, the broker's own epoch bump) turns fatal inside a flush, and confluent-kafka
+        (2.x) leaves that error pending while it runs the delivery callbacks: the next call into
+        the client in them, and the flush itself, end in SystemError, the fatal error as its
+        cause. Seen on a three-node cluster when a frozen coordinator's node woke up. The
+        producer is broken: an outage its owner ends by replacing it, never the records' fault
+        (the plugin's retry path took it for a plugin exception)."""
+        self.fatal = self.fatal or str(exc.__cause__ or exc)
 
     def note(self, err: _CKError) -> None:
         """Remember a delivery error that breaks the producer itself (see PRODUCER_STATE_ERRORS)."""
@@ -276,7 +291,10 @@ class OutputProducer:
         messages among them)."""
         with contextlib.suppress(KafkaException, RuntimeError, SystemError):  # SystemError: deliver()
             self._p.purge(in_queue=True, in_flight=False, blocking=False)
-            self._p.poll(0)
+            try:
+                self._p.poll(0)
+            except SystemError as exc:
+                self._client_failed(exc)
         purged, self._failures = self._failures, []
         return purged
 

@@ -26,7 +26,19 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from runtime.errors import TransactionAborted
 from runtime.kafka.client_log import with_logger
+from runtime.kafka.coordinator import until_answered
 from runtime.tp import TP
+
+# A batch's commit (its offsets sent into the transaction, then EndTxn) is two replicated
+# writes on the coordinators: milliseconds, seconds on a loaded host. It gets this long, or the
+# delivery timeout if shorter; past it the batch is aborted and runs again (an outage), and a
+# worker blocked in it longer is librdkafka's hang (librdkafka#5511, #5456: the group
+# coordinator's node gone), which the supervisor ends by killing the worker.
+COMMIT_TIMEOUT_S = 5.0
+
+
+def commit_timeout_s(delivery_timeout_s: float) -> float:
+    return min(delivery_timeout_s, COMMIT_TIMEOUT_S)
 
 
 def transactional_id(group: str, member: str, slot: int) -> str:
@@ -34,8 +46,15 @@ def transactional_id(group: str, member: str, slot: int) -> str:
     return f"ringmaster-{group}-{member}-w{slot}"
 
 
-def _reason(what: str, exc: KafkaException) -> str:
-    err = exc.args[0]
+# The client's calls can end in SystemError with its fatal error as the cause: confluent-kafka
+# leaves a fenced producer's error pending (runtime/kafka/producer.py, _client_failed).
+CLIENT_ERRORS = (KafkaException, SystemError)
+
+
+def _reason(what: str, exc: BaseException) -> str:
+    if isinstance(exc, SystemError):
+        exc = exc.__cause__ or exc
+    err = exc.args[0] if exc.args else exc
     text = err.str() if hasattr(err, "str") else str(err)
     return f"{what}: {text}"
 
@@ -46,27 +65,34 @@ class BatchTransactions:
     with the same id fences this one and settles what it left open), so no state of a failed
     transaction outlives it."""
 
-    def __init__(self, client: Producer, timeout_s: float) -> None:
+    def __init__(self, client: Producer, timeout_s: float, commit_timeout_s: float | None = None) -> None:
+        """``timeout_s``: what starting and aborting a transaction may take;
+        ``commit_timeout_s``: what its commit may take (default ``timeout_s``)."""
         self._p = client
         self.timeout_s = timeout_s
+        self.commit_timeout_s = timeout_s if commit_timeout_s is None else commit_timeout_s
         try:
             self._p.init_transactions(timeout_s)
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             raise TransactionAborted(_reason("cannot start transactions", exc)) from None
 
     def begin(self) -> None:
         try:
             self._p.begin_transaction()
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             raise TransactionAborted(_reason("cannot begin a transaction", exc)) from None
 
     def commit(self, offsets: Mapping[TP, int], group_metadata: bytes) -> None:
         """Send ``offsets`` (the next offset to read, per partition) into the transaction and
-        commit it. A retriable error of the commit is tried again within the timeout."""
-        deadline = time.monotonic() + self.timeout_s
+        commit it, within the timeout (a retriable error of the commit is tried again). A
+        failure is not aborted here: the caller replaces the producer, and the new one's
+        init_transactions aborts what this one left open; an abort on top took up to two more
+        timeouts, which the supervisor's bound on a commit had to allow for."""
+        deadline = time.monotonic() + self.commit_timeout_s
         try:
             self._p.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata, self.timeout_s)
+                [TopicPartition(t, p, o) for (t, p), o in offsets.items()], group_metadata,
+                self.commit_timeout_s)
             while True:
                 try:
                     self._p.commit_transaction(max(0.1, deadline - time.monotonic()))
@@ -74,8 +100,7 @@ class BatchTransactions:
                 except KafkaException as exc:
                     if not exc.args[0].retriable() or time.monotonic() >= deadline:
                         raise
-        except KafkaException as exc:
-            self.abort()  # acknowledged or not, the caller replaces the producer
+        except CLIENT_ERRORS as exc:
             raise TransactionAborted(_reason("the batch's transaction was not committed", exc)) from None
 
     def abort(self) -> bool:
@@ -92,9 +117,9 @@ class BatchTransactions:
             try:
                 self._p.abort_transaction(self.timeout_s)
                 return True
-            except KafkaException as exc:
-                err = exc.args[0]
-                if not (hasattr(err, "retriable") and err.retriable()):
+            except CLIENT_ERRORS as exc:
+                err: Any = exc.args[0] if exc.args else None
+                if not (hasattr(err, "retriable") and err.retriable()):  # SystemError's is a str
                     return False
         return False
 
@@ -109,9 +134,16 @@ class CommittedOffsets:
         self._c = Consumer(props)
 
     def of(self, tp: TP, timeout_s: float) -> int | None:
-        """The partition's committed offset (None: nothing committed)."""
+        """The partition's committed offset (None: nothing committed). A coordinator moving or
+        loading (a node of the cluster killed, frozen or cut off) is asked again within
+        ``timeout_s`` (runtime/kafka/coordinator.py): answered NOT_COORDINATOR, the batch was
+        deferred and its producer replaced, over and over while the coordinator moved."""
+        deadline = time.monotonic() + timeout_s
+        wanted = [TopicPartition(tp[0], tp[1])]
         try:
-            [part] = self._c.committed([TopicPartition(tp[0], tp[1])], timeout=timeout_s)
+            [part] = until_answered(
+                lambda: self._c.committed(wanted, timeout=max(0.1, deadline - time.monotonic())),
+                timeout_s, "the partition's committed offset")
         except KafkaException as exc:
             raise TransactionAborted(_reason("cannot read the partition's committed offset", exc)) from None
         if part.error is not None:

@@ -12,6 +12,7 @@
     topic_commands.py  the operator's requests from the control socket and the control topic, as one
     cluster.py       waiting for the Kafka cluster at start (the daemon waits, commands give up)
     control_socket.py  `ringmaster reload` / `scale`: the daemon's Unix socket, and its client
+    member_slot.py   this daemon's slot among its group's daemons on the host (its transactional ids)
     systemd.py       sd_notify
     backstop.py      a thread of C that ends the process when Python cannot (a client holding the GIL)
     keys.py          single keys read from the terminal (``top``'s q)

@@ -160,7 +160,12 @@ def reclaim_stale(shm_dir: str | os.PathLike[str]) -> list[str]:
 
 
 def _owner_alive(pid: int, stamp: int) -> bool:
+    """Whether the supervisor that named a segment still runs. A zombie does not: a supervisor
+    SIGKILLed is one until its parent reaps it (a test harness, a shell script, anything but
+    an init system may wait a while), and a daemon started beside it in that window took its
+    segments for a live supervisor's and left them for good (issue 40)."""
     try:
-        return abs(_start_stamp(pid) - stamp) <= 1
+        proc = psutil.Process(pid)
+        return abs(int(proc.create_time() * 100) - stamp) <= 1 and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False

@@ -100,6 +100,8 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     # a worker ran 2 collections a run, so there was nothing to win.
     board.set_ready()
     log.debug("worker ready")
+    if isinstance(runner, TransactionalRunner):
+        runner.prepare()  # after READY: a coordinator slow to answer is no failed start
     fence = FenceCheck(epochs, board, lock)
     while True:
         view = ring.peek()

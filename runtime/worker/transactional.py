@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from runtime.errors import TransactionAborted
 from runtime.kafka.producer import OutputProducer
-from runtime.kafka.transactions import BatchTransactions, CommittedOffsets
+from runtime.kafka.transactions import BatchTransactions, CommittedOffsets, commit_timeout_s
 from runtime.plugin import Record
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_COMMIT, Board
@@ -79,7 +79,8 @@ class TransactionalRunner:
         segment = Segment(Path(spec.group_metadata_path), 0, create=False)
         cell = GroupMetadataCell(segment.buf[:GROUP_METADATA_BYTES])
         return cls(runner, spec, board, CommittedOffsets(spec.group_props), cell.read,
-                   lambda p: BatchTransactions(p.client, spec.delivery_timeout_s),
+                   lambda p: BatchTransactions(p.client, spec.delivery_timeout_s,
+                                               commit_timeout_s(spec.delivery_timeout_s)),
                    lambda: OutputProducer(producer_props, own_topics=(spec.output_topic,
                                                                       spec.dead_letter_topic)))
 
@@ -91,6 +92,21 @@ class TransactionalRunner:
             self._txn = self._start(producer)
             self._txn_of = producer
         return self._txn
+
+    def prepare(self) -> None:
+        """Start this slot's transactions now, not at the first batch: ``init_transactions``
+        fences what an earlier holder of the transactional id left open (a worker killed
+        mid-batch, a daemon SIGKILLed and replaced on this host) and aborts it at once. Until
+        then the member that took over its partitions cannot read their committed offsets, and
+        a read_committed reader of the outputs stops at the open transaction; this worker may
+        get none of those partitions. A coordinator that does not answer in time is asked
+        again at the first batch."""
+        try:
+            self._transactions()
+        except TransactionAborted as exc:
+            log.warning("cannot start transactions yet; trying again at the first batch",
+                        extra={"reason": exc.reason})
+            self._renew()
 
     def _renew(self) -> None:
         self.runner.producer = self._new_producer()
@@ -119,16 +135,34 @@ class TransactionalRunner:
 
     def _run_in_a_transaction(self, head: tuple[int, int, int], tp: tuple[str, int], frame: BatchFrame,
                               records: list[Record]) -> Result:
+        # INVARIANT: the batch commits with the group's metadata as it was when the batch
+        # started, not at its commit. A member that loses its partitions (its session timed out
+        # behind a frozen coordinator) leaves a batch still delivering to finish on its own
+        # (rebalance.py); if the member joins again meanwhile and gets the partition back, the
+        # latest metadata would let that batch commit beside the new owner's run of the same
+        # records. The generation it started in is refused (ILLEGAL_GENERATION, a stale member
+        # epoch): aborted, invisible. A rebalance during a batch costs that batch a run.
+        group = self._group_metadata()
+        if group is None:
+            return self._deferred(head, tp, TransactionAborted(
+                "no group metadata yet (the supervisor has not joined the group)"))
         try:
             txn = self._transactions()
+        except TransactionAborted as exc:
+            self._renew()
+            return self._deferred(head, tp, exc)
+        try:
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)
-            todo = records if below is None else [r for r in records if r.offset >= below]
-            if not todo:
-                # An earlier transaction committed it (a worker killed after it asked the
-                # broker to commit, before it reported): done, nothing to write again.
-                log.info("batch committed already by an earlier transaction", extra={
-                    "tp": tp_label(tp), "first": records[0].offset, "committed": below})
-                return Result(DONE, *head, processed=len(records))
+        except TransactionAborted as exc:  # the group's answer, not the producer's: kept
+            return self._deferred(head, tp, exc)
+        todo = records if below is None else [r for r in records if r.offset >= below]
+        if not todo:
+            # An earlier transaction committed it (a worker killed after it asked the broker
+            # to commit, before it reported): done, nothing to write again.
+            log.info("batch committed already by an earlier transaction", extra={
+                "tp": tp_label(tp), "first": records[0].offset, "committed": below})
+            return Result(DONE, *head, processed=len(records))
+        try:
             txn.begin()
         except TransactionAborted as exc:
             self._renew()
@@ -142,10 +176,7 @@ class TransactionalRunner:
                             extra={"tp": tp_label(tp)})
                 self._renew()
             return result
-        group = self._group_metadata()
         try:
-            if group is None:
-                raise TransactionAborted("no group metadata yet (the supervisor has not joined the group)")
             self.board.set_phase(PHASE_COMMIT)
             txn.commit({tp: todo[-1].offset + 1}, group)
         except TransactionAborted as exc:

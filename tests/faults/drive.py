@@ -39,6 +39,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -85,6 +86,8 @@ from proxy import OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, Proxy
 from runtime.dev.tansu import free_port
 from runtime.execution.deadletter_format import dead_letter_headers
 from runtime.kafka.admin import create_topic
+from runtime.kafka.transactions import transactional_id
+from runtime.ops.member_slot import member_name
 from tests.wire import RawRecord, WireProducer
 
 from .matrix import POISONS, REDRIVE_LETTERS, TRANSACTIONS, Fault
@@ -354,6 +357,27 @@ def exactly_once_broker_stall(fault: Fault, bootstrap: str, tmp: Path) -> Observ
             rm.close()
             proxy.restore()
         return read_back(obs, rm)
+
+
+def producer_fenced(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """A producer with the worker's transactional id starts while the worker's batch is under
+    way, as a replacement on the host would (the ids are the group's, the host's and the
+    slot's: runtime/ops/member_slot.py): the worker's producer is fenced mid-batch. A batch
+    run, judged as every row is."""
+    _exactly_once_only()
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    rm = Ringmaster(cfg, tmp, "rm", args=["--until-caught-up"], env=dict(fault.env))
+    try:
+        rm.wait_status(lambda s: any(w["in_flight"] and w["state"] == "ready" for w in s["workers"]), 90,
+                       "a batch under way")
+        member = member_name(socket.gethostname(), 0)  # the row's daemon is alone in its group here
+        fencer = Producer({"bootstrap.servers": bootstrap, "log_level": 2,
+                           "transactional.id": transactional_id(obs.names["group"], member, 0)})
+        fencer.init_transactions(30)
+        obs.exit = rm.wait(fault.timeout_s)
+    finally:
+        rm.close()
+    return read_back(obs, rm)
 
 
 # ---- transactional input (issue 29): a transaction's marker takes an offset no consumer is handed
@@ -984,7 +1008,7 @@ DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
     "redrive_letters": redrive_letters,
     "admin_port_held": admin_port_held,
     "share": share, "share_broker_stall": share_broker_stall, "share_output_outage": share_output_outage,
-    "exactly_once_broker_stall": exactly_once_broker_stall,
+    "exactly_once_broker_stall": exactly_once_broker_stall, "producer_fenced": producer_fenced,
 }
 
 

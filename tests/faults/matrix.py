@@ -944,9 +944,9 @@ FAULTS += [
                   "pause, in a new one: each output once", check=None, log=("batch deferred",)),
     _exactly_once("output-unreachable", "the batch's transaction is aborted and it runs again once the "
                   "broker takes outputs again: each output once, nothing committed before it"),
-    _exactly_once("spawn-supervisor-killed", "its workers die with it, their open transactions are aborted "
-                  "by the broker (`transaction.timeout.ms`); the next start reads from the group's offsets "
-                  "and writes each output once"),
+    _exactly_once("spawn-supervisor-killed", "its workers die with it; the next start on the host takes its "
+                  "slot, so its workers' transactional ids, and fences the open transactions at once; it "
+                  "reads from the group's offsets and writes each output once"),
     _exactly_once("members-batch-with-failures", "each member isolates its own; exit 0 once the group's "
                   "offsets (its transactions') are at the end, each output and dead letter once"),
     _exactly_once("until-caught-up-broker-stall", "the partitions come back and the run ends caught up, the "
@@ -1011,10 +1011,18 @@ FAULTS += [
     Fault("broker-stall-exactly-once", _EO_GROUP,
           "the broker stalls past the session timeout in the middle of transactions, under "
           "`output.guarantee = \"exactly-once\"`, then comes back",
-          "the partitions are lost and come back; the transactions under way are aborted (or their "
-          "workers killed after `revoke_timeout_s` and fenced by their successors); a `read_committed` "
-          "reader finds each output once and the offsets end at each partition's end",
+          "the partitions are lost at once (no batch waited for, no worker killed) and come back; the "
+          "transactions under way carry the generation they started in and are refused; a "
+          "`read_committed` reader finds each output once and the offsets end at each partition's end",
           driver="exactly_once_broker_stall", guarantee="exactly-once", log=("partitions lost",)),
+    Fault("worker-producer-fenced-exactly-once", _EO_GROUP,
+          "a producer with a worker's transactional id starts while the worker's batch is under way (a "
+          "zombie's successor: a daemon replacing a dead one on its host), under "
+          "`output.guarantee = \"exactly-once\"`",
+          "the worker's producer is fenced: its transaction aborted, the batch deferred as an outage "
+          "(never the records' fault) and run again by a new producer: each output once, nothing "
+          "dead-lettered", driver="producer_fenced", guarantee="exactly-once", n=60,
+          settings={"sleep_ms": 40}, workers={"batch_max_records": 8}, log=("batch deferred",)),
 ]
 
 BY_ID = {f.id: f for f in FAULTS}

@@ -1,6 +1,6 @@
-"""`ringmaster broker --apache-kafka`: Apache Kafka itself in the foreground, started and
-stopped the way a developer does it, leaving no JVM and no log dir behind; and what it says
-when Java or Maven is missing (one line, exit 1)."""
+"""`ringmaster broker --apache-kafka` (and ``--nodes 3``): Apache Kafka itself in the foreground,
+started and stopped the way a developer does it, leaving no JVM and no log dir behind; and
+what it says when Java or Maven is missing (one line, exit 1)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from helpers import ROOT, exited, make_topics, unique, wait_for
 
 from runtime.dev.kafkabroker import KAFKA_VERSION, cache_dir
@@ -119,3 +120,90 @@ def test_without_maven_a_first_run_is_one_line_and_exit_1(tmp_path: Path) -> Non
     home = tmp_path / "cache" / "kafka-ringmaster" / f"kafka-{KAFKA_VERSION}"
     assert lines[:-1] == [f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {home} (first run only)"]
     assert cache_dir().name == f"kafka-{KAFKA_VERSION}"
+
+
+def _read_banner(proc: subprocess.Popen[bytes], until: bytes, timeout_s: float) -> str:
+    banner = b""
+
+    def said_it() -> bool:
+        nonlocal banner
+        assert proc.stderr is not None
+        assert proc.poll() is None, banner.decode()
+        if select.select([proc.stderr], [], [], 0.2)[0]:
+            banner += os.read(proc.stderr.fileno(), 4096)
+        return until in banner
+
+    wait_for(said_it, timeout_s, "the banner")
+    return banner.decode()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("scram", [False, True], ids=["plaintext", "sasl-scram"])
+def test_three_nodes_replicate_every_topic_survive_a_node_killed_and_stop_on_sigterm(scram: bool) -> None:
+    """``ringmaster broker --apache-kafka --nodes 3`` (issue 40): one line per node and the
+    bootstrap list; topics (the internal ones too) with three replicas and min.insync.replicas
+    2; a node killed as a user trying failover would, and the others go on; SIGTERM stops
+    the rest and removes every log dir."""
+    port = free_port()
+    dirs_before = _kafka_dirs()
+    args = ["--sasl-scram", "alice:alice-secret"] if scram else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "broker", "--apache-kafka", "--nodes", "3", "--port", str(port),
+         *args], stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        banner = _read_banner(proc, b"share groups are on.", 300)
+        if scram:
+            banner += _read_banner(proc, b"password_file", 10)
+        nodes = [ln.split() for ln in banner.splitlines() if ln.startswith("node ")]
+        assert [(n[1], n[2]) for n in nodes] == [(str(i), f"127.0.0.1:{port + i - 1}") for i in (1, 2, 3)]
+        bootstrap = ",".join(f"127.0.0.1:{port + i}" for i in range(3))
+        assert f"bootstrap: {bootstrap}" in banner
+        jvms = {int(n[4]) for n in nodes}
+        assert {c.pid for c in psutil.Process(proc.pid).children(recursive=True)
+                if "kafka.Kafka" in " ".join(c.cmdline())} == jvms
+        props: dict[str, str] = {"bootstrap.servers": bootstrap}
+        if scram:
+            ca = banner.split('ca_location = "', 1)[1].split('"', 1)[0]
+            props.update({"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                          "sasl.username": "alice", "sasl.password": "alice-secret", "ssl.ca.location": ca})
+        topic = unique("replicated")
+        admin = AdminClient(props)
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(60)
+        wait_for(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].isrs) == 3, 60,
+                 "three in-sync replicas")
+        configs = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+        [described] = configs.values()
+        assert described.result(30)["min.insync.replicas"].value == "2"
+        p = Producer({**props, "acks": "all", "enable.idempotence": True})
+        p.produce(topic, b"before")
+        assert p.flush(60) == 0
+        leader = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+        victim = int(nodes[leader - 1][4])
+        os.kill(victim, signal.SIGKILL)  # as a user trying failover
+        banner += _read_banner(proc, f"node {leader} (pid {victim}) exited".encode(), 60)
+        p.produce(topic, b"after")
+        assert p.flush(120) == 0, "a follower took over and two replicas acknowledged"
+        c = Consumer({**props, "group.id": unique("g"), "auto.offset.reset": "earliest"})
+        try:
+            c.subscribe([topic])
+            seen: list[bytes] = []
+
+            def read_both() -> bool:
+                m = c.poll(0.5)
+                if m is not None and m.error() is None:
+                    seen.append(m.value() or b"")
+                return b"after" in seen
+            wait_for(read_both, 120, "both records, from the new leader")
+            assert seen == [b"before", b"after"]
+        finally:
+            c.close()
+        offsets = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        assert all(len(part.replicas) == 3 for part in offsets.partitions.values())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(90) == 0
+        assert all(exited(pid) for pid in jvms)
+        assert _kafka_dirs() == dirs_before
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

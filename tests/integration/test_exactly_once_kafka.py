@@ -737,3 +737,37 @@ def test_two_members_over_a_transactional_input_both_exit_0_well_within_the_time
     assert committed(broker.bootstrap, names["group"], names["in"], partitions) == \
         {q: per for q in range(partitions)}, "the offset after each partition's last committed record"
     assert_each_once(broker.bootstrap, names["out"], n)
+
+
+def test_a_short_transaction_timeout_counts_from_the_first_output_not_the_plugins_time(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """The trade-off of a short transaction.timeout.ms (what a member on another host lowers to
+    end a dead member's transactions sooner, docs/exactly-once.md), measured: the broker's
+    clock starts at a transaction's first output (AddPartitionsToTxn), so a plugin far slower
+    than the timeout (15 s a record against 3 s) commits; what it aborts is a transaction left
+    open that long after its first output: here r3 retried with 8 s back-offs after r2, in the
+    same batch, was delivered. That batch runs again, and each output is written once."""
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    # keys "0".."3": batches [r0 (15 s), r1] and [r2, r3 (raises its first 5 times)]
+    produce(broker.bootstrap, names["in"], ["r0", "r1", "r2", "flaky=5:r3"], 1)
+    state = tmp_path / "state"
+    state.mkdir()
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, batch_max_records=2,
+                              settings={"state_dir": str(state), "slow_keys": {"0": 15_000}})
+    cfg["output"]["delivery_timeout_s"] = 2.0
+    cfg["kafka"]["producer"]["transaction.timeout.ms"] = 3000
+    cfg["kafka"]["consumer"]["session.timeout.ms"] = 10_000  # no loss on a loaded host: one cause
+    cfg["dead_letter"].update(max_attempts=3, retry_backoff_s=8.0, retry_backoff_max_s=8.0)
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        wait_committed(broker.bootstrap, names["group"], names["in"], {0: 4}, 240)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+    # One batch ran twice: the second, whose transaction the broker aborted when it timed out
+    # (its epoch bumped: the worker's next produce was fenced, an outage). The first, 15 s of
+    # plugin time, committed at its first run.
+    deferrals = [ln for ln in rm.log_path.read_text().splitlines() if "batch deferred cause=" in ln]
+    assert len(deferrals) == 1 and "old epoch" in deferrals[0], deferrals
+    ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], 4))
+    assert ids == Counter({"r0": 1, "r1": 1, "r2": 1, "r3": 1}), ids

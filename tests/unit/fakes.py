@@ -166,6 +166,9 @@ class FakePool:
     def reap_orphans(self) -> None:
         pass
 
+    def reclaim_dead_runs(self) -> None:
+        pass
+
     def stop_all(self, timeout_s: float) -> None:
         pass
 
@@ -578,6 +581,7 @@ class ProcPool:
         self.forgotten: list[int] = []
         self.watched = 0
         self.reaped = 0
+        self.reclaims = 0
         self.no_room: str | None = None  # add_slot fails with this (shm_dir full)
         self._pid = 5000
 
@@ -620,6 +624,9 @@ class ProcPool:
 
     def reap_orphans(self) -> None:
         self.reaped += 1
+
+    def reclaim_dead_runs(self) -> None:
+        self.reclaims += 1
 
     def stop_all(self, timeout_s: float) -> None:
         for h in self.handles:

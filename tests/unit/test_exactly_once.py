@@ -15,7 +15,7 @@ from fakes import TP0, assign, make
 from runtime.config import Settings, guarantee_problem
 from runtime.errors import ConfigError, FrameError, OutputRejected, TransactionAborted
 from runtime.kafka.producer import Refusal
-from runtime.kafka.transactions import BatchTransactions
+from runtime.kafka.transactions import BatchTransactions, commit_timeout_s
 from runtime.plugin import Output, Plugin
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import (
@@ -128,7 +128,10 @@ class _Transactions:
 
 
 def _runner(process: Any, committed: int | None = None, refuse: int = 0,
-            group: bytes | None = b"meta") -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
+            group: bytes | Any | None = b"meta", starts: list[Any] | None = None,
+            ) -> tuple[TransactionalRunner, _Transactions, list[_Producer]]:
+    """``starts``: each start of the transactions (init_transactions) is appended the producer
+    it was for; one that is an exception raises it."""
     spec = WorkerSpec(0, 1, "/nonexistent", "/nonexistent", "p", {}, "out", "dlq", {}, 2, 0.0, 0.0, 1,
                       transactional_id="t")
     board = Board(memoryview(bytearray(BOARD_BYTES)))
@@ -141,8 +144,18 @@ def _runner(process: Any, committed: int | None = None, refuse: int = 0,
         return producers[-1]
 
     offsets = types.SimpleNamespace(of=lambda tp, timeout_s: committed, close=lambda: None)
-    runner = TransactionalRunner(plain, spec, board, offsets, lambda: group,  # type: ignore[arg-type]
-                                 lambda _p: txn, new_producer)  # type: ignore[arg-type,return-value]
+
+    def start(p: Any) -> Any:
+        if starts is not None:
+            outcome = starts.pop(0) if starts and isinstance(starts[0], Exception) else None
+            if outcome is not None:
+                raise outcome
+            starts.append(p)
+        return txn
+
+    metadata = group if callable(group) else lambda: group
+    runner = TransactionalRunner(plain, spec, board, offsets, metadata,  # type: ignore[arg-type]
+                                 start, new_producer)  # type: ignore[arg-type]
     return runner, txn, producers
 
 
@@ -161,6 +174,82 @@ def test_a_batch_commits_its_outputs_with_the_next_offset_and_the_groups_metadat
     assert result.kind == DONE and result.processed == 3
     assert txn.log == ["begin", ("commit", {("in", 3): 13}, b"meta")]
     assert producers[0].produced == [b"v10", b"v11", b"v12"]
+
+
+def test_a_workers_transactions_start_before_its_first_batch_fencing_what_its_slot_left_open() -> None:
+    """Issue 40: a daemon SIGKILLed and replaced on its host left transactions open under its
+    slots' ids; the replacement's workers fence them as they start, not at a first batch that
+    may never come (the partitions went to the other member, which waited for
+    transaction.timeout.ms to read their committed offsets)."""
+    starts: list[Any] = []
+    runner, _txn, producers = _runner(echo, starts=starts)
+    runner.prepare()
+    assert starts == [producers[0]], "init_transactions at start"
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert starts == [producers[0]], "not started again for the batch"
+
+
+def test_a_start_the_coordinator_does_not_answer_is_tried_again_at_the_first_batch() -> None:
+    starts: list[Any] = [TransactionAborted("cannot start transactions: Coordinator not available")]
+    runner, _txn, producers = _runner(echo, starts=starts)
+    runner.prepare()
+    assert len(producers) == 2 and starts == [], "a new producer, nothing started yet"
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert starts == [producers[1]]
+
+
+def test_a_batch_commits_with_the_group_metadata_of_its_start_not_the_latest() -> None:
+    """Issue 40: a member whose session expired behind a frozen coordinator leaves its batch
+    in progress to finish; had the member joined again and got the partition back, the latest
+    metadata would let that batch commit beside the new run of its records. With the metadata
+    of its start, the broker refuses it (another generation)."""
+    now = [b"generation-1"]
+
+    def rejoined_meanwhile(batch: Any) -> Any:
+        now[0] = b"generation-2"  # the supervisor wrote the new generation's metadata
+        return echo(batch)
+
+    runner, txn, _ = _runner(rejoined_meanwhile, group=lambda: now[0])
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert txn.log[-1] == ("commit", {("in", 3): 12}, b"generation-1")
+
+
+def test_a_committed_offset_the_group_cannot_answer_defers_the_batch_and_keeps_the_producer() -> None:
+    """The group's answer failed, not the producer: replacing it cost an init_transactions per
+    deferral while a coordinator moved (issue 40)."""
+    runner, txn, producers = _runner(echo)
+
+    def unanswered(tp: Any, timeout_s: float) -> int | None:
+        raise TransactionAborted("cannot read the partition's committed offset: Broker: Not coordinator")
+
+    runner._offsets = types.SimpleNamespace(of=unanswered, close=lambda: None)
+    result = runner.run(_frame(10, 2))
+    assert result.kind == DEFERRED and "Not coordinator" in result.detail
+    assert len(producers) == 1 and txn.log == [], "the producer kept, no transaction begun"
+
+
+def test_the_committed_offset_is_asked_again_while_the_coordinator_moves() -> None:
+    from confluent_kafka import TopicPartition
+
+    from runtime.kafka.transactions import CommittedOffsets
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"})
+    real = offsets._c
+    answers: list[Any] = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)),
+                          KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
+                          [TopicPartition("in", 3, 42)]]
+
+    def committed(parts: Any, timeout: float) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    offsets._c = types.SimpleNamespace(committed=committed, close=real.close)  # type: ignore[assignment]
+    try:
+        assert offsets.of(("in", 3), 10.0) == 42 and answers == []
+    finally:
+        real.close()
 
 
 def test_records_an_earlier_transaction_committed_are_left_out() -> None:
@@ -314,6 +403,26 @@ def test_a_timed_out_abort_is_asked_again_once_then_given_up(
     txns = BatchTransactions(client, 2.0)  # type: ignore[arg-type]
     assert txns.abort() is acknowledged
     assert client.calls == calls
+
+
+def test_a_refused_commit_is_not_aborted_on_top_its_producer_is_replaced() -> None:
+    """The commit phase is bounded by one timeout, so the supervisor's bound on it can be
+    tight (librdkafka#5511 hangs send_offsets_to_transaction for good): the abort that
+    followed a refused commit took up to two more, and the producer is replaced anyway."""
+    client = _TxnClient(None)
+    waits: list[float] = []
+    client.send_offsets_to_transaction = lambda offsets, meta, timeout: waits.append(timeout)  # type: ignore[attr-defined]
+
+    def refused(timeout: float) -> None:
+        waits.append(timeout)
+        raise KafkaException(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True))
+
+    client.commit_transaction = refused  # type: ignore[attr-defined]
+    txns = BatchTransactions(client, 30.0, commit_timeout_s(30.0))  # type: ignore[arg-type]
+    with pytest.raises(TransactionAborted, match="not committed"):
+        txns.commit({("in", 0): 5}, b"meta")
+    assert client.calls == 0, "no abort"
+    assert waits[0] == 5.0 and waits[1] <= 5.0, "the commit's own timeout, not the delivery's 30 s"
 
 
 _WORKERS = '\n[workers]\nplugin = "workers.fingerprint"\n'

@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 
+from runtime.kafka.group_committed import Committed
 from runtime.kafka.group_offsets import GAP_MAX, GroupOffsets
 
 
@@ -58,13 +59,19 @@ class FakeAdmin:
         self.isolation.append(kwargs["isolation_level"])
         return {tp: self._f(SimpleNamespace(offset=self.ends[(tp.topic, tp.partition)])) for tp in requests}
 
-    def list_consumer_group_offsets(self, groups: list[Any], **kwargs: Any) -> dict[str, Future[Any]]:
-        self.asked.append("stable" if kwargs.get("require_stable") else "committed")
-        parts = [TopicPartition(t, p, o) for t, p, o in self.committed]
-        if self.unstable:  # a transaction's offsets pending: the broker answers this partition so
+    def read_committed(self, names: Any, patterns: Any, stable: bool,
+                       timeout_s: float | None = None) -> Future[Any]:
+        """GroupCommitted.ask: the topics named and those of the metadata (``partitions``) the
+        patterns match, and the group's offsets there."""
+        self.asked.append("stable" if stable else "committed")
+        topics = {t for t in self.partitions if t in names or any(p.search(t) for p in patterns)}
+        offsets = {(t, p): o for t, p, o in self.committed if t in topics}
+        refused = {}
+        if self.unstable and offsets:  # a transaction's offsets pending: the broker answers one so
             self.unstable -= 1
-            parts[0].error = KafkaException("UNSTABLE_OFFSET_COMMIT").args[0]
-        return {"g": self._f(SimpleNamespace(topic_partitions=parts))}
+            refused[min(offsets)] = "UNSTABLE_OFFSET_COMMIT"
+            offsets.pop(min(offsets))
+        return self._f(Committed(offsets, refused, frozenset(topics)))
 
 
 def turns(group: GroupOffsets, committed: bool, n: int = 3) -> None:
@@ -113,7 +120,7 @@ def make(topics: list[str] | None = None, gaps: FakeGaps | None = None, reader: 
     clock, admin = Clock(), FakeAdmin()
     group = GroupOffsets({"group.id": "g", **props}, topics or ["t"], interval_s=1.0, timeout_s=10.0,
                          clock=clock, admin=lambda: admin, gaps=gaps or FakeGaps(),
-                         read_ends=reader or FakeReadEnds())
+                         read_ends=reader or FakeReadEnds(), committed=admin.read_committed)
     return group, admin, clock
 
 
@@ -240,19 +247,24 @@ def test_read_uncommitted_asks_for_the_high_watermark_and_an_empty_partition_is_
     assert group.standing().complete and group.standing().left(set()) == {}
 
 
-def test_under_a_pattern_the_topics_are_those_assigned_and_those_the_group_committed_to() -> None:
+def test_under_a_pattern_the_topics_are_those_the_metadata_matches_and_those_assigned() -> None:
     group, admin, clock = make(["^in-.*"])
-    admin.partitions = {"in-a": 1, "in-b": 1}
+    admin.partitions = {"in-a": 1, "in-b": 1, "out": 1}
     admin.ends = {("in-a", 0): 5, ("in-b", 0): 6}
     admin.committed = [("in-b", 0, 6), ("out", 0, 3)]
     group.refresh(True)
-    assert admin.asked == ["committed"], "no topic known yet"
-    group.note([("in-a", 0)])
+    assert admin.asked == ["committed"], "no topic known yet: the committed read finds them"
     clock.now += 1.5
     turns(group, True)
     s = group.standing()
     assert s.complete and dict(s.ends) == {("in-a", 0): 5, ("in-b", 0): 6}
+    assert dict(s.committed) == {("in-b", 0): 6}, "not the topic the pattern does not match"
     assert s.left(set()) == {("in-a", 0): None}
+    group2, admin2, _ = make(["^in-.*"])
+    admin2.partitions = {}  # the metadata has not the topic yet, the member was assigned it
+    group2.note([("in-c", 0)])
+    group2.refresh(True)
+    assert admin2.asked[:1] == ["topics"], "an assigned topic is the group's"
 
 
 def test_a_stopping_member_asks_for_nothing_more() -> None:

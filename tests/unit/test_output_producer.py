@@ -162,6 +162,28 @@ def test_transient_errors_are_outages_whatever_the_topic(code: int) -> None:
     assert not is_records_fault(err(code), "out", OWN)
 
 
+# Every error the Kafka protocol calls retriable (the Java client's RetriableException
+# subclasses; INVALID_MSG is librdkafka's CORRUPT_MESSAGE): the broker's answer to a cluster in
+# trouble, never a record's fault. Issue 40: a replicated cluster refuses outputs with
+# NOT_ENOUGH_REPLICAS while its ISR is short.
+RETRIABLE = ["NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "NOT_LEADER_OR_FOLLOWER",
+             "LEADER_NOT_AVAILABLE", "REQUEST_TIMED_OUT", "NETWORK_EXCEPTION", "INVALID_MSG",
+             "KAFKA_STORAGE_ERROR", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH", "OFFSET_NOT_AVAILABLE",
+             "CONCURRENT_TRANSACTIONS", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+             "NOT_COORDINATOR", "THROTTLING_QUOTA_EXCEEDED", "UNSTABLE_OFFSET_COMMIT",
+             "PREFERRED_LEADER_NOT_AVAILABLE", "REBALANCE_IN_PROGRESS"]
+
+
+@pytest.mark.parametrize("name", RETRIABLE)
+def test_every_retriable_broker_error_is_an_outage_of_the_configured_topics(name: str) -> None:
+    code = getattr(CKError, name, None)
+    if code is None and name == "NOT_LEADER_OR_FOLLOWER":  # this client's name for it
+        code = CKError.NOT_LEADER_FOR_PARTITION
+    assert code is not None, name
+    for topic in ("out", "dlq", ROUTED):
+        assert not is_records_fault(err(code), topic, OWN), f"{name} on {topic} would be dead-lettered"
+
+
 def test_the_classes_do_not_overlap() -> None:
     assert not RECORD_ERRORS & TOPIC_ERRORS and not (RECORD_ERRORS | TOPIC_ERRORS) & PRODUCER_STATE_ERRORS
 
@@ -320,6 +342,36 @@ def test_a_fatal_client_error_makes_the_producer_broken_and_fails_delivery_at_on
         producer.deliver(30.0)
     assert time.monotonic() - started < 5, "a broken producer does not wait out the timeout"
     assert fake.purges and fake.purges[0][:2] == (True, False)
+
+
+def test_a_fenced_transactional_producer_is_an_outage_never_the_records_fault(
+        producer: OutputProducer, fake: FakeProducer) -> None:
+    """confluent-kafka leaves a fenced transactional producer's fatal error pending while it
+    runs the delivery callbacks (a three-node cluster, a frozen coordinator woken up): a call
+    into the client in a callback, and the flush, end in SystemError. It escaped deliver(), and
+    the plugin's retry path took it for the plugin's exception."""
+    fenced = KafkaException(CKError(CKError._FENCED, "fenced by a newer instance", fatal=True))
+
+    class Pending(FakeMsg):
+        def topic(self) -> str:
+            raise SystemError("<method 'topic'> returned a result with an exception set") from fenced
+
+    real_flush = fake.flush
+
+    def flush(timeout: float) -> int:
+        for m in fake.queue:
+            m.__class__ = Pending
+        fake.reports.extend((m, err(CKError._PURGE_QUEUE)) for m in fake.queue)
+        fake.queue = []
+        fake._serve()
+        raise SystemError("<method 'flush'> returned NULL without setting an exception")
+
+    fake.flush = flush  # type: ignore[method-assign]
+    producer.produce("out", b"a")
+    with pytest.raises(DeliveryFailed, match="fatal producer error"):
+        producer.deliver(5.0)
+    assert producer.broken and "fenced by a newer instance" in (producer.fatal or "")
+    fake.flush = real_flush  # type: ignore[method-assign]
 
 
 def test_a_transient_client_error_does_not_break_the_producer(producer: OutputProducer) -> None:

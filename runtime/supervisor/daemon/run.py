@@ -25,7 +25,7 @@ from runtime.kafka.producer import OutputProducer
 from runtime.kafka.properties import consumer_properties, producer_properties, share_consumer_properties
 from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
 from runtime.kafka.transactions import transactional_id
-from runtime.ops import backstop
+from runtime.ops import backstop, member_slot
 from runtime.ops.admin_server import AdminServer
 from runtime.ops.cluster import cluster_problem, wait_for_cluster
 from runtime.ops.control import OperatorPauses
@@ -60,17 +60,16 @@ class RunResult:
     error: RingmasterError | None = None
 
 
-def worker_spec(settings: Settings,
-                segments: SegmentSet | None) -> Callable[[int, int, str, PluginCode], WorkerSpec]:
+def worker_spec(settings: Settings, segments: SegmentSet | None,
+                member: str = "") -> Callable[[int, int, str, PluginCode], WorkerSpec]:
     """What a worker is started with. ``segments`` None: a worker that never reads a ring
-    (``ringmaster check``'s probe)."""
+    (``ringmaster check``'s probe). ``member``: what names this daemon in its workers'
+    transactional ids (``transaction_member``)."""
     dl = settings.dead_letter
     epochs_path = "" if segments is None else str(segments.dir / f"{segments.prefix}epochs")
     exactly_once = settings.output.guarantee == "exactly-once" and segments is not None
     group_path = str(segments.dir / f"{segments.prefix}group") if exactly_once and segments else ""
-    # Stable per member and slot (runtime/kafka/transactions.py): the static member's
-    # group.instance.id, else this host and process (two daemons of one group on one host).
-    member = str(settings.kafka.consumer.get("group.instance.id") or f"{socket.gethostname()}-{os.getpid()}")
+    member = member or f"{socket.gethostname()}-{os.getpid()}"
 
     def spec(index: int, incarnation: int, segment_path: str, code: PluginCode) -> WorkerSpec:
         return WorkerSpec(
@@ -87,6 +86,19 @@ def worker_spec(settings: Settings,
             group_metadata_path=group_path,
             group_props=offsets_reader_properties(settings) if exactly_once else {})
     return spec
+
+
+def transaction_member(settings: Settings, release: contextlib.ExitStack) -> str:
+    """What names this daemon in its workers' transactional ids (runtime/kafka/transactions.py),
+    stable across its death and replacement so that the replacement fences what it left open:
+    the static member's ``group.instance.id``, else this host and the slot this daemon holds
+    among the group's daemons on it (runtime/ops/member_slot.py), let go of at exit."""
+    static = settings.kafka.consumer.get("group.instance.id")
+    if static:
+        return str(static)
+    slot = member_slot.claim(settings.kafka.group_id)
+    release.callback(slot.release)
+    return member_slot.member_name(socket.gethostname(), slot.index)
 
 
 def offsets_reader_properties(settings: Settings) -> dict[str, Any]:
@@ -206,9 +218,11 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
             if settings.output.guarantee == "exactly-once":
                 group_cell = GroupMetadataCell(segments.create("group", GROUP_METADATA_BYTES).buf)
                 release.callback(group_cell.release)
+            txn_member = transaction_member(settings, release) if group_cell is not None else ""
             # One slot more than max_processes: a reload's first new worker runs beside the old ones.
             pool = WorkerPool(segments, w.processes, w.ring_bytes, w.start_method,
-                              worker_spec(settings, segments), max_slots=w.process_limit + 1, sources=sources)
+                              worker_spec(settings, segments, txn_member), max_slots=w.process_limit + 1,
+                              sources=sources)
             release.callback(_release_pool, pool)
             consumer = _consumer(settings, pool, group_cell)
             release.callback(_close_consumer, consumer)

@@ -24,6 +24,19 @@ workers skip every frame of the old one), wait only for the batches in progress,
 is done, forget; a worker that will not let go within ``revoke_timeout_s`` is killed. Its
 time does not grow with how full the rings are.
 
+**A loss is fenced, not waited for.** Lost partitions are someone else's already (the
+session timed out: a coordinator frozen or away, the member cut off from it), nothing of
+them can be committed, and a batch still in progress is a zombie whatever this member does.
+Waiting for it only held the loop, and on a frozen node the batches in progress are stuck on
+that same node (outputs waiting for a frozen follower's acknowledgement, a transaction for its
+coordinator): after ``revoke_timeout_s`` their workers were killed, and the new ones sat in
+start-up behind the same node after it woke (issue 40). So a loss fences and forgets at once;
+a batch in progress finishes on its own, its result counted for nothing. Under at-least-once
+its outputs are duplicates, which may land after those of the partition's next owner (this
+member again, if it gets the partition back); under exactly-once its transaction carries the
+generation it started in and is refused (runtime/worker/transactional.py). A worker stuck
+past its own bounds is still ended by the workforce (``batch_timeout_s``, the delivery wait).
+
 Runs in: rebalance callbacks (and the stop, which is a release of everything).
 """
 
@@ -114,7 +127,8 @@ class Rebalance:
 
     def on_lost(self, tps: list[TP]) -> None:
         """Runs in: rebalance callback. The partitions are already someone else's: fence and
-        wait as for a revocation, but commit nothing (it would be refused)."""
+        forget them, commit nothing (it would be refused), wait for no batch in progress (see
+        the module's docstring)."""
         self.rebalances += 1
         self.release(tps, commit=False)
 
@@ -127,9 +141,10 @@ class Rebalance:
         if not parts:
             self._changes.append(Released(tuple(tps)))
             return []
-        still_busy = self.datapath.join(parts, started + self.revoke_timeout_s)
-        self.datapath.terminate(still_busy, f"still busy on a revoked partition after "
-                                            f"supervisor.revoke_timeout_s ({self.revoke_timeout_s:g} s)")
+        if commit:  # a loss waits for nothing: its batches in progress are zombies either way
+            still_busy = self.datapath.join(parts, started + self.revoke_timeout_s)
+            self.datapath.terminate(still_busy, f"still busy on a revoked partition after "
+                                                f"supervisor.revoke_timeout_s ({self.revoke_timeout_s:g} s)")
         # What invariant 5 bounds: fencing and the batch in progress. The commit that
         # follows is a broker round trip (slower while the group is rebalancing).
         fenced_ms = round((self.clock() - started) * 1000, 1)

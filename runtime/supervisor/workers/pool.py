@@ -38,7 +38,7 @@ from runtime.supervisor.workers.snapshots import PluginSources
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock
 from runtime.transport.frames import FATAL, Result, decode_result
 from runtime.transport.ring import Doorbell, MessageReader, Ring
-from runtime.transport.shm import Segment, SegmentSet, check_space
+from runtime.transport.shm import Segment, SegmentSet, check_space, reclaim_stale
 from runtime.worker.process import probe_main, run_worker
 from runtime.worker.signal_mask import signals_held_for_spawn
 from runtime.worker.spec import WorkerSpec
@@ -272,6 +272,12 @@ class WorkerPool:
             if _is_zombie(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
+
+    def reclaim_dead_runs(self) -> None:
+        """Unlink the segments of supervisors that died in this directory (a SIGKILLed daemon of
+        the same group on this host, and no replacement started there to reclaim them at its
+        start): they would hold memory until the next start."""
+        reclaim_stale(self._segments.dir)
 
     def kill_strays(self) -> None:
         """At exit: nothing a plugin started survives the supervisor (invariant 7)."""

@@ -58,6 +58,7 @@ import psutil
 from runtime.backoff import backoff_s
 from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
+from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
@@ -68,6 +69,7 @@ log = logging.getLogger("ringmaster.workforce")
 NO_LIMIT = 1 << 62  # allowance(): a worker with no max_batches may hold any number of batches
 _KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this
 _WATCH_S = 2.0  # psutil checks: memory, open files, processes the plugin started
+_RECLAIM_S = 30.0  # a look for segments of supervisors that died beside this one
 # A worker holding this share of its RLIMIT_NOFILE is recycled between batches: a plugin that
 # leaks descriptors would otherwise fail every record with EMFILE (issue 17.8).
 _FD_RECYCLE_SHARE = 0.8
@@ -159,13 +161,16 @@ class Workforce(Generic[S]):
         """``delivery_timeout_s``: output.delivery_timeout_s (a delivery wait far past it is killed)."""
         self.w = w
         self.delivery_bound_s = 2 * delivery_timeout_s + 30
-        # Exactly-once: sending the offsets and committing take at most delivery_timeout_s
-        # each. Past that the worker is blocked in librdkafka: send_offsets_to_transaction
-        # waits without a deadline while the transaction coordinator answers
-        # CONCURRENT_TRANSACTIONS (after a broker stall, until the broker's own transaction
-        # timeout: docs/exactly-once.md, Limits). Killing it sooner lets its successor's
-        # init_transactions fence it as soon as the broker lets it.
-        self.commit_bound_s = 2 * delivery_timeout_s + 10
+        # Exactly-once: sending the offsets and committing take at most commit_timeout_s
+        # together (runtime/kafka/transactions.py; a failed commit is not aborted: the producer
+        # is replaced, and its successor's init_transactions aborts what it left open). Past
+        # that the worker is blocked in librdkafka, whose send_offsets_to_transaction ignores
+        # its timeout (librdkafka#5456) and hangs when the group coordinator's node left the
+        # cluster (#5511: a coordinator killed or frozen on a three-node cluster, issue 40), or
+        # while the transaction coordinator answers CONCURRENT_TRANSACTIONS after a broker
+        # stall (docs/exactly-once.md, Limits). Killed, its successor's init_transactions
+        # fences it.
+        self.commit_bound_s = commit_timeout_s(delivery_timeout_s) + 5
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
@@ -174,6 +179,7 @@ class Workforce(Generic[S]):
         self.start_failures = 0  # in a row, all workers, before started_once
         self.fatal: RingmasterError | None = None
         self._last_watch = 0.0
+        self._last_reclaim = 0.0
         self.stopping = False
 
     # ------------------------------------------------------------------ queries
@@ -345,6 +351,9 @@ class Workforce(Generic[S]):
             self.pool.watch_descendants()
             self.pool.reap_orphans()
             self._recycle_if_needed(in_rings, watch=True)
+        if now - self._last_reclaim >= _RECLAIM_S:
+            self._last_reclaim = now
+            self.pool.reclaim_dead_runs()
         elif self.w.max_batches:
             self._recycle_if_needed(in_rings, watch=False)
         return deaths
