@@ -1,7 +1,7 @@
 """The naive peer, simulated: ``multiprocessing.Pool(N).imap_unordered(work, records,
 chunksize=100)`` fed by one parent that consumes the records. The parent is serial and pays
 the same costs as the supervisor (per record fetched, per chunk sent, per chunk's result
-read); a chunk leaves once its 100 records have arrived and the parent has read them; the
+read, and its loop's turn); a chunk leaves once its 100 records have arrived and the parent has read them; the
 N workers take chunks first come, first served, each paying the per-batch cost once per
 chunk. No order is kept, nothing is committed: this is the peer's upper bound."""
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from benchkit.sim.world import Costs, Topic
 
 CHUNK = 100
+POLL = 1000  # records the parent asks consume() for
 
 
 @dataclass
@@ -31,7 +32,9 @@ def simulate_pool(topic: Topic, workers: int, costs: Costs, batch_us: float) -> 
     busy = [0.0] * workers
     latencies: list[float] = []
     end = 0.0
-    per_chunk_s = (costs.frame_us + costs.result_us) / 1e6
+    # Per chunk: sending it and reading its result, and a share of the parent's turn: one
+    # consume(1000) a turn, as the benches' parent (scripts/benchkit/runners.py).
+    per_chunk_s = (costs.frame_us + costs.result_us + costs.tick_us * CHUNK / POLL) / 1e6
     for i in range(0, len(records), CHUNK):
         chunk = records[i:i + CHUNK]
         for t, _p, _o in chunk:  # the parent reads each record once it has arrived
