@@ -18,6 +18,7 @@ moves exceeds the simulator's, that excess is what a move costs here.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -76,11 +77,12 @@ def analyse(calls: list[Call]) -> dict[str, Any]:
         by_pid.setdefault(c.pid, []).append(c)
     worker_gap = {"stay": [], "move": []}
     for seq in by_pid.values():
-        for a, b in zip(seq, seq[1:]):
+        for a, b in itertools.pairwise(seq):
             worker_gap["move" if b in moved_in else "stay"].append((b.start - a.end) / 1e3)
     span = (t1 - t0) / 1e9
     busy = [sum(c.end - c.start for c in seq) / 1e9 / span for seq in by_pid.values()]
-    per_record = {"cold": [(c.end - c.start) / 1e3 / c.records for c in calls if c in moved_in and c.records > 1],
+    per_record = {"cold": [(c.end - c.start) / 1e3 / c.records for c in calls
+                           if c in moved_in and c.records > 1],
                   "warm": [(c.end - c.start) / 1e3 / c.records for c in calls
                            if c not in moved_in and c.records > 1]}
     return {"span_s": span, "calls": len(calls), "moves": len(moved_in), "busy": busy,
@@ -128,20 +130,25 @@ def main() -> int:
             if args.outputs:
                 out_topic = f"{topic}-out"
                 ensure_topics(broker.bootstrap, [out_topic], partitions=args.partitions)
-                env |= {"RINGMASTER__OUTPUT__TOPIC": out_topic, "RINGMASTER__WORKERS__SETTINGS__OUTPUTS": "true"}
+                env |= {"RINGMASTER__OUTPUT__TOPIC": out_topic,
+                        "RINGMASTER__WORKERS__SETTINGS__OUTPUTS": "true"}
             started = time.monotonic()
-            r = bench.run_ringmaster(broker.bootstrap, topic, records, "cpu", iterations, args.workers, tmp, env)
+            r = bench.run_ringmaster(broker.bootstrap, topic, records, "cpu", iterations, args.workers, tmp,
+                                     env)
             a = analyse(read_timelines(timeline))
-            print(f"run {run + 1}: {r['records'] / r['window_s']:,.0f} records/s ({time.monotonic() - started:.1f} s"
+            wall = time.monotonic() - started
+            print(f"run {run + 1}: {r['records'] / r['window_s']:,.0f} records/s ({wall:.1f} s"
                   f" wall), load average {os.getloadavg()[0]:.1f}; {a['calls']} calls, {a['moves']} moves; "
                   f"busy {' '.join(f'{b:.3f}' for b in a['busy'])} of {a['span_s']:.2f} s")
             for kind in ("stay", "move"):
-                print(f"  worker gap before a call whose partition {'was there' if kind == 'stay' else 'moved in'} "
+                came = "was there" if kind == "stay" else "moved in"
+                print(f"  worker gap before a call whose partition {came} "
                       f"(µs): {_q(a['worker_gap'][kind])}")
                 print(f"  partition gap, {'same worker' if kind == 'stay' else 'another worker'} (µs): "
                       f"{_q(a['lane_gap'][kind])}")
             for kind in ("warm", "cold"):
-                print(f"  µs a record, {kind} ({'first batch after a move' if kind == 'cold' else 'the rest'}): "
+                which = "first batch after a move" if kind == "cold" else "the rest"
+                print(f"  µs a record, {kind} ({which}): "
                       f"{_q(a['per_record'][kind])}")
     for ack_us in (0.0, 500.0):
         s = simulate(args.partitions, args.workers, records, work_us, ack_us)

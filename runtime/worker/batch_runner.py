@@ -156,7 +156,8 @@ class BatchRunner:
                           scope=d.scope)
         discarded = self.route.take_discarded()
         if self._unsettled:
-            self.in_flight = InFlight(head, len(records), outcome.output_count - discarded, len(outcome.failures),
+            self.in_flight = InFlight(head, len(records), outcome.output_count - discarded,
+                                      len(outcome.failures),
                                       discarded, (time.monotonic() - started) * 1000)
             return None
         self._synchronous.discard(frame.slot)
@@ -196,7 +197,8 @@ class BatchRunner:
             self.board.set_phase(phase)
         if failed is None:
             self.on_settled(Result(DONE, *prev.head, processed=prev.processed, outputs=prev.outputs,
-                                   dead_letters=prev.dead_letters, busy_ms=prev.busy_ms, discarded=prev.discarded))
+                                   dead_letters=prev.dead_letters, busy_ms=prev.busy_ms,
+                                   discarded=prev.discarded))
             return
         self._renew_producer_if_broken()
         self._synchronous.add(prev.slot)

@@ -482,7 +482,8 @@ class RingWorker:
     def _report(self, f: Any) -> None:
         from runtime.transport.frames import DONE
 
-        self.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns))))
+        done = Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns))
+        self.messages.append(encode_result(done))
 
     def step(self) -> None:
         from runtime.transport.frames import FENCED, decode_frame

@@ -76,7 +76,8 @@ def echo(refuse: set[int] | None = None) -> Plugin:
 
 def frame(batch_id: int, slot: int, first: int, n: int = 3) -> BatchFrame:
     values = [f"s{slot}o{first + i}".encode() for i in range(n)]
-    return BatchFrame(batch_id, slot, 1, "in", slot, Columns(first, None, [None] * n, values, None, 0, [0] * n))
+    columns = Columns(first, None, [None] * n, values, None, 0, [0] * n)
+    return BatchFrame(batch_id, slot, 1, "in", slot, columns)
 
 
 def runner(plugin: Plugin, producer: FakeProducer, reports: list[Result]) -> BatchRunner:
@@ -205,7 +206,8 @@ def test_outputs_in_flight_when_their_batch_is_deferred_are_written_again_when_i
     from runtime.plugin import Reject
 
     def process(batch: Sequence[Record]) -> list[Any]:
-        return [Output(x.value) for x in batch if x.offset != 1] + [Reject(x, "no") for x in batch if x.offset == 1]
+        return ([Output(x.value) for x in batch if x.offset != 1]
+                + [Reject(x, "no") for x in batch if x.offset == 1])
 
     producer, reports = FakeProducer(), []
     r = runner(Plugin("p", process, None, None), producer, reports)

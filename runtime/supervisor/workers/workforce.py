@@ -62,7 +62,14 @@ from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
-from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_SETTLE, PHASE_WAIT
+from runtime.transport.board import (
+    PHASE_CALL,
+    PHASE_COMMIT,
+    PHASE_DELIVER,
+    PHASE_IDLE,
+    PHASE_SETTLE,
+    PHASE_WAIT,
+)
 
 log = logging.getLogger("ringmaster.workforce")
 

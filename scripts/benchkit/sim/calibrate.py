@@ -98,8 +98,9 @@ def measure(case: Case) -> dict[str, Any]:
         m.undo()
     # "frames" and "turns" wrap calls that "world" wraps too: the world's time is taken out once.
     own = (m.ns["run"] - m.ns["world"] - m.ns["cut"]) / 1000
-    return {"partitions": case.partitions, "workers": case.workers, "turns": m.n["turns"], "batches": m.n["frames"],
-            "records": m.n["cut"], "cut_us": m.ns["cut"] / 1000, "loop_us": own, "unit_us": unit}
+    return {"partitions": case.partitions, "workers": case.workers, "turns": m.n["turns"],
+            "batches": m.n["frames"], "records": m.n["cut"], "cut_us": m.ns["cut"] / 1000, "loop_us": own,
+            "unit_us": unit}
 
 
 def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -108,22 +109,23 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
     a = [[r["turns"], r["turns"] * r["partitions"], r["turns"] * r["workers"], r["batches"]] for r in rows]
     base, per_partition, per_worker, per_batch = _least_squares(a, [r["loop_us"] for r in rows])
     per_record = sum(r["cut_us"] for r in rows) / sum(r["records"] for r in rows)
-    return {"turn_us": float(base), "turn_partition_us": float(per_partition), "turn_worker_us": float(per_worker),
+    return {"turn_us": float(base), "turn_partition_us": float(per_partition),
+            "turn_worker_us": float(per_worker),
             "batch_us": float(per_batch), "cut_record_us": float(per_record)}
 
 
 def _least_squares(a: list[list[float]], y: list[float]) -> list[float]:
     """x minimising |a x - y|: the normal equations, solved by elimination (a few unknowns)."""
     n = len(a[0])
-    m = [[sum(row[i] * row[j] for row in a) for j in range(n)] + [sum(row[i] * v for row, v in zip(a, y))]
-         for i in range(n)]
+    m = [[sum(row[i] * row[j] for row in a) for j in range(n)]
+         + [sum(row[i] * v for row, v in zip(a, y, strict=True))] for i in range(n)]
     for c in range(n):
         pivot = max(range(c, n), key=lambda r: abs(m[r][c]))
         m[c], m[pivot] = m[pivot], m[c]
         for r in range(n):
             if r != c and m[c][c]:
                 f = m[r][c] / m[c][c]
-                m[r] = [x - f * z for x, z in zip(m[r], m[c])]
+                m[r] = [x - f * z for x, z in zip(m[r], m[c], strict=True)]
     return [m[i][n] / m[i][i] if m[i][i] else 0.0 for i in range(n)]
 
 
@@ -146,8 +148,9 @@ def calibrate(args: argparse.Namespace, console: Any) -> int:
         lines.append(f"| {name} | {r['turns']:,} | {r['batches']:,} | {r['loop_us'] / r['turns']:.0f} | "
                      f"{r['cut_us'] / max(1, r['records']):.2f} |")
     unit = min(r["unit_us"] for r in rows)
-    lines += ["", f"Fit (CPU µs of this host, where spin({_UNIT_ITERATIONS}) took {unit:.1f} µs): a turn {f['turn_us']:.0f} + {f['turn_partition_us']:.1f} a "
-                  f"partition + {f['turn_worker_us']:.1f} a worker; a batch (frame and result) {f['batch_us']:.1f}; "
+    lines += ["", f"Fit (CPU µs of this host, where spin({_UNIT_ITERATIONS}) took {unit:.1f} µs): "
+                  f"a turn {f['turn_us']:.0f} + {f['turn_partition_us']:.1f} a partition + "
+                  f"{f['turn_worker_us']:.1f} a worker; a batch (frame and result) {f['batch_us']:.1f}; "
                   f"a record cut {f['cut_record_us']:.2f}."]
     console.print("\n".join(lines))
     out = Path(args.out)

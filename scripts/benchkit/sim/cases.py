@@ -39,7 +39,7 @@ class Case:
     # run (issue 24). 0 in the standard cases, as in the issue's own simulation; the "acks"
     # cases set 0.5 ms.
     ack_us: float = 0.0
-    pipelined: bool | None = None  # workers run a batch while the last one's acks come (None: as the daemon's)
+    pipelined: bool | None = None  # workers run a batch while the last one's acks come (None: as the daemon)
     workers_settings: dict[str, Any] = field(default_factory=dict)  # more [workers] settings
     client: Client | None = None  # how the Kafka client fetches (None: as the daemon's properties say)
     costs_: Costs | None = None  # the supervisor's costs, if not the defaults with sup_us a record

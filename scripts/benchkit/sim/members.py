@@ -37,13 +37,14 @@ def host_rate(cores: int, members: int, partitions: int, records: int, work_us: 
     for w, p in zip(workers, parts, strict=True):
         if (w, p) not in runs:
             runs[(w, p)] = run_ringmaster(Case(f"{members} members", workers=w, partitions=p,
-                                               records=records * p // partitions, work_us=work_us, sup_us=sup_us,
-                                               ordering=ordering))
+                                               records=records * p // partitions, work_us=work_us,
+                                               sup_us=sup_us, ordering=ordering))
         out = runs[(w, p)]
         spans.append(out.elapsed_s)
         busy += out.busy
         sup.append(out.supervisor_busy)
-    return {"members": members, "workers": workers, "partitions": parts, "records_per_s": records / max(spans),
+    return {"members": members, "workers": workers, "partitions": parts,
+            "records_per_s": records / max(spans),
             "supervisor_busy": sum(sup) / len(sup), "worker_busy": sum(busy) / len(busy)}
 
 
@@ -52,7 +53,8 @@ def simulate_members(args: argparse.Namespace, console: Any) -> int:
     rows = []
     for work_us in (2.0, 5.0, 10.0, 20.0):
         records = int(args.simulate_member_seconds * cores * 1e6 / (work_us + 2.0))
-        pool = run_pool(Case("pool", workers=cores - 1, partitions=32, records=records, work_us=work_us, sup_us=2.0))
+        pool = run_pool(Case("pool", workers=cores - 1, partitions=32, records=records, work_us=work_us,
+                             sup_us=2.0))
         pool_rate = records / pool.elapsed_s
         for m in (1, 2, 3, 4, 6, 8):
             if cores - m < m:
@@ -62,7 +64,8 @@ def simulate_members(args: argparse.Namespace, console: Any) -> int:
             rows.append(r)
             console.print(f"  {work_us:g} µs, {m} member(s), workers {'+'.join(map(str, r['workers']))}: "
                           f"{r['records_per_s']:,.0f} records/s ({r['records_per_s'] / pool_rate:.2f}× Pool("
-                          f"{cores - 1})), supervisors {r['supervisor_busy']:.0%} busy, workers {r['worker_busy']:.0%}")
+                          f"{cores - 1})), supervisors {r['supervisor_busy']:.0%} busy, "
+                          f"workers {r['worker_busy']:.0%}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "simulation-members.json").write_text(json.dumps(rows, indent=2))

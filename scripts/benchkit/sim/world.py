@@ -86,8 +86,10 @@ class Client:
         def num(name: str, default: float) -> float:
             return float(props.get(name, default))
 
-        return cls(partition_records=max(1, int(num("max.partition.fetch.bytes", 1 << 20) / WIRE_BYTES_PER_RECORD)),
-                   queue_records=max(1, int(num("queued.max.messages.kbytes", 1 << 16) * 1024 / WIRE_BYTES_PER_RECORD)),
+        per_partition = num("max.partition.fetch.bytes", 1 << 20)
+        queue_bytes = num("queued.max.messages.kbytes", 1 << 16) * 1024
+        return cls(partition_records=max(1, int(per_partition / WIRE_BYTES_PER_RECORD)),
+                   queue_records=max(1, int(queue_bytes / WIRE_BYTES_PER_RECORD)),
                    wait_max_s=num("fetch.wait.max.ms", 500) / 1000,
                    backoff_s=num("fetch.queue.backoff.ms", 1000) / 1000)
 
@@ -160,7 +162,7 @@ class SimWorker:
     records: int = 0
     batches: int = 0
     queued_bytes: int = 0
-    delivering: tuple[Frame, float] | None = None  # a batch whose outputs the broker has not acknowledged (when)
+    delivering: tuple[Frame, float] | None = None  # a batch whose outputs are not acknowledged yet (when)
     settling: bool = False  # waiting for acknowledgements: nothing starts until they are in
     finished: Frame | None = None  # done by the plugin, its outputs waiting for the batch before's
 
@@ -189,7 +191,7 @@ class World:
         self.latencies: list[float] = []
         self.lane_moves = 0
         self._lane_at: dict[Any, int] = {}
-        self._ends: list[tuple[float, int, int]] = []  # (time, worker, _END/_SETTLED): each worker's next event
+        self._ends: list[tuple[float, int, int]] = []  # (time, worker, _END/_SETTLED): workers' next events
         self.fetcher: Fetcher | None = None  # the client's fetch thread (SimConsumer sets it)
 
     # ------------------------------------------------------------------ time
@@ -373,7 +375,8 @@ class Fetcher:
 
     def _fetchable(self) -> list[int]:
         arrivals = self.world.topic.arrivals
-        return [p for p in range(len(arrivals)) if p not in self.paused and self.fetch_at[p] < len(arrivals[p])]
+        return [p for p in range(len(arrivals))
+                if p not in self.paused and self.fetch_at[p] < len(arrivals[p])]
 
     def fire(self, at: float) -> None:
         if self._in_flight is not None:
