@@ -35,8 +35,8 @@ sys.path[:0] = [str(ROOT / "scripts"), str(ROOT)]
 import bench  # noqa: E402
 from benchkit.work import calibrate  # noqa: E402
 
+from runtime.dev.tansu import DevBroker  # noqa: E402
 from runtime.kafka.admin import ensure_topics  # noqa: E402
-from runtime.ops.devbroker import DevBroker  # noqa: E402
 
 
 @dataclass(frozen=True)

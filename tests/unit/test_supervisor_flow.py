@@ -577,12 +577,12 @@ def test_a_worker_that_reports_in_a_tick_gets_the_batch_waiting_for_it_in_that_t
     left idle until the next tick (issue 24: placing by what the tick began with)."""
     sup, consumer, _clock, pool = make()
     assign(sup, consumer, [TP0])
-    b1, _b2, b3 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(3))
+    b1, _b2, _b3, b4 = (enqueue(sup, TP0, i + 1, i * 10, i * 10 + 9) for i in range(4))
     sup.scheduler.dispatch(sup.capacity())
-    assert sup.scheduler.count(0) == 2 and not sup.scheduler.out_on(0, b3.batch_id), "the ring is full"
+    assert sup.scheduler.count(0) == 3 and not sup.scheduler.out_on(0, b4.batch_id), "the ring is full"
     done(pool, 0, b1)
     sup.tick()
-    assert sup.scheduler.out_on(0, b3.batch_id), "placed in the tick that read the result"
+    assert sup.scheduler.out_on(0, b4.batch_id), "placed in the tick that read the result"
 
 
 def test_a_worker_that_reports_running_out_in_a_tick_is_given_nothing_more_in_it() -> None:

@@ -72,12 +72,9 @@ log = logging.getLogger("ringmaster.scheduler")
 
 # Batches queued in a ring behind the one running: a worker that finishes one starts the next
 # without waiting for the supervisor (CPython's ProcessPoolExecutor names it EXTRA_QUEUED_CALLS).
-# A worker that delivers pipelined (runtime/worker/batch_runner.py) has one more out: the batch
-# whose outputs are in flight, reported only when the one after it is done. Without the
-# third, the worker found its ring empty as the second finished and waited for the broker: in
-# the simulator's "acks" cases pipelining then won 0.3-1 % of ideal; with it, 2-3 %.
-_EXTRA_QUEUED = 1
-_EXTRA_QUEUED_PIPELINED = 2
+# One more for a worker that delivers pipelined (worker/batch_runner.py), whose batch in flight
+# is out until the next is done: with two, it found its ring empty and waited for the broker.
+_EXTRA_QUEUED, _EXTRA_QUEUED_PIPELINED = 1, 2
 _AHEAD_S = 0.02  # queued work a worker may have beyond one queued batch (see module docstring)
 _COST_WEIGHT = 0.2  # moving average of a worker's µs per record
 _INF = float("inf")

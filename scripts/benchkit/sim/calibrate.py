@@ -28,8 +28,8 @@ from typing import Any
 from benchkit.sim import world
 from benchkit.sim.cases import Case, run_ringmaster
 from benchkit.work import spin
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.datapath.intake import Intake
-from runtime.supervisor.loop import Supervisor
 
 _UNIT_ITERATIONS = 1000  # spin(1000): the work unit timed beside each run
 
@@ -83,7 +83,7 @@ def _unit_us() -> float:
 def measure(case: Case) -> dict[str, Any]:
     """One run of the case: the supervisor's own CPU µs, by part, and the work unit's."""
     m = _Meter()
-    m.wrap(Intake, "cut", "cut", lambda batches: sum(b.count for b in batches))
+    m.wrap(Intake, "cut", "cut", lambda cut: sum(b.count for b in cut.batches))
     for owner, name in ((world.World, "write"), (world.World, "read_results"), (world.SimConsumer, "consume"),
                         (world.SimPool, "sleep")):
         m.wrap(owner, name, "world")

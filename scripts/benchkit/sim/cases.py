@@ -155,9 +155,9 @@ def _charge_cuts(sup: Supervisor[Any], world: World) -> None:
     cut = sup.intake.cut
 
     def charged(*args: Any, **kwargs: Any) -> Any:
-        batches = cut(*args, **kwargs)
-        world.cut(sum(b.count for b in batches))
-        return batches
+        made = cut(*args, **kwargs)
+        world.cut(sum(b.count for b in made.batches))
+        return made
 
     sup.intake.cut = charged  # type: ignore[method-assign]
 

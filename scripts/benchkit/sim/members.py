@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from benchkit.sim.cases import Case, run_pool, run_ringmaster
-from runtime.supervisor.members import split
+from runtime.supervisor.daemon.members import split
 
 
 def host_rate(cores: int, members: int, partitions: int, records: int, work_us: float, sup_us: float,
               ordering: str) -> dict[str, Any]:
     """The host's rate with ``members`` members: the cores less one a supervisor split between
-    them as ``run --members`` splits a budget (runtime/supervisor/members.py, ``split``), the
+    them as ``run --members`` splits a budget (runtime/supervisor/daemon/members.py, ``split``), the
     partitions dealt out as evenly as an assignor does, each member's records its partitions'
     share; the last member to finish sets the span."""
     workers = split(cores - members, members)
