@@ -266,7 +266,7 @@ class Supervisor(Generic[H]):
         if wait.workers_s is not None:
             self._wait_for_workers(wait.workers_s)
         fetched = self.consumer.consume(wanted, wait.consume_s)
-        self.waits.fetched(fetched.count)
+        self.waits.fetched(fetched.count, wanted)
         return fetched
 
     def rebalanced(self, fetched: Fetched) -> None:
