@@ -19,21 +19,43 @@ from benchkit.sim.cases import ORDERINGS, Case, run_pool, run_ringmaster
 BASE = Case("floor")  # 15 workers, 32 partitions, 240,000 records of ~100 µs, sup 1 µs
 
 
-@pytest.mark.parametrize(("case", "floor"), [
-    # Lanes sharing a worker move while every worker is busy (issue 24, gap 1): 16 partitions
-    # over 15 workers gave 0.75 when two lanes shared one worker for the whole run.
-    (replace(BASE, partitions=16, sup_us=2.0), 0.95),
-    (replace(BASE, sup_us=1.0), 0.95),
-    (replace(BASE, sup_us=2.0, ordering="key", records=120_000), 0.95),  # 480 lanes: slow to simulate
-    (replace(BASE, partitions=16, sup_us=2.0, ordering="key", records=120_000), 0.95),
-    (replace(BASE, sup_us=2.0, ordering="unordered"), 0.95),
-    (replace(BASE, partitions=16, sup_us=1.0, ordering="unordered"), 0.95),
-], ids=["partition-16p-sup2", "partition-32p-sup1", "key-32p-sup2", "key-16p-sup2", "unordered-32p-sup2",
-        "unordered-16p-sup1"])
-def test_every_worker_is_kept_busy_at_100us_a_record(case: Case, floor: float) -> None:
+def _grid() -> list[object]:
+    """Every ordering at ~100 µs with 32 and 16 partitions and a supervisor cost of 1 and 2 µs
+    a record (issue 41's "Done means"). Half of them in the default run, the other half (the
+    same rules, other figures) with --all: each takes 10-40 s."""
+    cases = []
+    for ordering in ORDERINGS:
+        for partitions in (32, 16):
+            for sup_us in (1.0, 2.0):
+                records = 120_000 if ordering == "key" else 240_000  # 480 key lanes: slow to simulate
+                case = replace(BASE, ordering=ordering, partitions=partitions, sup_us=sup_us, records=records)
+                slow = (partitions == 32) == (sup_us == 1.0)
+                cases.append(pytest.param(case, id=f"{ordering}-{partitions}p-sup{sup_us:g}",
+                                          marks=[pytest.mark.slow] if slow else []))
+    return cases
+
+
+@pytest.mark.parametrize("case", _grid())
+def test_every_worker_is_kept_busy_at_100us_a_record(case: Case) -> None:
+    """≥ 0.95 of ideal. Lanes sharing a worker move while every worker is busy (issue 24, gap
+    1): 16 partitions over 15 workers gave 0.75 when two lanes shared one worker for the whole
+    run, and 0.93-0.94 while the lane that moved was the one that had moved before, so that
+    one lane did all the sharing and ended the run alone (issue 41: the lane furthest ahead
+    moves)."""
     out = run_ringmaster(case)
     assert out.records == case.records
-    assert out.efficiency >= floor, out.row()
+    assert out.efficiency >= 0.95, out.row()
+
+
+@pytest.mark.parametrize("partitions", [16, 32])
+def test_partition_ordering_gets_every_worker_busy_within_30_ms(partitions: int) -> None:
+    """The client's fetch responses carry a run of max.partition.fetch.bytes per partition, and
+    consume() hands them out in the order they landed: with librdkafka's 1 MiB (~3,000
+    records) the last partitions' first records came tens of thousands of records in, and the
+    15th worker began its first batch after 92 ms (16 partitions; 59 ms with 32). With 256
+    KiB in partition ordering (runtime/kafka/properties.py): 25 ms (issue 41)."""
+    out = run_ringmaster(replace(BASE, partitions=partitions, sup_us=2.0, records=60_000))
+    assert out.all_busy_s <= 0.03, out.row()
 
 
 @pytest.mark.parametrize(("workers", "partitions"), [(2, 3), (3, 4), (4, 5)])

@@ -73,6 +73,7 @@ class Outcome:
     p99_ms: float
     max_ms: float
     commits: int = 0
+    all_busy_s: float = 0.0  # when the last worker began its first batch (ringmaster)
 
     def row(self) -> dict[str, Any]:
         return {"consumer": self.consumer, "records": self.records, "elapsed_s": round(self.elapsed_s, 4),
@@ -80,7 +81,7 @@ class Outcome:
                 "busy_min": round(min(self.busy), 3), "busy_max": round(max(self.busy), 3),
                 "supervisor_busy": round(self.supervisor_busy, 3), "lane_moves": self.lane_moves,
                 "p50_ms": round(self.p50_ms, 2), "p99_ms": round(self.p99_ms, 2),
-                "max_ms": round(self.max_ms, 2)}
+                "max_ms": round(self.max_ms, 2), "all_busy_ms": round(self.all_busy_s * 1000, 1)}
 
 
 def _quantiles(lat: list[float]) -> tuple[float, float, float]:
@@ -146,7 +147,8 @@ def run_ringmaster(case: Case) -> Outcome:
     return Outcome(f"ringmaster {case.ordering}", world.done_records, elapsed, ideal / elapsed,
                    bound / elapsed, [w.busy_s / elapsed for w in world.workers],
                    min(1.0, world.sup_busy_s / elapsed),
-                   world.lane_moves if case.ordering != "unordered" else None, p50, p99, mx, consumer.commits)
+                   world.lane_moves if case.ordering != "unordered" else None, p50, p99, mx, consumer.commits,
+                   max(w.first_start if w.first_start is not None else elapsed for w in world.workers))
 
 
 def _charge_cuts(sup: Supervisor[Any], world: World) -> None:

@@ -165,6 +165,7 @@ class SimWorker:
     delivering: tuple[Frame, float] | None = None  # a batch whose outputs are not acknowledged yet (when)
     settling: bool = False  # waiting for acknowledgements: nothing starts until they are in
     finished: Frame | None = None  # done by the plugin, its outputs waiting for the batch before's
+    first_start: float | None = None  # when it began its first batch
 
 
 class World:
@@ -253,6 +254,8 @@ class World:
         self.spend(self.costs.cut_us * records / 1e6)
 
     def _start(self, worker: SimWorker, at: float) -> None:
+        if worker.first_start is None:
+            worker.first_start = at
         frame = worker.queue.popleft()
         worker.queued_bytes -= frame.size
         worker.current = frame
