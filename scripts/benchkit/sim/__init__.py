@@ -35,7 +35,8 @@ result read, and per turn of its loop 60 µs + 2 a partition + 4 a worker (184 �
 partitions and 15 workers). While it is busy the workers run; while it waits the clock jumps to
 the next result or fetch response. Beside it, a simulated `multiprocessing.Pool(N)`
 (`imap_unordered`, chunks of 100, one parent paying the same costs per record, chunk and result,
-and a turn per 1,000 records) on the same records. Reported: drain efficiency (the ideal time,
+and a turn per 1,000 records, reading through the same client with librdkafka's defaults) on
+the same records. Reported: drain efficiency (the ideal time,
 all the work spread evenly over the workers, ÷ the time taken), each worker's busy share, the
 supervisor's, lane moves, latency percentiles at an offered load.
 
@@ -53,10 +54,11 @@ was right: a `consume()` that returns a full 2,000 records leaves leftovers that
 on while workers starved (0.52 of ideal at ~10 µs a record), and in `partition` ordering the
 client's runs of ~3,000 records of one partition meant the 15th partition's first record came
 45,000 records in (all 15 workers busy only after ~90 ms). On the 16-core host's sweep
-(scaling-16-cores.md), whose runs lasted ~0.35 s, this model gives `partition` 0.86× and 0.70×
-`Pool(15)` with 32 and 16 partitions (the host: 0.92× and 0.89×, 2 runs each, a noisy machine),
-where the old one gave 0.95-0.96 of ideal: what the host showed was the client's queue and short
-runs, not the cost of a lane moving. A few of its cases are floors in
+(scaling-16-cores.md), whose runs lasted ~0.35 s, this model gave `partition` 0.86× and 0.70×
+`Pool(15)` with 32 and 16 partitions before the loop's fixes (the host: 0.89-0.92× and
+0.79-0.92×, 2 runs each, a noisy machine), where the old one gave 0.95-0.96 of ideal, and gives
+0.85× and 0.84× after them: what the host showed was the client's queue and short runs, not
+the cost of a lane moving. A few of its cases are floors in
 `tests/unit/test_sim_floors.py`: deterministic, so a scheduler change that drops one fails there,
 on any machine.
 """
