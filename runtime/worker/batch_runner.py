@@ -41,6 +41,9 @@ class InFlight:
     report, made once they are."""
 
     head: tuple[int, int, int]  # batch id, slot, epoch
+    tp: tuple[str, int]
+    records: list[Record]
+    sent: list[Output]  # the outputs of its one plugin call, produced and not acknowledged yet
     processed: int
     outputs: int
     dead_letters: int
@@ -105,6 +108,7 @@ class BatchRunner:
         self._pipelining = False  # this batch's first delivery may stay in flight
         self._calls = 0  # plugin calls of this batch so far
         self._unsettled = False  # this batch produced outputs not acknowledged yet
+        self._sent: list[Output] = []  # ... these
 
     def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result | None:
         """``records``: the frame's records, when the caller built them already (exactly-once
@@ -145,8 +149,8 @@ class BatchRunner:
             if not self._unsettled:
                 self._settle_before(frame.slot)  # it produced nothing: the one before settles now
         except BatchDeferred as d:
-            if self._unsettled:  # what it had in flight is not known to have been written
-                self._unsettled, acked = False, Acknowledged()
+            if self._unsettled:  # what it had in flight counts only as far as the producer says
+                self._unsettled, acked = False, self._acknowledged_of(self._sent, len(records))
             self._carry(tp, records, acked)
             self._renew_producer_if_broken()
             log.warning("batch deferred", extra={
@@ -156,8 +160,8 @@ class BatchRunner:
                           scope=d.scope)
         discarded = self.route.take_discarded()
         if self._unsettled:
-            self.in_flight = InFlight(head, len(records), outcome.output_count - discarded,
-                                      len(outcome.failures),
+            self.in_flight = InFlight(head, tp, records, self._sent, len(records),
+                                      outcome.output_count - discarded, len(outcome.failures),
                                       discarded, (time.monotonic() - started) * 1000)
             return None
         self._synchronous.discard(frame.slot)
@@ -200,6 +204,10 @@ class BatchRunner:
                                    dead_letters=prev.dead_letters, busy_ms=prev.busy_ms,
                                    discarded=prev.discarded))
             return
+        # What the broker did take is not written again when the batch runs again here (a
+        # refused output among them: the rest written twice, the fault matrix's
+        # output-routed-to-a-missing-topic row).
+        self._carry(prev.tp, prev.records, self._acknowledged_of(prev.sent, prev.processed))
         self._renew_producer_if_broken()
         self._synchronous.add(prev.slot)
         reason = f"outputs not acknowledged after the batch ran: {failed}"
@@ -207,6 +215,16 @@ class BatchRunner:
         self.on_settled(Result(DEFERRED, *prev.head, detail=reason, cause="delivery", delay_ms=-1))
         if slot == prev.slot:
             raise DeliveryFailed("the batch before it in its partition was not delivered")
+
+    def _acknowledged_of(self, sent: list[Output], records: int) -> Acknowledged:
+        """What the broker acknowledged of ``sent``, the outputs of one call on all ``records``
+        of a batch, left in flight and then found not all written (the producer's undelivered
+        messages say which were not; unknown: none)."""
+        acked = Acknowledged()
+        written = acknowledged(sent, self._undelivered(), self.spec.output_topic)
+        if written:
+            acked.record(0, records - 1, [sent[i] for i in sorted(written)])
+        return acked
 
     def _carried(self, tp: tuple[str, int], records: list[Record]) -> Acknowledged:
         """What an earlier, deferred run of these records on this worker had acknowledged: its
@@ -297,7 +315,7 @@ class BatchRunner:
             # INVARIANT (1): only when the batch's first plugin call, on all its records,
             # returned: on the retry path (a retry, a bisection's parts) a refused output must
             # fail its own call, so each delivery there is waited for.
-            self._pipelining, self._unsettled = False, True
+            self._pipelining, self._unsettled, self._sent = False, True, outputs
             return
         try:
             self._flush()

@@ -145,7 +145,9 @@ def test_a_late_failure_defers_only_its_own_partition() -> None:
 
 def test_an_output_refused_after_its_batch_ran_is_isolated_when_the_batch_runs_again() -> None:
     """Found late, a refusal cannot fail its call: the batch is deferred, and on its next run
-    each delivery is waited for, so the retry path finds the record and dead-letters it."""
+    each delivery is waited for, so the retry path finds the record and dead-letters it. What
+    the broker took of the first run is not written again (it was, twice, until the fault
+    matrix's output-routed-to-a-missing-topic row caught it on Apache Kafka)."""
     producer, reports = FakeProducer(), []
     r = runner(echo(refuse={1}), producer, reports)
     letters: list[int] = []
@@ -156,7 +158,7 @@ def test_an_output_refused_after_its_batch_ran_is_isolated_when_the_batch_runs_a
     again = r.run(frame(2, 0, 0))
     assert again is not None and again.kind == DONE and again.dead_letters == 1
     assert letters == [1]
-    assert sorted(producer.written) == [b"s0o0", b"s0o0", b"s0o2", b"s0o2"]  # at-least-once: 0 and 2 twice
+    assert sorted(producer.written) == [b"s0o0", b"s0o2"], "each once"
 
 
 def test_only_a_first_call_on_all_the_records_is_left_in_flight() -> None:
