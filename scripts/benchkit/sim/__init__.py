@@ -44,8 +44,10 @@ What it does not model: the CPU the broker, librdkafka's threads, the workers' p
 the operating system take from the workers (on 2 cores, most of what separates ringmaster
 from `Pool(2)`; the simulated workers have a core each); rebalances, crashes, fencing, commits'
 round trips; contention for memory bandwidth and caches (a lane that moves pays nothing for a
-cold cache: on the 2-core machine none was measured, `scripts/bench_lane_moves.py`). Read its
-figures as what the scheduling decisions allow, not as a host's throughput.
+cold cache: on the 2-core machine a move cost ~1-3 ms of its worker's time, lost in the noise
+of a loaded host, and lanes moved 5-10 times in runs of 220-420 batches,
+`scripts/bench_lane_moves.py`, performance.md). Read its figures as what the scheduling
+decisions allow, not as a host's throughput.
 
 Against reality (issue 41): until the client was modelled, `consume()` handed out up to 500
 records of every partition in turn, as soon as they existed, and each turn cost 10 µs. An
