@@ -74,8 +74,7 @@ log = logging.getLogger("ringmaster.scheduler")
 # (worker/batch_runner.py): with two out, it found its ring empty and waited for the broker.
 _EXTRA_QUEUED, _EXTRA_QUEUED_PIPELINED = 1, 2
 _AHEAD_S = 0.02  # queued work a worker may have beyond one queued batch (see module docstring)
-_COST_WEIGHT = 0.2  # moving average of a worker's µs per record
-_INF = float("inf")
+_COST_WEIGHT, _INF = 0.2, float("inf")  # the moving average of a worker's µs per record; infinity
 
 
 class HandleLike(Protocol):
@@ -349,8 +348,7 @@ class Scheduler:
         left, ahead = [0.0] * len(self._out), [_INF] * len(self._out)
         for lane in self._bound.values():
             assert lane.worker is not None
-            v = self._left(lane)
-            left[lane.worker] += v
+            left[lane.worker] += (v := self._left(lane))
             ahead[lane.worker] = min(ahead[lane.worker], v)
         self._left_on, self._ahead_on = left, ahead
         self._find_least(allowance)
