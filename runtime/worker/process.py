@@ -101,8 +101,8 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         board.delivered(result.processed)
 
     # Exactly-once commits each batch's outputs in its transaction before the next: no pipelining.
-    plain = BatchRunner(plugin, spec, board, producer, version,
-                        on_settled=None if spec.transactional_id else settled)
+    pipelined = spec.pipelined_delivery and not spec.transactional_id
+    plain = BatchRunner(plugin, spec, board, producer, version, on_settled=settled if pipelined else None)
     runner = TransactionalRunner.for_worker(plain, spec, board, producer_props(spec)) \
         if spec.transactional_id else plain
     # No gc.freeze() here, unlike the supervisor: with start-up's objects out of the count,

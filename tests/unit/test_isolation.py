@@ -167,7 +167,6 @@ def _exactly_once(max_crashes: int, **w: Any) -> tuple[Any, Any, Any, Any, Any]:
                                       **w)
     clock_box.append(clock)
     sup.results.transactional = True  # output.guarantee = "exactly-once"
-    sup.scheduler._extra_queued = 1  # ... whose workers commit each batch before the next (no pipelining)
     start(sup, consumer, [TP])
     return sup, consumer, clock, pool, producer
 

@@ -39,7 +39,7 @@ class Case:
     # run (issue 24). 0 in the standard cases, as in the issue's own simulation; the "acks"
     # cases set 0.5 ms.
     ack_us: float = 0.0
-    pipelined: bool | None = None  # workers run a batch while the last one's acks come (None: as the daemon)
+    pipelined: bool = True  # workers run a batch while the last one's acks come (pipelined_delivery)
     workers_settings: dict[str, Any] = field(default_factory=dict)  # more [workers] settings
     client: Client | None = None  # how the Kafka client fetches (None: as the daemon's properties say)
     costs_: Costs | None = None  # the supervisor's costs, if not the defaults with sup_us a record
@@ -104,12 +104,13 @@ def run_ringmaster(case: Case) -> Outcome:
     settings = Settings.model_validate({
         "kafka": {"bootstrap_servers": "sim:9092", "group_id": "sim", "topics": ["sim"]},
         "workers": {"plugin": "sim", "processes": case.workers, "ordering": case.ordering,
-                    "heartbeat_timeout_s": 1e9, "batch_timeout_s": 1e9, **case.workers_settings},
+                    "heartbeat_timeout_s": 1e9, "batch_timeout_s": 1e9,
+                    "pipelined_delivery": case.pipelined, **case.workers_settings},
         "supervisor": {"log_level": "WARNING", "status_interval_s": 3600}})
     buckets = settings.workers.process_limit if case.ordering == "key" else 0
-    # Workers run their next batch while the broker acknowledges the last one's outputs, as the
-    # daemon's do but under exactly-once (runtime/worker/batch_runner.py).
-    pipelined = settings.output.guarantee != "exactly-once" if case.pipelined is None else case.pipelined
+    # Workers run their next batch while the broker acknowledges the last one's outputs
+    # (workers.pipelined_delivery, runtime/worker/batch_runner.py; the simulator's default).
+    pipelined = settings.workers.pipelined_delivery and settings.output.guarantee != "exactly-once"
     world = World(topic, case.workers, case.costs(), case.batch_us, key_lanes=buckets, ack_us=case.ack_us,
                   pipelined=pipelined)
     pool = SimPool(world, settings.workers.ring_bytes)
