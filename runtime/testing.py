@@ -180,6 +180,7 @@ class PluginHarness:
         assert frame is not None
         self._producer.produced.clear()
         result = self._runner.run(frame)
+        assert result is not None, "the harness's runner delivers every batch before it returns"
         produced = list(self._producer.produced)
         letters = [p for p in produced if p.topic == self.spec.dead_letter_topic]
         outputs = [p for p in produced if p.topic != self.spec.dead_letter_topic]

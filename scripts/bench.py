@@ -666,6 +666,17 @@ def main() -> int:
                     help="the real supervisor loop on a simulated clock with simulated workers, against "
                          "a simulated Pool(N): no broker, seconds (docs/simulation.md; docs/scaling.md "
                          "says what it models)")
+    ap.add_argument("--simulate-calibrate", action="store_true",
+                    help="what the supervisor's own code costs on this host, for the simulator's costs "
+                         "(scripts/benchkit/sim/calibrate.py): writes simulation-costs.json")
+    ap.add_argument("--simulate-members", action="store_true",
+                    help="members per host past the light-work ceiling, simulated on a long run "
+                         "(scripts/benchkit/sim/members.py): writes simulation-members.json")
+    ap.add_argument("--simulate-cores", type=int, default=16, help="--simulate-members: the host's cores")
+    ap.add_argument("--simulate-member-seconds", type=float, default=2.0,
+                    help="--simulate-members: about how long each run lasts, simulated")
+    ap.add_argument("--simulate-members-ordering", default="unordered",
+                    help="--simulate-members: the ordering of every member")
     ap.add_argument("--simulate-cases", default=None,
                     help="--simulate: only the cases whose name contains one of these (comma-separated)")
     ap.add_argument("--simulate-scale", type=float, default=1.0,
@@ -701,6 +712,14 @@ def main() -> int:
     args = ap.parse_args()
     others = [Path(d).resolve() for d in (args.scale_against or "").split(",") if d]
     precompile([ROOT, *others])
+    if args.simulate_members:
+        from benchkit.sim.members import simulate_members
+
+        return simulate_members(args, console)
+    if args.simulate_calibrate:
+        from benchkit.sim.calibrate import calibrate
+
+        return calibrate(args, console)
     if args.simulate:
         from benchkit.sim.report import simulate
 

@@ -38,7 +38,7 @@ from runtime.worker.spec import WorkerSpec  # noqa: E402
 class _Board:
     """What BatchRunner asks of the shared board: nothing measured here."""
 
-    batches = 1
+    batches, phase = 1, 0
 
     def set_phase(self, phase: int) -> None:
         pass
@@ -48,7 +48,7 @@ class _Board:
 
 
 class _Frame:
-    topic, partition, letters = "in", 0, False
+    topic, partition, slot, letters = "in", 0, 0, False
 
 
 def _prop(value: str) -> str | bool:

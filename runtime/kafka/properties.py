@@ -54,6 +54,15 @@ def consumer_properties(settings: Settings) -> dict[str, LibrdkafkaValue]:
         # wait a dead member's rebalance timeout (the embedded one does) stall that long.
         "max.poll.interval.ms": max(60_000, int(settings.supervisor.revoke_timeout_s * 3000)),
     }
+    if settings.workers.ordering == "partition":
+        # A partition runs on one worker at a time, so a fetch response's run of 1 MiB per
+        # partition (librdkafka's default, ~3,000 records of 256 bytes) is more than its worker
+        # can start on soon, and consume() hands the client's queue out in the order the runs
+        # landed: with 16 partitions over 15 workers, the last partitions' first records came
+        # 45,000 records in, and the workers waited ~90 ms for them at 2 µs a record (the
+        # simulator, issue 41). A quarter of that still keeps a worker fed: 256 KiB a round trip
+        # is 33 MB/s at 8 ms.
+        props["max.partition.fetch.bytes"] = 256 * 1024
     if group_protocol(settings.kafka.consumer) == "classic":
         props["partition.assignment.strategy"] = "cooperative-sticky"
     return _layered(settings, props, {"enable.auto.commit": False, "enable.auto.offset.store": False})

@@ -22,11 +22,13 @@ from runtime.transport.ordered import ordered_access
 BOARD_BYTES = 128
 # Word 2 is free (it held a batch's start, which nobody read: a phase's start serves).
 (_CURRENT_BATCH, _CURRENT_SLOT, _FREE, _HEARTBEAT_NS, _BATCHES, _RECORDS, _READY, _PHASE,
- _PHASE_NS) = range(9)
+ _PHASE_NS, _DELIVERING_BATCH, _DELIVERING_SLOT) = range(11)
 # What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
 # deadline; waiting for the broker (DELIVER), for a retry (WAIT) or for its transaction's
-# commit (COMMIT, exactly-once) does not: each has its own bound (workforce.py).
-PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT = 0, 1, 2, 3, 4
+# commit (COMMIT, exactly-once) does not: each has its own bound (workforce.py). SETTLE: waiting
+# for the broker to acknowledge the outputs of the batch handed over (``hand_over``), whose
+# the time is then, whatever batch is in progress.
+PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT, PHASE_SETTLE = 0, 1, 2, 3, 4, 5
 
 
 class Board:
@@ -53,6 +55,25 @@ class Board:
         self._w[_BATCHES] += 1
         self._w[_RECORDS] += records
 
+    def hand_over(self) -> None:
+        """The batch in progress is done with the plugin and its outputs are in flight
+        (pipelined delivery, runtime/worker/batch_runner.py): it stays on the board as the one
+        delivering, while the worker begins another. RACE: written before the batch in
+        progress is cleared, and read after it (``in_progress``), so that a reader sees the
+        batch in one of the two."""
+        self._w[_DELIVERING_SLOT] = self._w[_CURRENT_SLOT]
+        self._publish(_DELIVERING_BATCH, self._w[_CURRENT_BATCH])
+        self._w[_PHASE] = 0
+        self._w[_CURRENT_SLOT] = -1
+        self._publish(_CURRENT_BATCH, 0)
+
+    def delivered(self, records: int) -> None:
+        """The batch handed over is settled: reported, its outputs acknowledged or not."""
+        self._w[_DELIVERING_BATCH] = 0
+        self._w[_DELIVERING_SLOT] = -1
+        self._w[_BATCHES] += 1
+        self._w[_RECORDS] += records
+
     def beat(self) -> None:
         self._w[_HEARTBEAT_NS] = time.monotonic_ns()
 
@@ -64,6 +85,7 @@ class Board:
         for i in range(len(self._w)):
             self._w[i] = 0
         self._w[_CURRENT_SLOT] = -1
+        self._w[_DELIVERING_SLOT] = -1
         self._w[_HEARTBEAT_NS] = time.monotonic_ns()  # a new incarnation starts with a fresh beat
 
     @property
@@ -71,6 +93,18 @@ class Board:
         """(batch_id, slot) in progress; batch_id 0 when idle."""
         batch = self._acquire(_CURRENT_BATCH)
         return batch, self._w[_CURRENT_SLOT]
+
+    def in_progress(self) -> list[tuple[int, int]]:
+        """(batch_id, slot) of every batch the worker has begun and not reported: the one in
+        progress and the one whose outputs are in flight (``hand_over``), as far as they are."""
+        out = []
+        batch = self._acquire(_CURRENT_BATCH)
+        if batch:
+            out.append((batch, self._w[_CURRENT_SLOT]))
+        delivering = self._acquire(_DELIVERING_BATCH)
+        if delivering:
+            out.append((delivering, self._w[_DELIVERING_SLOT]))
+        return out
 
     def in_phase_for_s(self, phase: int) -> float:
         """How long the worker has been in ``phase`` of its current batch (0 if it is not)."""
@@ -81,6 +115,17 @@ class Board:
     @property
     def phase(self) -> int:
         return self._acquire(_PHASE) if self._acquire(_CURRENT_BATCH) else 0
+
+    @property
+    def settling(self) -> int:
+        """The batch handed over whose acknowledgements the worker is waiting for now (0: none)."""
+        delivering = self._acquire(_DELIVERING_BATCH)
+        return delivering if delivering and self._acquire(_PHASE) == PHASE_SETTLE else 0
+
+    @property
+    def delivering(self) -> int:
+        """The batch handed over, its outputs in flight (0: none)."""
+        return self._acquire(_DELIVERING_BATCH)
 
     @property
     def heartbeat_age_s(self) -> float:

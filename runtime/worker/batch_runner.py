@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.errors import BatchDeferred, DeliveryFailed, FrameError, OutputRejected, WorkerExhausted
@@ -19,7 +21,7 @@ from runtime.kafka.producer import OutputProducer, invalid_topic
 from runtime.plugin import Output, Plugin, Record
 from runtime.subscription import subscribed_by
 from runtime.tp import tp_label
-from runtime.transport.board import PHASE_DELIVER, PHASE_IDLE, Board
+from runtime.transport.board import PHASE_CALL, PHASE_DELIVER, PHASE_IDLE, PHASE_SETTLE, Board
 from runtime.transport.frames import BLOCKED, DEFERRED, DONE, EXHAUSTED, FRESH, WORN, BatchFrame, Result
 from runtime.worker.decoding import frame_records
 from runtime.worker.refusals import KnownRefusals
@@ -33,6 +35,26 @@ log = logging.getLogger("ringmaster.worker")
 MAX_CARRIED_OUTPUTS = 200_000
 
 
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A batch whose outputs are produced and not acknowledged yet (pipelined delivery): its
+    report, made once they are."""
+
+    head: tuple[int, int, int]  # batch id, slot, epoch
+    tp: tuple[str, int]
+    records: list[Record]
+    sent: list[Output]  # the outputs of its one plugin call, produced and not acknowledged yet
+    processed: int
+    outputs: int
+    dead_letters: int
+    discarded: int
+    busy_ms: float
+
+    @property
+    def slot(self) -> int:
+        return self.head[1]
+
+
 class BatchRunner:
     """Runs one batch through the plugin (runtime.execution.run: retries, then bisection) and
     delivers what came out: outputs to their topic, failures to the dead-letter topic.
@@ -44,10 +66,23 @@ class BatchRunner:
     What the broker acknowledged is not written again while this worker runs the same
     records: within the batch's retries and bisection (runtime/execution/run.py), and when
     a deferred batch comes back to this worker (``_carried``: the records it begins with are
-    the deferred batch's). A batch that goes to another worker starts from nothing."""
+    the deferred batch's). A batch that goes to another worker starts from nothing.
+
+    **Pipelined delivery** (``on_settled``; at-least-once with a dead-letter topic): a batch
+    whose plugin call returned at the first attempt leaves its outputs in flight, and ``run``
+    returns None: the worker starts its next batch meanwhile. The batch is settled (the
+    producer flushed, ``on_settled`` given its report) just before the next batch's outputs are
+    produced, at the end of the next batch if it produced none, or when the worker has nothing
+    else to run (``settle``). Only then is it DONE: its offsets are committed, and its partition
+    may move to another worker, only once its outputs are acknowledged. One producer keeps a
+    partition's outputs in order, so the next batch may be of the same partition; but if the
+    broker did not take a batch's outputs, the batch is DEFERRED, and so is the next one of its
+    partition (nothing of it is produced), and that partition's next batch here delivers
+    synchronously (``_synchronous``): a refused output is found and its record isolated on the
+    retry path, as without pipelining. At most one batch is in flight."""
 
     def __init__(self, plugin: Plugin, spec: WorkerSpec, board: Board, producer: OutputProducer,
-                 version: str = "unknown") -> None:
+                 version: str = "unknown", on_settled: Callable[[Result], None] | None = None) -> None:
         self.plugin = plugin
         self.spec = spec
         self.board = board
@@ -66,10 +101,19 @@ class BatchRunner:
         # Exactly-once: what the cluster refused in this batch's earlier transaction, refused
         # here before it is produced again (refusals.py); None: not kept.
         self.refusals: KnownRefusals | None = None
+        self.on_settled = on_settled  # None: every batch is delivered before run() returns
+        self.in_flight: InFlight | None = None
+        self._synchronous: set[int] = set()  # slots whose next batch is not pipelined (a late failure)
+        self._slot = -1  # the slot of the batch being run
+        self._pipelining = False  # this batch's first delivery may stay in flight
+        self._calls = 0  # plugin calls of this batch so far
+        self._unsettled = False  # this batch produced outputs not acknowledged yet
+        self._sent: list[Output] = []  # ... these
 
-    def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result:
+    def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result | None:
         """``records``: the frame's records, when the caller built them already (exactly-once
-        leaves out those an earlier transaction committed)."""
+        leaves out those an earlier transaction committed). None: the batch's outputs are in
+        flight, and its report goes to ``on_settled`` later (pipelined delivery)."""
         head = (frame.batch_id, frame.slot, frame.epoch)
         try:
             if records is None:
@@ -85,20 +129,28 @@ class BatchRunner:
                              "resource": detail, "first_batch": fresh})
             return Result(EXHAUSTED, *head, detail=detail, cause=FRESH if fresh else WORN)
 
-    def _run(self, frame: BatchFrame, head: tuple[int, int, int], records: list[Record]) -> Result:
+    def _run(self, frame: BatchFrame, head: tuple[int, int, int], records: list[Record]) -> Result | None:
         started = time.monotonic()
         self.route.take_discarded()
-        if frame.letters:
-            return self._letters(head, records, started)
+        self._slot, self._calls, self._unsettled = frame.slot, 0, False
+        self._pipelining = (self.on_settled is not None and self.spec.dead_letter_topic is not None
+                            and not frame.letters and frame.slot not in self._synchronous)
         tp = (frame.topic, frame.partition)
         acked = self._carried(tp, records)
         try:
-            if self.spec.dead_letter_topic is None:
+            if frame.letters or self.spec.dead_letter_topic is None:
+                self._settle_before(frame.slot)  # these paths deliver as they go
+                if frame.letters:
+                    return self._letters(head, records, started)
                 return self._run_until_first_failure(records, head, started, acked)
             outcome = run_batch(self.plugin, records, self.policy,
-                                deliver=self._deliver, phase=self.board.set_phase, acked=acked)
+                                deliver=self._deliver, phase=self._phase, acked=acked)
             self._dead_letter(outcome.failures)
+            if not self._unsettled:
+                self._settle_before(frame.slot)  # it produced nothing: the one before settles now
         except BatchDeferred as d:
+            if self._unsettled:  # what it had in flight counts only as far as the producer says
+                self._unsettled, acked = False, self._acknowledged_of(self._sent, len(records))
             self._carry(tp, records, acked)
             self._renew_producer_if_broken()
             log.warning("batch deferred", extra={
@@ -107,9 +159,72 @@ class BatchRunner:
             return Result(DEFERRED, *head, detail=d.reason, cause=d.cause, delay_ms=delay_ms,
                           scope=d.scope)
         discarded = self.route.take_discarded()
+        if self._unsettled:
+            self.in_flight = InFlight(head, tp, records, self._sent, len(records),
+                                      outcome.output_count - discarded, len(outcome.failures),
+                                      discarded, (time.monotonic() - started) * 1000)
+            return None
+        self._synchronous.discard(frame.slot)
         return Result(DONE, *head, processed=len(records), outputs=outcome.output_count - discarded,
                       dead_letters=len(outcome.failures), busy_ms=(time.monotonic() - started) * 1000,
                       discarded=discarded)
+
+    def _phase(self, phase: int) -> None:
+        if phase == PHASE_CALL:
+            self._calls += 1
+        self.board.set_phase(phase)
+
+    # -- pipelined delivery ---------------------------------------------------------
+    def settle(self) -> None:
+        """Wait for the batch in flight, if any, and hand its report to ``on_settled``."""
+        self._settle_before(None)
+
+    def _settle_before(self, slot: int | None) -> None:
+        """Settle the batch in flight before a batch of ``slot`` goes on (its outputs are
+        produced, or it is reported). INVARIANT (1): if the broker did not take the batch's
+        outputs, it is DEFERRED, and a batch of the same slot after it must not count: this
+        raises DeliveryFailed for it, before it produced anything."""
+        prev, self.in_flight = self.in_flight, None
+        if prev is None:
+            return
+        assert self.on_settled is not None
+        # INVARIANT (8): a death from here on counts against the batch handed over (the board
+        # says whose acknowledgements the worker waits for), not the one in progress.
+        phase = self.board.phase
+        self.board.set_phase(PHASE_SETTLE)
+        try:
+            self._flush()
+            failed = None
+        except (DeliveryFailed, OutputRejected) as exc:
+            failed = exc
+        finally:
+            self.board.set_phase(phase)
+        if failed is None:
+            self.on_settled(Result(DONE, *prev.head, processed=prev.processed, outputs=prev.outputs,
+                                   dead_letters=prev.dead_letters, busy_ms=prev.busy_ms,
+                                   discarded=prev.discarded))
+            return
+        # What the broker did take is not written again when the batch runs again here (a
+        # refused output among them: the rest written twice, the fault matrix's
+        # output-routed-to-a-missing-topic row).
+        self._carry(prev.tp, prev.records, self._acknowledged_of(prev.sent, prev.processed))
+        self._renew_producer_if_broken()
+        self._synchronous.add(prev.slot)
+        reason = f"outputs not acknowledged after the batch ran: {failed}"
+        log.warning("batch deferred", extra={"cause": "delivery", "batch": prev.head[0], "reason": reason})
+        self.on_settled(Result(DEFERRED, *prev.head, detail=reason, cause="delivery", delay_ms=-1))
+        if slot == prev.slot:
+            raise DeliveryFailed("the batch before it in its partition was not delivered")
+
+    def _acknowledged_of(self, sent: list[Output], records: int) -> Acknowledged:
+        """What the broker acknowledged of ``sent``, the outputs of one call on all ``records``
+        of a batch, left in flight and then found not all written (the producer's undelivered
+        messages say which were not; unknown: none)."""
+        acked = Acknowledged()
+        written = acknowledged(sent, self._undelivered(), self.spec.output_topic)
+        if written:
+            acked.record(0, records - 1, [sent[i] for i in sorted(written)])
+        return acked
 
     def _carried(self, tp: tuple[str, int], records: list[Record]) -> Acknowledged:
         """What an earlier, deferred run of these records on this worker had acknowledged: its
@@ -169,7 +284,9 @@ class BatchRunner:
     # -- producing -------------------------------------------------------------------
     def _deliver(self, outputs: list[Output]) -> None:
         """Produce ``outputs`` and wait for the broker. On failure the exception says which of
-        them were acknowledged (``acknowledged``), when the producer knows."""
+        them were acknowledged (``acknowledged``), when the producer knows. Pipelined
+        (``_pipelining``), the batch's first delivery is left in flight."""
+        self._settle_before(self._slot)  # the batch before: acknowledged before these are produced
         i = 0
         # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
         produce, route, routed = self.producer.produce, self.route.topic, self._routed
@@ -194,6 +311,12 @@ class BatchRunner:
             # outputs[i] was refused (or the queue stayed full) before it was queued: settle
             # the ones queued before it, so that the retry knows what was written.
             raise_settled(outputs[:i], exc, self._flush, self._undelivered, self.spec.output_topic)
+        if self._pipelining and self._calls == 1:
+            # INVARIANT (1): only when the batch's first plugin call, on all its records,
+            # returned: on the retry path (a retry, a bisection's parts) a refused output must
+            # fail its own call, so each delivery there is waited for.
+            self._pipelining, self._unsettled, self._sent = False, True, outputs
+            return
         try:
             self._flush()
         except (OutputRejected, DeliveryFailed) as exc:
@@ -207,6 +330,7 @@ class BatchRunner:
             if self.refusals is not None:
                 self.refusals.learn(self.producer.refused)
             raise
+        self._unsettled = False  # whatever this batch had in flight is acknowledged too
 
     def _undelivered(self) -> list[Any] | None:
         return self.producer.undelivered
@@ -289,7 +413,7 @@ class BatchRunner:
         for letter in letters:
             self.producer.produce(topic, letter.value, letter.key, letter.headers,
                                   queue_wait_s=self.spec.delivery_timeout_s)
-        self.producer.deliver(self.spec.delivery_timeout_s, self.board.beat)
+        self._flush()
 
     def _renew_producer_if_broken(self) -> None:
         if self.producer.broken:
@@ -299,5 +423,6 @@ class BatchRunner:
                                            own_topics=(self.spec.output_topic, self.spec.dead_letter_topic))
 
     def close(self) -> None:
+        self.settle()
         if self.producer.flush(10):
             log.warning("outputs still queued at exit")

@@ -91,7 +91,18 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     plugin, producer = _start_plugin(spec, send)
     version = plugin_version(spec.plugin)
     send(Result(HELLO, 0, -1, 0, detail=version))  # before READY: the supervisor knows what runs
-    plain = BatchRunner(plugin, spec, board, producer, version)
+    fence = FenceCheck(epochs, board, lock)
+
+    def settled(result: Result) -> None:
+        """A pipelined batch's report, once the broker took its outputs (or did not)."""
+        if result.kind == DEFERRED:
+            fence.hold(result.slot, result.epoch)
+        send(result)
+        board.delivered(result.processed)
+
+    # Exactly-once commits each batch's outputs in its transaction before the next: no pipelining.
+    pipelined = spec.pipelined_delivery and not spec.transactional_id
+    plain = BatchRunner(plugin, spec, board, producer, version, on_settled=settled if pipelined else None)
     runner = TransactionalRunner.for_worker(plain, spec, board, producer_props(spec)) \
         if spec.transactional_id else plain
     # No gc.freeze() here, unlike the supervisor: with start-up's objects out of the count,
@@ -102,10 +113,12 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     log.debug("worker ready")
     if isinstance(runner, TransactionalRunner):
         runner.prepare()  # after READY: a coordinator slow to answer is no failed start
-    fence = FenceCheck(epochs, board, lock)
     while True:
         view = ring.peek()
         if view is None:
+            if plain.in_flight is not None:
+                plain.settle()  # nothing else to run meanwhile: wait for its acknowledgements
+                continue
             if stopping[0] or bell.closed:
                 break
             bell.wait(ring, timeout=0.5)
@@ -131,15 +144,21 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         ring.advance()
         assert frame is not None
         result = runner.run(frame)
+        if result is None:  # its outputs are in flight: reported once settled (``settled``)
+            board.hand_over()
+            continue
         if result.kind == EXHAUSTED:
             # Not the records' fault: the batch is not done (no board.end: the supervisor sees
-            # it unfinished) and runs again on a fresh worker; this one leaves.
+            # it unfinished) and runs again on a fresh worker; this one leaves, after the batch
+            # before it is settled.
+            plain.settle()
             send(result)
             break
         if result.kind in (BLOCKED, DEFERRED):
             fence.hold(slot, epoch)
         send(result)
         board.end(result.processed)
+    plain.settle()  # the batch in flight, if any, is reported before the worker leaves
     _stop_plugin(plugin, runner, spec)
     ring.release()
     board.release()

@@ -38,6 +38,7 @@ class WorkerSpec:
     # at-least-once), the segment holding the group's metadata, and the properties of the
     # client that reads the group's committed offsets.
     transactional_id: str = ""
+    pipelined_delivery: bool = False  # workers.pipelined_delivery (batch_runner.py; not with exactly-once)
     group_metadata_path: str = ""
     group_props: dict[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -168,6 +168,7 @@ class TransactionalRunner:
             self._renew()
             return self._deferred(head, tp, exc)
         result = self.runner.run(frame, todo)
+        assert result is not None, "no pipelined delivery under exactly-once: each batch commits its own"
         if result.kind != DONE:
             # Deferred, blocked, exhausted: nothing of it becomes visible. An abort not
             # acknowledged leaves the producer unusable for the next transaction: replaced.

@@ -52,12 +52,13 @@ def do_work(workload: str, iterations: int, value: bytes | None) -> int:
 _workload = "trivial"
 _iterations = 0
 _latency_fd: int | None = None
+_timeline_fd: int | None = None  # one line a batch: partition, first offset, records, start and end ns
 _outputs = False
 _echo = False  # one output per record, its value the record's (scripts/benchkit/exactly_once.py)
 
 
 def setup(context: Any) -> None:
-    global _workload, _iterations, _latency_fd, _outputs, _echo
+    global _workload, _iterations, _latency_fd, _timeline_fd, _outputs, _echo
     _workload = context.settings.get("workload", "trivial")
     _iterations = int(context.settings.get("iterations", 0))
     _outputs = str(context.settings.get("outputs", "")).lower() in ("1", "true")  # one output a record
@@ -66,9 +67,23 @@ def setup(context: Any) -> None:
     if ldir:
         _latency_fd = os.open(os.path.join(ldir, f"{os.getpid()}.lat"),
                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    tdir = context.settings.get("timeline_dir")
+    if tdir:  # scripts/bench_lane_moves.py
+        _timeline_fd = os.open(os.path.join(tdir, f"{os.getpid()}.timeline"),
+                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
 def process(batch: Sequence[Any]) -> list[Any] | None:
+    if _timeline_fd is None:
+        return _process(batch)
+    start = time.monotonic_ns()
+    out = _process(batch)
+    os.write(_timeline_fd, b"%d %d %d %d %d\n" % (batch[0].partition, batch[0].offset, len(batch), start,
+                                                  time.monotonic_ns()))
+    return out
+
+
+def _process(batch: Sequence[Any]) -> list[Any] | None:
     w, n = _workload, _iterations
     if _outputs:  # the same output as the naive peers' (benchkit.runners.Outputs)
         return [b"%08x" % (do_work(w, n, r.value) & 0xFFFFFFFF) for r in batch]

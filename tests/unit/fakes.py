@@ -460,7 +460,10 @@ class RingWorker:
 
     fd = -1
 
-    def __init__(self, pool: FakePool, index: int, busy_for: int = 1) -> None:
+    def __init__(self, pool: FakePool, index: int, busy_for: int = 1, pipelined: bool = False) -> None:
+        """``pipelined``: as a worker whose outputs are in flight while it runs its next batch
+        (runtime/worker/batch_runner.py): a finished batch is handed over on the board and
+        reported when the next one finishes, or when the ring has nothing more."""
         from runtime.worker.fence import FenceCheck
 
         self.h = pool.handles[index]
@@ -473,18 +476,37 @@ class RingWorker:
         self.ran: list[int] = []  # batch ids begun, in order
         self.fenced: list[int] = []  # batch ids skipped
         self.messages: list[bytes] = []
+        self.pipelined = pipelined
+        self.delivering: Any = None  # pipelined: the batch handed over, reported later
+
+    def _report(self, f: Any) -> None:
+        from runtime.transport.frames import DONE
+
+        done = Result(DONE, f.batch_id, f.slot, f.epoch, processed=len(f.columns))
+        self.messages.append(encode_result(done))
 
     def step(self) -> None:
-        from runtime.transport.frames import DONE, FENCED, decode_frame
+        from runtime.transport.frames import FENCED, decode_frame
 
         if self.current is not None:
             self.left -= 1
             if self.left > 0:
                 return
             f, self.current = self.current, None
-            self.messages.append(encode_result(Result(DONE, f.batch_id, f.slot, f.epoch,
-                                                      processed=len(f.columns))))
-            self.h.board.end(len(f.columns))
+            if self.delivering is not None:  # settled before this one's outputs go out
+                self._report(self.delivering)
+                self.h.board.delivered(len(self.delivering.columns))
+                self.delivering = None
+            if self.pipelined:
+                self.h.board.hand_over()
+                self.delivering = f
+            else:
+                self._report(f)
+                self.h.board.end(len(f.columns))
+        if self.delivering is not None and not self.h.ring.frames:  # nothing to run meanwhile
+            self._report(self.delivering)
+            self.h.board.delivered(len(self.delivering.columns))
+            self.delivering = None
         while self.h.ring.frames:
             raw = self.h.ring.frames.pop(0)
             f = decode_frame(raw)

@@ -122,3 +122,29 @@ def test_gathering_is_bounded_by_the_uncommitted_records_and_a_quarter_of_a_ring
     intake, p, _ = _key_backlog()
     p.intake.bytes_per_record = 1000.0  # 8 MiB / 4 / 1000 B
     assert intake._gather(p) == (8 << 20) // 4 // 1000
+
+
+def test_at_the_end_of_a_backlog_the_gathered_records_are_cut_over_several_ticks() -> None:
+    """When the log is fetched to its end, every partition's gathering ends in the same tick:
+    cut all at once (~100,000 records, an ~80 ms turn), nothing was placed meanwhile and the
+    workers ran dry (issue 41). A tick cuts about a batch a worker of them, the rest after."""
+    w = WorkerSettings.model_validate({"plugin": "p", "ordering": "key"})
+    sizing = Sizing(w.batch_max_records, w.batch_target_ms, 1 << 20, 8 << 20)
+    parts = {("t", i): partition(("t", i), w.batch_max_records) for i in range(8)}
+    intake = Intake(Shape(w, sizing, False, 16), None, parts, BatchIds(), lambda: 0.0)  # type: ignore[arg-type]
+    cuts: list[int] = []
+    intake._cut = lambda part, now, out: cuts.append(len(part.take_open()))  # type: ignore[method-assign]
+    for p in parts.values():
+        p.learn_bytes(100.0)
+        p.learn_cost(busy_ms=10.0, records=100)
+        p.sized(batch_size(sizing, p))
+        p.intake.lane_records = {b: 1 for b in range(16)}
+        p.intake.behind, p.intake.open_msgs, p.intake.open_since = 0, [object()] * 3000, 0.0
+    four_workers = Capacity((3, 3, 3, 3), frozenset(), frozenset(), False)
+    intake.cut(four_workers, drained=True)
+    assert cuts == [3000], "4 workers × 400-record batches: one partition's 3,000 in this tick"
+    ticks = 1
+    while any(p.intake.open_msgs for p in parts.values()):
+        intake.cut(four_workers, drained=True)
+        ticks += 1
+    assert cuts == [3000] * 8 and ticks == 8

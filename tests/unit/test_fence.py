@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.supervisor.datapath.release import _batch_in_progress
+from runtime.supervisor.datapath.release import _batches_in_progress
 from runtime.transport.board import BOARD_BYTES, Board, BoardLock, EpochTable
 from runtime.worker.fence import FenceCheck
 
@@ -111,7 +111,7 @@ def test_after_a_deferred_or_blocked_batch_the_rest_of_its_epoch_is_held_until_f
 
 def test_either_the_worker_skips_the_frame_or_the_supervisor_sees_it_running(tmp_path: Path) -> None:
     """Both sides of the race with the real lock: the supervisor's reading of the batch in
-    progress (rebalance._batch_in_progress) after its fence, and the worker's check."""
+    progress (rebalance._batches_in_progress) after its fence, and the worker's check."""
     seg = tmp_path / "worker.seg"
     seg.write_bytes(bytes(BOARD_BYTES))
     epochs = EpochTable(memoryview(bytearray(8 * 4)))
@@ -130,12 +130,19 @@ def test_either_the_worker_skips_the_frame_or_the_supervisor_sees_it_running(tmp
         # The worker checks first: it runs, and the fence that follows sees it.
         assert fence.admit(7, 0, 1)
         epochs.set(0, 2)
-        assert _batch_in_progress(h) == (7, 0)  # type: ignore[arg-type]
+        assert _batches_in_progress(h) == [(7, 0)]  # type: ignore[arg-type]
         board.end(1)
         # The fence first: the worker's check skips the next frame of epoch 1.
         epochs.set(0, 3)
         assert not fence.admit(8, 0, 2)
-        assert _batch_in_progress(h) == (0, -1)  # type: ignore[arg-type]
+        assert _batches_in_progress(h) == []  # type: ignore[arg-type]
+        # Pipelined delivery: a batch handed over, its outputs in flight, while the next runs:
+        # the supervisor sees both (issue 41).
+        epochs.set(1, 1)
+        assert fence.admit(9, 1, 1)
+        board.hand_over()
+        assert fence.admit(10, 0, 3)
+        assert sorted(_batches_in_progress(h)) == [(9, 1), (10, 0)]  # type: ignore[arg-type]
     finally:
         worker_lock.close()
         supervisor_lock.close()

@@ -40,6 +40,27 @@ def test_revocation_waits_for_the_batch_in_progress_only_commits_it_and_fences_t
     assert pool.killed == []
 
 
+def test_a_revocation_waits_for_a_batch_whose_outputs_are_in_flight_while_another_runs() -> None:
+    """Pipelined delivery (issue 41): the worker handed over a batch of the revoked partition
+    (its outputs in flight, not yet acknowledged) and runs one of another partition. The
+    revocation waits for both a worker may have begun: the handed-over batch is reported
+    only when the next finishes, and it is committed with the revocation."""
+    sup, consumer, clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0, TP1])
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    worker = RingWorker(pool, 0, busy_for=3, pipelined=True)
+    worker.step()  # begins TP0's batch
+    feed(sup, consumer, TP1, msgs(TP1, *range(10)))
+    for _ in range(3):
+        worker.step()  # TP0's batch is handed over, TP1's begins
+    assert pool.handles[0].board.delivering and worker.current is not None
+    assert worker.current.partition == TP1[1] and not worker.messages
+    clock.step = 0.01
+    sup.rebalance.on_revoke([TP0])
+    clock.step = 0.0
+    assert consumer.commits[-1] == {TP0: 10}, "the batch in flight was waited for and committed"
+
+
 def test_a_batch_finished_before_the_revocation_whose_result_is_unread_is_committed() -> None:
     # A worker sends its result, then marks its board idle: the revocation sees nothing in
     # progress, and the result is still in the pipe. Its outputs are written: left out of the

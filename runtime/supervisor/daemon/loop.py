@@ -123,7 +123,9 @@ class Supervisor(Generic[H]):
         # Rooms are built bottom up, each given what it reads; none is handed a function of
         # another: what one room needs of another, the loop asks and hands on each tick.
         self.workforce = Workforce(w, settings.output.delivery_timeout_s, pool, clock)
-        self.scheduler = Scheduler(pool.handles, ordered=w.ordering != "unordered", slots=pool.max_slots)
+        pipelined = w.pipelined_delivery and settings.output.guarantee != "exactly-once"
+        self.scheduler = Scheduler(pool.handles, ordered=w.ordering != "unordered", slots=pool.max_slots,
+                                   pipelined=pipelined)
         self.partitions = PartitionTable(SlotTable(epochs), consumer, self.scheduler, clock,
                                          w.batch_max_records, share)
         # Key lanes per partition (process_limit): fixed for the run (a key keeps its lane across resizes).
@@ -265,7 +267,7 @@ class Supervisor(Generic[H]):
         if wait.workers_s is not None:
             self._wait_for_workers(wait.workers_s)
         fetched = self.consumer.consume(wanted, wait.consume_s)
-        self.waits.fetched(fetched.count)
+        self.waits.fetched(fetched.count, wanted)
         return fetched
 
     def rebalanced(self, fetched: Fetched) -> None:

@@ -83,7 +83,7 @@ def worker_spec(settings: Settings, segments: SegmentSet | None,
             max_message_bytes=max_message_bytes(settings), log_level=settings.supervisor.log_level,
             log_format=settings.supervisor.log_format, input_topics=tuple(settings.kafka.topics),
             transactional_id=transactional_id(settings.kafka.group_id, member, index) if exactly_once else "",
-            group_metadata_path=group_path,
+            group_metadata_path=group_path, pipelined_delivery=settings.workers.pipelined_delivery,
             group_props=offsets_reader_properties(settings) if exactly_once else {})
     return spec
 

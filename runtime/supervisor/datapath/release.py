@@ -5,7 +5,8 @@ it, and commits between join and forget).
     fence(tps)         no worker runs a frame of these partitions from now on: each takes a new
                        epoch (invariant 5); what was fetched and not placed is dropped
     join(parts, deadline) -> still busy
-                       wait for the batches in progress of these partitions only, reading every
+                       wait for the batches in progress of these partitions only (up to two a
+                       worker: the one it runs, the one whose outputs are in flight), reading every
                        worker's results meanwhile (they are applied: a batch done is committable)
     terminate(workers, why)
                        a worker still busy on them at the deadline is killed
@@ -64,8 +65,8 @@ class Release(Generic[H]):
         self.applier.collect()
         while waits and self.clock() < deadline:
             self.applier.collect(min(_WAIT_STEP_S, max(0.0, deadline - self.clock())))
-            waits = {i: bid for i, bid in waits.items() if self.handles[i].alive
-                     and (bid == -1 or self.scheduler.out_on(i, bid))}
+            waits = {i: bids for i, bids in waits.items() if self.handles[i].alive
+                     and any(bid == -1 or self.scheduler.out_on(i, bid) for bid in bids)}
         return sorted(waits)
 
     def terminate(self, workers: list[int], why: str) -> None:
@@ -80,25 +81,30 @@ class Release(Generic[H]):
         for p in parts:
             self.scheduler.forget(p.tp)  # workers skip these frames (stale epoch)
 
-    def _batches_in_progress(self, slots: set[int]) -> dict[int, int]:
-        """Worker index -> the batch of one of these slots it is running (-1: unknown, the
-        lock was not had in time: wait for the worker to be idle or gone)."""
-        waits: dict[int, int] = {}
+    def _batches_in_progress(self, slots: set[int]) -> dict[int, list[int]]:
+        """Worker index -> its batches of these slots begun and not reported: the one it runs
+        and the one whose outputs are in flight (pipelined delivery: up to two a worker);
+        [-1]: unknown, the lock was not had in time: wait for the worker to be idle or gone."""
+        waits: dict[int, list[int]] = {}
         for h in self.handles:
             if not h.alive:
                 continue
-            busy = _batch_in_progress(h)
-            if busy is None or busy[1] in slots:
-                waits[h.index] = busy[0] if busy else -1
+            busy = _batches_in_progress(h)
+            if busy is None:
+                waits[h.index] = [-1]
+                continue
+            ours = [batch for batch, slot in busy if slot in slots]
+            if ours:
+                waits[h.index] = ours
         return waits
 
 
-def _batch_in_progress(h: Handle) -> tuple[int, int] | None:
-    """(batch, slot) the worker is processing, (0, -1) when idle, None if unknown. Read under
-    the worker's lock: see the RACE note in runtime/worker/fence.py."""
+def _batches_in_progress(h: Handle) -> list[tuple[int, int]] | None:
+    """(batch, slot) of the batches the worker has begun and not reported, None if unknown.
+    Read under the worker's lock: see the RACE note in runtime/worker/fence.py."""
     if not h.lock.acquire(timeout=1.0):
         return None
     try:
-        return h.board.current
+        return h.board.in_progress()
     finally:
         h.lock.release()

@@ -62,7 +62,14 @@ from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
-from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.transport.board import (
+    PHASE_CALL,
+    PHASE_COMMIT,
+    PHASE_DELIVER,
+    PHASE_IDLE,
+    PHASE_SETTLE,
+    PHASE_WAIT,
+)
 
 log = logging.getLogger("ringmaster.workforce")
 
@@ -80,6 +87,7 @@ _EXHAUSTED_EXIT_S = 30.0  # an exhausted worker runs teardown and flushes (10 s)
 _DURING = {PHASE_CALL: "reading the batch or running the plugin",
            PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
            PHASE_COMMIT: "committing its transaction",
+           PHASE_SETTLE: "waiting for the broker to acknowledge its outputs",
            PHASE_IDLE: "reporting the batch"}
 
 
@@ -468,6 +476,9 @@ class Workforce(Generic[S]):
         was_ready = h.board.ready
         batch, _slot = h.board.current
         during = _DURING.get(h.board.phase, "") if batch else ""
+        settling = h.board.settling
+        if settling:  # waiting for the acknowledgements of the batch before (pipelined delivery)
+            batch, during = settling, _DURING[PHASE_SETTLE]
         # INVARIANT (8): a death in any phase of a batch counts against it, or a record whose
         # outputs (or dead letters, or anything after process() returned) kill the worker would
         # be run again for ever, never bisected, never dead-lettered, its partition stuck. A
@@ -490,7 +501,7 @@ class Workforce(Generic[S]):
         life.last_exit = words
         # Recycled: it read its STOP frame and exited 0, idle. Exiting 0 in the middle of a
         # batch (a plugin's os._exit(0)) is a crash like any other, or that record would loop forever.
-        recycled = life.state is State.RETIRING and code == 0 and not batch
+        recycled = life.state is State.RETIRING and code == 0 and not batch and not h.board.delivering
         exhausted = life.exhausted is not None and was_ready and life.kill is None
         cause = (ExitCause.RECYCLED if recycled else ExitCause.EXHAUSTED if exhausted
                  else ExitCause.START_FAILURE if not was_ready

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchkit.sim.pool import simulate_pool
-from benchkit.sim.world import Costs, SimConsumer, SimPool, World, make_topic
+from benchkit.sim.world import Client, Costs, SimConsumer, SimPool, World, make_topic
 from runtime.config import Settings
+from runtime.kafka.properties import consumer_properties
 from runtime.supervisor.control.signals import SignalQueue
 from runtime.supervisor.daemon.loop import Supervisor
 
@@ -38,10 +39,13 @@ class Case:
     # run (issue 24). 0 in the standard cases, as in the issue's own simulation; the "acks"
     # cases set 0.5 ms.
     ack_us: float = 0.0
+    pipelined: bool = True  # workers run a batch while the last one's acks come (pipelined_delivery)
     workers_settings: dict[str, Any] = field(default_factory=dict)  # more [workers] settings
+    client: Client | None = None  # how the Kafka client fetches (None: as the daemon's properties say)
+    costs_: Costs | None = None  # the supervisor's costs, if not the defaults with sup_us a record
 
     def costs(self) -> Costs:
-        return replace(Costs(), record_us=self.sup_us)
+        return replace(self.costs_ or Costs(), record_us=self.sup_us)
 
     def topic_records(self) -> tuple[int, float]:
         """(records, rate): a backlog, or ``load`` × capacity for ``seconds``."""
@@ -69,6 +73,7 @@ class Outcome:
     p99_ms: float
     max_ms: float
     commits: int = 0
+    all_busy_s: float = 0.0  # when the last worker began its first batch (ringmaster)
 
     def row(self) -> dict[str, Any]:
         return {"consumer": self.consumer, "records": self.records, "elapsed_s": round(self.elapsed_s, 4),
@@ -76,7 +81,7 @@ class Outcome:
                 "busy_min": round(min(self.busy), 3), "busy_max": round(max(self.busy), 3),
                 "supervisor_busy": round(self.supervisor_busy, 3), "lane_moves": self.lane_moves,
                 "p50_ms": round(self.p50_ms, 2), "p99_ms": round(self.p99_ms, 2),
-                "max_ms": round(self.max_ms, 2)}
+                "max_ms": round(self.max_ms, 2), "all_busy_ms": round(self.all_busy_s * 1000, 1)}
 
 
 def _quantiles(lat: list[float]) -> tuple[float, float, float]:
@@ -99,10 +104,15 @@ def run_ringmaster(case: Case) -> Outcome:
     settings = Settings.model_validate({
         "kafka": {"bootstrap_servers": "sim:9092", "group_id": "sim", "topics": ["sim"]},
         "workers": {"plugin": "sim", "processes": case.workers, "ordering": case.ordering,
-                    "heartbeat_timeout_s": 1e9, "batch_timeout_s": 1e9, **case.workers_settings},
+                    "heartbeat_timeout_s": 1e9, "batch_timeout_s": 1e9,
+                    "pipelined_delivery": case.pipelined, **case.workers_settings},
         "supervisor": {"log_level": "WARNING", "status_interval_s": 3600}})
     buckets = settings.workers.process_limit if case.ordering == "key" else 0
-    world = World(topic, case.workers, case.costs(), case.batch_us + case.ack_us, key_lanes=buckets)
+    # Workers run their next batch while the broker acknowledges the last one's outputs
+    # (workers.pipelined_delivery, runtime/worker/batch_runner.py; the simulator's default).
+    pipelined = settings.workers.pipelined_delivery and settings.output.guarantee != "exactly-once"
+    world = World(topic, case.workers, case.costs(), case.batch_us, key_lanes=buckets, ack_us=case.ack_us,
+                  pipelined=pipelined)
     pool = SimPool(world, settings.workers.ring_bytes)
     sup_ref: list[Supervisor[Any]] = []
 
@@ -113,12 +123,14 @@ def run_ringmaster(case: Case) -> Outcome:
             return True
         return False
 
-    consumer = SimConsumer(world, on_idle=over)
+    client = case.client or Client.from_properties(consumer_properties(settings))
+    consumer = SimConsumer(world, client, on_idle=over)
     signals = SignalQueue()
     signals.installed = True  # no handlers in the simulating process: nothing signals a simulation
     sup = Supervisor(settings, consumer, pool, pool.epochs, clock=lambda: world.now, sleep=pool.sleep,
                      signals=signals)
     sup_ref.append(sup)
+    _charge_cuts(sup, world)
     threshold = gc.get_threshold()
     quiet = logging.getLogger("ringmaster")
     level = quiet.level
@@ -136,7 +148,21 @@ def run_ringmaster(case: Case) -> Outcome:
     return Outcome(f"ringmaster {case.ordering}", world.done_records, elapsed, ideal / elapsed,
                    bound / elapsed, [w.busy_s / elapsed for w in world.workers],
                    min(1.0, world.sup_busy_s / elapsed),
-                   world.lane_moves if case.ordering != "unordered" else None, p50, p99, mx, consumer.commits)
+                   world.lane_moves if case.ordering != "unordered" else None, p50, p99, mx, consumer.commits,
+                   max(w.first_start if w.first_start is not None else elapsed for w in world.workers))
+
+
+def _charge_cuts(sup: Supervisor[Any], world: World) -> None:
+    """The supervisor's cost of cutting (Costs.cut_us a record) is paid when it cuts, not when
+    it consumes: a cut of a whole gathered backlog is a long turn with nothing placed."""
+    cut = sup.intake.cut
+
+    def charged(*args: Any, **kwargs: Any) -> Any:
+        made = cut(*args, **kwargs)
+        world.cut(sum(b.count for b in made.batches))
+        return made
+
+    sup.intake.cut = charged  # type: ignore[method-assign]
 
 
 def run_pool(case: Case) -> Outcome:

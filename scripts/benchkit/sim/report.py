@@ -22,10 +22,15 @@ parent paying the same costs). Deterministic: the same figures on every machine.
 and what it does not: [scaling.md](scaling.md#simulation). Produced by `./scripts/bench
 --simulate`{args}.
 
-Costs: the supervisor {record} µs per record fetched (the case's *sup*), {frame} µs per frame
-written, {result} µs per result read, {tick} µs per turn of its loop; a worker {batch} µs per
-batch, then {ack} µs waiting for its outputs' acknowledgement (ringmaster's workers only,
-`Pool`'s parent produces for its workers; 500 µs in the "acks" cases), plus each record's
+Costs (its own code measured on the 2-core machine, `./scripts/bench --simulate-calibrate`):
+the supervisor {record} µs per record fetched (the case's *sup*; {cut} of it when the record is
+cut), {frame} µs per frame written, {result} µs per result read, {tick} µs per turn of its loop
++ {tick_p} a partition + {tick_w} a worker. The Kafka client as librdkafka fetches: one fetch
+in flight, each response's run of `max.partition.fetch.bytes` per partition landing whole in one
+queue that `consume()` hands out from its head. A worker {batch} µs per batch, then {ack} µs until
+the broker acknowledges its outputs (ringmaster's workers only, `Pool`'s parent produces for its
+workers; 500 µs in the "acks" cases, during which a worker runs its next batch if its ring holds
+one: pipelined delivery), plus each record's
 own cost (the case's work × (1 ± 0.3), uniform). Efficiency: the
 ideal time (all the work spread evenly over the workers) ÷ the time taken; for a hot
 partition also against what `partition` ordering allows at best (no partition faster than
@@ -43,7 +48,8 @@ def _cell(o: Outcome, case: Case) -> str:
 
 def render(results: list[tuple[Case, list[Outcome]]], args: str) -> list[str]:
     c = Costs()
-    md = [HEADER.format(args=args, record="*sup*", frame=c.frame_us, result=c.result_us, tick=c.tick_us,
+    md = [HEADER.format(args=args, record="*sup*", cut=c.cut_us, frame=c.frame_us, result=c.result_us,
+                        tick=c.tick_us, tick_p=c.tick_partition_us, tick_w=c.tick_worker_us,
                         batch=Case("").batch_us, ack=Case("").ack_us)]
     md += ["| case | partition | key | unordered | Pool(N) |", "|---|---|---|---|---|"]
     for case, outs in results:
