@@ -10,9 +10,15 @@ registered again. These tests drive the loop's own steps with the fake consumer;
 
 from __future__ import annotations
 
+import logging
+
+import fakes
+import pytest
 from fakes import TP0, RingWorker, feed, make, msgs, start
 
 from runtime.supervisor.daemon.loop import Supervisor
+from runtime.supervisor.partition.offsets import OffsetTracker
+from runtime.supervisor.partition.partition import PauseReason
 from runtime.tp import TP
 
 
@@ -55,3 +61,70 @@ def test_records_returned_before_a_retried_start_are_dropped_and_reading_begins_
     RingWorker(pool, 0)
     _run_out(sup, TP0)
     assert p.tracker.committable == 351
+
+
+def test_a_record_at_or_below_what_was_registered_is_dropped_with_a_debug_line_not_a_crash(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Whatever brings them (a position that moved back under the runtime: a second start of
+    a partition it holds, an offset fetch of librdkafka's own answered late), records the
+    partition was already handed since it was positioned are stale: registered again they
+    crashed the supervisor ("span [349..349] overlaps or goes backwards"). They are dropped,
+    and what follows them is read on."""
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(340, 350)))
+    assert _spans(sup, TP0) == [(340, 349)]
+    with caplog.at_level(logging.DEBUG, logger="ringmaster.partition"):
+        feed(sup, consumer, TP0, msgs(TP0, 349))
+        feed(sup, consumer, TP0, msgs(TP0, *range(345, 356)))
+    assert _spans(sup, TP0) == [(340, 349), (350, 355)], "each record registered once, in order"
+    stale = [r for r in caplog.records if r.getMessage() == "stale records dropped"]
+    assert [(r.__dict__["first"], r.__dict__["last"], r.__dict__["expected"]) for r in stale] == \
+        [(349, 349, 350), (345, 349, 350)]
+    assert all(r.levelno == logging.DEBUG for r in stale)
+    RingWorker(pool, 0)
+    _run_out(sup, TP0)
+    assert sup.partitions[TP0].tracker.committable == 356, "every record done once, none skipped"
+
+
+def test_records_below_the_restart_offset_after_a_rewind_are_dropped() -> None:
+    """A rewound partition is read again from its restart offset; records below it that
+    still come (done already: their outputs written, their offsets committable) are stale,
+    and registered they crashed the supervisor ("starts below the committable offset")."""
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    RingWorker(pool, 0)
+    feed(sup, consumer, TP0, msgs(TP0, *range(10)))
+    _run_out(sup, TP0)
+    p = sup.partitions[TP0]
+    assert p.tracker.committable == 10
+    feed(sup, consumer, TP0, msgs(TP0, *range(10, 20)))  # its frame in the ring, not begun
+    p.rewind(PauseReason.OPERATOR, "maintenance")
+    _run_out(sup, TP0)  # the worker skips it (an older epoch): it comes back not done
+    sup.starts.read_again()
+    assert not p.rewinding and consumer.seeks[-1] == (TP0, 10)
+    p.release(PauseReason.OPERATOR)
+    feed(sup, consumer, TP0, msgs(TP0, *range(5, 15)))
+    assert _spans(sup, TP0) == [(10, 14)], "5-9 are done: dropped; 10-14 read again"
+
+
+def test_a_share_groups_records_handed_over_again_are_new_deliveries_not_stale() -> None:
+    """A share group's broker hands a released record over again (a delivery more): the
+    same offsets again are work to do, never dropped as stale."""
+    p = fakes.partition(share=True)
+    p.fetched(msgs(TP0, *range(5, 10)), 0.0)
+    p.fetched(msgs(TP0, 5, 6), 0.0)
+    assert [m.offset() for m in p.intake.open_msgs] == [5, 6, 7, 8, 9, 5, 6]
+
+
+def test_handled_to_is_past_every_record_registered_or_done() -> None:
+    t = OffsetTracker()
+    assert t.handled_to is None, "nothing handed out yet"
+    t.register(1, 340, 349)
+    t.register(2, 350, 359)
+    assert t.handled_to == 360
+    t.complete(1)
+    t.discard_unfinished()
+    assert t.handled_to == 350, "after a rewind: the committable offset, where reading starts again"
+    assert t.skip_to(350, 353)
+    assert t.handled_to == 353, "an invisible tail counts as handed out"
