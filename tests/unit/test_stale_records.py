@@ -14,7 +14,7 @@ import logging
 
 import fakes
 import pytest
-from fakes import TP0, RingWorker, feed, make, msgs, start
+from fakes import TP0, RingWorker, assign_in_consume, feed, make, msgs, start
 
 from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.partition.offsets import OffsetTracker
@@ -85,6 +85,26 @@ def test_a_record_at_or_below_what_was_registered_is_dropped_with_a_debug_line_n
     RingWorker(pool, 0)
     _run_out(sup, TP0)
     assert sup.partitions[TP0].tracker.committable == 356, "every record done once, none skipped"
+
+
+def test_a_partition_assigned_again_while_held_reads_on_past_what_it_registered() -> None:
+    """The group assigns a partition this member holds (no revocation between): the rebalance
+    step seeks it to the group's committed offset again (starts.py ``settle``), behind the
+    spans it registered and whose batches are still out; the records that come again crashed
+    the supervisor ("span [340..348] overlaps or goes backwards"). They are dropped: each
+    record registered once, every one done."""
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, *range(340, 360)))
+    p = sup.partitions[TP0]
+    assign_in_consume(sup, consumer, [TP0])
+    feed(sup, consumer, TP0, msgs(TP0, 360))  # this consume() straddles it: dropped
+    assert sup.partitions[TP0] is p and consumer.started == [[TP0], [TP0]], "sought to its start again"
+    feed(sup, consumer, TP0, msgs(TP0, *range(340, 365)))
+    assert _spans(sup, TP0) == [(340, 349), (350, 359), (360, 364)]
+    RingWorker(pool, 0)
+    _run_out(sup, TP0)
+    assert p.tracker.committable == 365
 
 
 def test_records_below_the_restart_offset_after_a_rewind_are_dropped() -> None:
