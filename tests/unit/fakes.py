@@ -391,7 +391,7 @@ def fetch(sup: Supervisor) -> Fetched:
     capacity = sup.capacity()
     fetched = sup.fetch(capacity, sup.intake.within_the_lock(sup.flow.records_wanted()))
     sup.rebalanced(fetched)
-    sup.starts.retry()
+    sup.starts.retry(fetched)
     sup.check_fatal()
     sup.take(fetched)
     return fetched

@@ -198,7 +198,7 @@ class Supervisor(Generic[H]):
         fetched = self.fetch(capacity, wanted)
         drained = fetched.count < wanted  # the client had nothing more queued (counted before settling)
         self.rebalanced(fetched)
-        self.starts.retry()
+        self.starts.retry(fetched)
         self.check_fatal()
         self.take(fetched)
         self.cut(capacity, drained)

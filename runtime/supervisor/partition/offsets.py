@@ -192,6 +192,12 @@ class OffsetTracker:
         fastest lane may have run ahead of the slowest, the bound key/unordered modes cap."""
         return self._span_records
 
+    @property
+    def handled_to(self) -> int | None:
+        """The offset past every record registered or done: records below it were handed out
+        already (None: nothing registered or done since the last rewind, or ever)."""
+        return self._spans[-1].last + 1 if self._spans else self._committable
+
     def restart_offset(self) -> int | None:
         """Where to read again from to redo everything not done: the committable offset, or
         the first registered offset if nothing is done yet (None: nothing registered)."""

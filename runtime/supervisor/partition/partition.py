@@ -305,6 +305,9 @@ class Partition:
                 s.dropped_from = first
             self._outside.client.release(self.tp, run, self.keeps)
             return
+        run = self._fresh(run)
+        if not run:
+            return
         if s.open_msgs:
             s.open_msgs.extend(run)
         else:
@@ -316,6 +319,29 @@ class Partition:
         s.next_offset = offset_of(run[-1]) + 1
         s.eof_at = None
         s.last_activity = now
+
+    def _fresh(self, run: Run) -> Run:
+        """INVARIANT (1): the records of ``run`` the partition was not handed before. A
+        consume() can return records of an older position: librdkafka purges its queue on a
+        seek, not what it already returned to Python, and a start sought again under a
+        partition still held goes back to the group's committed offset. Below ``next_offset``
+        (handed over since it was positioned) or the tracker's ``handled_to`` (registered or
+        done), a record is cut already or done: registered again it would be run twice, and
+        the tracker refuses a span that goes backwards (issue 40's crash, "span [349..349]
+        overlaps or goes backwards"). Dropped, with a debug line. A share group's broker hands
+        a record over again when it is released: every delivery is new there."""
+        if isinstance(self.tracker, AckTracker):
+            return run
+        seen = [o for o in (self.intake.next_offset, self.tracker.handled_to) if o is not None]
+        floor = max(seen, default=None)
+        if floor is None or offset_of(run[0]) >= floor:
+            return run
+        keep = next((i for i, m in enumerate(run) if offset_of(m) >= floor), len(run))
+        stale, run = run[:keep], run[keep:]
+        log.debug("stale records dropped", extra={
+            "tp": self.label, "first": offset_of(stale[0]), "last": offset_of(stale[-1]), "expected": floor})
+        self._outside.client.release(self.tp, stale)
+        return run
 
     def reached_end(self, offset: int, now: float) -> None:
         """The consumer reported the partition's end at ``offset``. RACE: one consume() can
