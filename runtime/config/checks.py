@@ -90,7 +90,29 @@ def guarantee_problem(settings: Settings) -> str | None:
                 f'{settings.workers.ordering!r}): in that order batches of a partition finish out of '
                 "order, and outputs committed ahead of the partition's offset would be written again "
                 "after a crash")
-    return None
+    return transaction_timeout_problem(settings)
+
+
+def transaction_timeout_problem(settings: Settings) -> str | None:
+    """librdkafka refuses a transactional producer whose message.timeout.ms (the runtime's
+    output.delivery_timeout_s, or the user's own) exceeds its transaction.timeout.ms, and each
+    worker would exit at its start; said here, in one line, before anything touches Kafka."""
+    producer = settings.kafka.producer
+    if "transaction.timeout.ms" not in producer:
+        return None  # the runtime's own is never below message.timeout.ms (kafka/properties.py)
+    try:
+        txn = librdkafka_int(producer, "transaction.timeout.ms", 60_000)
+        derived = int(settings.output.delivery_timeout_s * 1000)  # kafka/properties.py
+        message = librdkafka_int(producer, "message.timeout.ms", derived)
+    except ConfigError as exc:
+        return f"kafka.producer.{exc}"
+    if message <= txn:
+        return None
+    source = ("kafka.producer.message.timeout.ms" if "message.timeout.ms" in producer
+              else f"output.delivery_timeout_s = {settings.output.delivery_timeout_s:g}")
+    return (f"kafka.producer.transaction.timeout.ms ({txn}) is below the producer's message.timeout.ms "
+            f"({message}, from {source}): librdkafka refuses that producer; set output.delivery_timeout_s "
+            f"to at most {txn / 1000:g} s, or raise transaction.timeout.ms")
 
 
 def check_topic_loops(settings: Settings) -> None:

@@ -186,6 +186,9 @@ def _config(row: Row, nc: NetCluster, names: dict[str, str], tmp: Path) -> dict[
         cfg["kafka"]["consumer"] = {}
         cfg["workers"].update(ordering="unordered")
     cfg["kafka"]["producer"].update(dict(row.producer))
+    txn_ms = cfg["kafka"]["producer"].get("transaction.timeout.ms")
+    if txn_ms is not None:  # no message may outlive its transaction (runtime/config/checks.py)
+        cfg["output"]["delivery_timeout_s"] = min(30.0, txn_ms / 2000)
     return cfg
 
 

@@ -71,6 +71,8 @@ class Row:
 ALO, EOS, SHARE = "at-least-once", "exactly-once", "share"
 # The trade-off a member on another host lives with under exactly-once: the open transactions
 # of a supervisor killed there end only by transaction.timeout.ms.
+# librdkafka refuses a message.timeout.ms above it (runtime/config/checks.py): the daemons'
+# output.delivery_timeout_s is lowered below it (drive._config).
 SHORT_TXN = (("transaction.timeout.ms", 15000),)
 
 ROWS: list[Row] = [

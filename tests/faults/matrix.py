@@ -523,6 +523,14 @@ FAULTS += [
           "refused by `check` and `run` with one line naming the key, exit 2, before anything touches Kafka",
           sections={"control": {"status_topic": "not a topic!"}}, exit=2, log=("control.status_topic",),
           check="refused_before_kafka"),
+    Fault("transaction-timeout-below-the-message-timeout", "configuration",
+          "under exactly-once, `kafka.producer` sets `transaction.timeout.ms` below the producer's "
+          "`message.timeout.ms` (`output.delivery_timeout_s`, 30 s by default)",
+          "refused by `check` and `run` with one line naming both (librdkafka would refuse every "
+          "worker's producer at its start), exit 2, before anything touches Kafka",
+          sections={"output": {"guarantee": "exactly-once"},
+                    "kafka": {"producer": {"transaction.timeout.ms": 15000}}},
+          exit=2, log=("transaction.timeout.ms (15000)",), check="refused_before_kafka"),
     Fault("control-topic-not-a-topic-name", "configuration",
           "`control.topic` is no valid topic name",
           "refused by `check` and `run` with one line naming the key, exit 2, before anything touches Kafka",

@@ -43,6 +43,25 @@ def settings(**over: Any) -> Settings:
     return Settings.model_validate(raw)
 
 
+@pytest.mark.parametrize(("producer", "output", "refused"), [
+    ({"transaction.timeout.ms": 15000}, {}, True),  # message.timeout.ms from delivery_timeout_s 30 s
+    ({"transaction.timeout.ms": 15000}, {"delivery_timeout_s": 10}, False),
+    ({"transaction.timeout.ms": "15000", "message.timeout.ms": "20000"}, {"delivery_timeout_s": 10}, True),
+    ({"transaction.timeout.ms": 120000}, {}, False),
+    ({}, {"delivery_timeout_s": 300}, False),  # the runtime's own follows message.timeout.ms
+])
+def test_a_transaction_timeout_below_the_message_timeout_is_refused_in_one_line(
+        producer: dict[str, Any], output: dict[str, Any], refused: bool) -> None:
+    """librdkafka refuses that producer, and every worker would exit at its start (the cluster
+    matrix's short-transaction row found it): one line at check time instead."""
+    problem = guarantee_problem(settings(kafka={"producer": producer}, output=output))
+    assert (problem is not None) == refused, problem
+    if refused:
+        assert problem and "transaction.timeout.ms" in problem and "\n" not in problem
+    at_least_once = {**output, "guarantee": "at-least-once"}
+    assert guarantee_problem(settings(kafka={"producer": producer}, output=at_least_once)) is None
+
+
 @pytest.mark.parametrize("ordering", ["key", "unordered"])
 def test_check_refuses_exactly_once_where_batches_of_a_partition_finish_out_of_order(ordering: str) -> None:
     problem = guarantee_problem(settings(workers={"ordering": ordering}))
