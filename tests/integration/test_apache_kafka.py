@@ -63,22 +63,9 @@ def test_the_apache_kafka_broker_serves_transactions_and_stops_cleanly_on_sigter
             p.produce(topic, value)
             p.flush(30)
             (p.commit_transaction if commit else p.abort_transaction)(30)
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"),
-                      "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                      "group.protocol": "consumer"})
-        try:
-            c.subscribe([topic])
-            seen: list[bytes] = []
-
-            def read_last() -> bool:
-                m = c.poll(0.5)
-                if m is not None and m.error() is None:
-                    seen.append(m.value() or b"")
-                return b"last" in seen
-            wait_for(read_last, 60, "the last committed record")
-            assert seen == [b"kept", b"last"]
-        finally:
-            c.close()
+        seen = _read_until({"bootstrap.servers": bootstrap, "isolation.level": "read_committed",
+                            "group.protocol": "consumer"}, topic, b"last", 60, "the last committed record")
+        assert seen == [b"kept", b"last"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
         assert exited(jvm[0])
@@ -120,6 +107,24 @@ def test_without_maven_a_first_run_is_one_line_and_exit_1(tmp_path: Path) -> Non
     home = tmp_path / "cache" / "kafka-ringmaster" / f"kafka-{KAFKA_VERSION}"
     assert lines[:-1] == [f"resolving Apache Kafka {KAFKA_VERSION} with Maven into {home} (first run only)"]
     assert cache_dir().name == f"kafka-{KAFKA_VERSION}"
+
+
+def _read_until(props: dict[str, str], topic: str, last: bytes, timeout_s: float, what: str) -> list[bytes]:
+    """The topic's values from its start, read by a new group, up to ``last``."""
+    c = Consumer({**props, "group.id": unique("g"), "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        seen: list[bytes] = []
+
+        def read() -> bool:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                seen.append(m.value() or b"")
+            return last in seen
+        wait_for(read, timeout_s, what)
+        return seen
+    finally:
+        c.close()
 
 
 def _read_banner(proc: subprocess.Popen[bytes], until: bytes, timeout_s: float) -> str:
@@ -185,20 +190,8 @@ def test_three_nodes_replicate_every_topic_survive_a_node_killed_and_stop_on_sig
         banner += _read_banner(proc, f"node {leader} (pid {victim}) exited".encode(), 60)
         p.produce(topic, b"after")
         assert p.flush(120) == 0, "a follower took over and two replicas acknowledged"
-        c = Consumer({**props, "group.id": unique("g"), "auto.offset.reset": "earliest"})
-        try:
-            c.subscribe([topic])
-            seen: list[bytes] = []
-
-            def read_both() -> bool:
-                m = c.poll(0.5)
-                if m is not None and m.error() is None:
-                    seen.append(m.value() or b"")
-                return b"after" in seen
-            wait_for(read_both, 120, "both records, from the new leader")
-            assert seen == [b"before", b"after"]
-        finally:
-            c.close()
+        seen = _read_until(props, topic, b"after", 120, "both records, from the new leader")
+        assert seen == [b"before", b"after"]
         offsets = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
         assert all(len(part.replicas) == 3 for part in offsets.partitions.values())
         proc.send_signal(signal.SIGTERM)
