@@ -204,9 +204,10 @@ class WorkerSettings(_Section):
         "such batches); 0: only batch_max_records and ring size bound it")
     pipelined_delivery: bool = Field(
         default=False, description="at-least-once: a worker runs its next batch while the broker "
-        "acknowledges the last one's outputs, and reports that batch once they are in (issue 41: +1-2 "
-        "% of ideal with 0.5 ms acknowledgements, simulated); off by default: a batch that hangs or "
-        "crashes its worker sends the one before it back too, its outputs written again")
+        "acknowledges the last one's outputs, and reports that batch as soon as they are in (issue 41: "
+        "+1-2 % of ideal with 0.5 ms acknowledgements, simulated); off by default: a worker that dies "
+        "within milliseconds of starting a batch, before the batch before it is acknowledged, sends "
+        "that one back too, and its outputs may be written twice")
     pause_above: float = Field(default=0.8, gt=0.0, le=1.0)
     resume_below: float = Field(default=0.4, ge=0.0, lt=1.0)
     batch_timeout_s: float = Field(default=300.0, gt=0, description="plugin time per call")

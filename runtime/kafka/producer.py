@@ -99,6 +99,29 @@ def is_records_fault(err: _CKError, topic: str, own_topics: frozenset[str] | Non
 OnDelivery = Callable[[_CKError | None, Any], None]
 
 
+class Tally:
+    """The failed deliveries of one delivery's messages (those produced with ``on_delivery``),
+    on whichever thread serves the client's callbacks: a worker's watcher thread tells from it
+    and ``OutputProducer.in_flight`` that a batch in flight was taken whole while the next batch
+    runs (runtime/worker/batch_runner.py). Each failure is also passed to ``forward`` (the
+    producer's own), so that ``deliver()`` still sees it. (Successes are not reported:
+    ``delivery.report.only.error``, runtime/worker/spec.py.)
+
+    RACE: two threads may run callbacks at once (a flush and a poll): ``list.append`` is atomic
+    under the GIL."""
+
+    __slots__ = ("_forward", "failed")
+
+    def __init__(self, forward: OnDelivery) -> None:
+        self._forward = forward
+        self.failed: list[Message] = []  # the messages the broker or the client did not take
+
+    def on_delivery(self, err: _CKError | None, msg: Message) -> None:
+        if err is not None:
+            self.failed.append(msg)
+            self._forward(err, msg)
+
+
 class _Placement(TypedDict, total=False):
     """Where Producer.produce puts a message: nothing for the partitioner's choice."""
 
@@ -233,6 +256,16 @@ class OutputProducer:
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._p.poll(timeout_s)
+
+    @property
+    def in_flight(self) -> int:
+        """Messages not acknowledged yet, or whose failure is not reported yet: 0 once every
+        message produced so far has its answer, and its failure (if any) its callback."""
+        return len(self._p)
+
+    def tally(self) -> Tally:
+        """A count of the reports of the messages produced with its ``on_delivery``."""
+        return Tally(self._on_delivery)
 
     def deliver(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:
         """Wait until every queued message is acknowledged, at most timeout_s (calling beat()

@@ -7,6 +7,7 @@ by transactional.py), and in a plugin author's test process (runtime/testing.py)
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from runtime.execution.acked import Acknowledged, acknowledged, raise_settled
 from runtime.execution.deadletter_format import HEADER_PREFIX, DeadLetter, reference_dead_letter
 from runtime.execution.routing import OutputRoute, with_version
 from runtime.execution.run import REJECTED, Failure, RetryPolicy, run_batch
-from runtime.kafka.producer import OutputProducer, invalid_topic
+from runtime.kafka.producer import OutputProducer, Tally, invalid_topic
 from runtime.plugin import Output, Plugin, Record
 from runtime.subscription import subscribed_by
 from runtime.tp import tp_label
@@ -33,6 +34,10 @@ log = logging.getLogger("ringmaster.worker")
 # digest and a counter slot each, ~100 bytes): past it the oldest partition's are dropped,
 # and its outputs may be written again when its batch runs (at-least-once, said in the log).
 MAX_CARRIED_OUTPUTS = 200_000
+# How long the acknowledgement watcher waits in one poll: successes are not reported (only
+# failures wake it), so this is how late it may see a batch in flight acknowledged; each wake
+# takes the GIL from the plugin once.
+_WATCH_POLL_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,8 @@ class InFlight:
     tp: tuple[str, int]
     records: list[Record]
     sent: list[Output]  # the outputs of its one plugin call, produced and not acknowledged yet
+    tally: Tally  # ... and their delivery reports so far
+    producer: OutputProducer  # ... the producer they went through
     processed: int
     outputs: int
     dead_letters: int
@@ -70,11 +77,15 @@ class BatchRunner:
 
     **Pipelined delivery** (``on_settled``; at-least-once with a dead-letter topic): a batch
     whose plugin call returned at the first attempt leaves its outputs in flight, and ``run``
-    returns None: the worker starts its next batch meanwhile. The batch is settled (the
-    producer flushed, ``on_settled`` given its report) just before the next batch's outputs are
-    produced, at the end of the next batch if it produced none, or when the worker has nothing
-    else to run (``settle``). Only then is it DONE: its offsets are committed, and its partition
-    may move to another worker, only once its outputs are acknowledged. One producer keeps a
+    returns None: the worker starts its next batch meanwhile. The batch is settled
+    (``on_settled`` given its report) by a watcher thread as soon as the broker acknowledged
+    every output of it (``_watch``), or else by the worker itself: just before the next
+    batch's outputs or dead letters are produced, at the end of the next batch if it produced
+    none, or when the worker has nothing else to run (``settle``). Only then is it DONE: its
+    offsets are committed, and its partition may move to another worker, only once its outputs
+    are acknowledged. INVARIANT: a batch acknowledged is reported while the next one still runs,
+    so that a next batch that hangs or kills its worker sends back only itself, not the batch
+    before it too (its outputs would be written twice). One producer keeps a
     partition's outputs in order, so the next batch may be of the same partition; but if the
     broker did not take a batch's outputs, the batch is DEFERRED, and so is the next one of its
     partition (nothing of it is produced), and that partition's next batch here delivers
@@ -103,12 +114,17 @@ class BatchRunner:
         self.refusals: KnownRefusals | None = None
         self.on_settled = on_settled  # None: every batch is delivered before run() returns
         self.in_flight: InFlight | None = None
+        # RACE: the worker's thread and the watcher each settle the batch in flight, whichever
+        # comes first: it is taken (``in_flight`` set to None) under this lock, once.
+        self._settling = threading.Condition()
+        self._watcher: threading.Thread | None = None
         self._synchronous: set[int] = set()  # slots whose next batch is not pipelined (a late failure)
         self._slot = -1  # the slot of the batch being run
         self._pipelining = False  # this batch's first delivery may stay in flight
         self._calls = 0  # plugin calls of this batch so far
         self._unsettled = False  # this batch produced outputs not acknowledged yet
         self._sent: list[Output] = []  # ... these
+        self._tally: Tally | None = None  # ... and their delivery reports
 
     def run(self, frame: BatchFrame, records: list[Record] | None = None) -> Result | None:
         """``records``: the frame's records, when the caller built them already (exactly-once
@@ -150,7 +166,8 @@ class BatchRunner:
                 self._settle_before(frame.slot)  # it produced nothing: the one before settles now
         except BatchDeferred as d:
             if self._unsettled:  # what it had in flight counts only as far as the producer says
-                self._unsettled, acked = False, self._acknowledged_of(self._sent, len(records))
+                self._unsettled = False
+                acked = self._acknowledged_of(self._sent, self._tally, self.producer, len(records))
             self._carry(tp, records, acked)
             self._renew_producer_if_broken()
             log.warning("batch deferred", extra={
@@ -160,9 +177,10 @@ class BatchRunner:
                           scope=d.scope)
         discarded = self.route.take_discarded()
         if self._unsettled:
-            self.in_flight = InFlight(head, tp, records, self._sent, len(records),
-                                      outcome.output_count - discarded, len(outcome.failures),
-                                      discarded, (time.monotonic() - started) * 1000)
+            assert self._tally is not None
+            self._hand_over(InFlight(head, tp, records, self._sent, self._tally, self.producer, len(records),
+                                     outcome.output_count - discarded, len(outcome.failures),
+                                     discarded, (time.monotonic() - started) * 1000))
             return None
         self._synchronous.discard(frame.slot)
         return Result(DONE, *head, processed=len(records), outputs=outcome.output_count - discarded,
@@ -179,12 +197,61 @@ class BatchRunner:
         """Wait for the batch in flight, if any, and hand its report to ``on_settled``."""
         self._settle_before(None)
 
+    def _hand_over(self, batch: InFlight) -> None:
+        """The batch's outputs are in flight: the board shows it as the one delivering, then
+        the watcher may settle it. RACE: in that order, or a report made before the board
+        shows the batch would leave it there, delivering for ever."""
+        self.board.hand_over()
+        with self._settling:
+            self.in_flight = batch
+            self._settling.notify()
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="ringmaster-acks", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """The watcher thread: serve the producer's delivery reports while a batch is in
+        flight, and report the batch DONE as soon as every output of it is acknowledged. A
+        batch whose outputs were not all taken is left to the worker's own settling, which
+        defers it (``_settle_before``)."""
+        watched: InFlight | None = None
+        while True:
+            with self._settling:
+                while self.in_flight is None or self.in_flight is watched:
+                    self._settling.wait()
+                watched = self.in_flight
+            # RACE: the worker's thread takes the batch (under the lock) before it produces
+            # anything more, so while the batch is still ``in_flight`` the producer holds its
+            # messages only, and none left means all of them have their answer.
+            try:
+                while self.in_flight is watched and watched.producer.in_flight:
+                    watched.producer.poll(_WATCH_POLL_S)
+            except Exception:  # the client closed or failed: the worker settles the batch itself
+                log.debug("the acknowledgement watcher stopped watching a batch", exc_info=True)
+                continue
+            if watched.tally.failed:
+                continue
+            with self._settling:
+                if self.in_flight is not watched:
+                    continue  # the worker's thread settled it meanwhile
+                self.in_flight = None
+                self._report_done(watched)
+
+    def _report_done(self, prev: InFlight) -> None:
+        assert self.on_settled is not None
+        self.on_settled(Result(DONE, *prev.head, processed=prev.processed, outputs=prev.outputs,
+                               dead_letters=prev.dead_letters, busy_ms=prev.busy_ms,
+                               discarded=prev.discarded))
+
     def _settle_before(self, slot: int | None) -> None:
         """Settle the batch in flight before a batch of ``slot`` goes on (its outputs are
         produced, or it is reported). INVARIANT (1): if the broker did not take the batch's
         outputs, it is DEFERRED, and a batch of the same slot after it must not count: this
         raises DeliveryFailed for it, before it produced anything."""
-        prev, self.in_flight = self.in_flight, None
+        if self.in_flight is None:
+            return  # the hot path: nothing in flight (or the watcher settled it)
+        with self._settling:
+            prev, self.in_flight = self.in_flight, None
         if prev is None:
             return
         assert self.on_settled is not None
@@ -192,22 +259,25 @@ class BatchRunner:
         # says whose acknowledgements the worker waits for), not the one in progress.
         phase = self.board.phase
         self.board.set_phase(PHASE_SETTLE)
+        failed: Exception | None = None
         try:
             self._flush()
-            failed = None
         except (DeliveryFailed, OutputRejected) as exc:
             failed = exc
         finally:
             self.board.set_phase(phase)
+        if failed is None and prev.tally.failed:
+            # Its failure was met by a flush of something else (the watcher's poll ran its
+            # report, a delivery of the next batch took it): its own tally still says so.
+            failed = DeliveryFailed(f"{len(prev.tally.failed)} output(s) not taken by the broker")
         if failed is None:
-            self.on_settled(Result(DONE, *prev.head, processed=prev.processed, outputs=prev.outputs,
-                                   dead_letters=prev.dead_letters, busy_ms=prev.busy_ms,
-                                   discarded=prev.discarded))
+            self._report_done(prev)
             return
         # What the broker did take is not written again when the batch runs again here (a
         # refused output among them: the rest written twice, the fault matrix's
         # output-routed-to-a-missing-topic row).
-        self._carry(prev.tp, prev.records, self._acknowledged_of(prev.sent, prev.processed))
+        self._carry(prev.tp, prev.records,
+                    self._acknowledged_of(prev.sent, prev.tally, prev.producer, prev.processed))
         self._renew_producer_if_broken()
         self._synchronous.add(prev.slot)
         reason = f"outputs not acknowledged after the batch ran: {failed}"
@@ -216,12 +286,14 @@ class BatchRunner:
         if slot == prev.slot:
             raise DeliveryFailed("the batch before it in its partition was not delivered")
 
-    def _acknowledged_of(self, sent: list[Output], records: int) -> Acknowledged:
+    def _acknowledged_of(self, sent: list[Output], tally: Tally | None, producer: OutputProducer,
+                         records: int) -> Acknowledged:
         """What the broker acknowledged of ``sent``, the outputs of one call on all ``records``
-        of a batch, left in flight and then found not all written (the producer's undelivered
-        messages say which were not; unknown: none)."""
+        of a batch, left in flight and then found not all written (their tally's failures say
+        which were not, once the producer holds nothing in flight; unknown: none)."""
         acked = Acknowledged()
-        written = acknowledged(sent, self._undelivered(), self.spec.output_topic)
+        known = tally is not None and not producer.in_flight
+        written = acknowledged(sent, list(tally.failed) if known and tally else None, self.spec.output_topic)
         if written:
             acked.record(0, records - 1, [sent[i] for i in sorted(written)])
         return acked
@@ -287,6 +359,12 @@ class BatchRunner:
         them were acknowledged (``acknowledged``), when the producer knows. Pipelined
         (``_pipelining``), the batch's first delivery is left in flight."""
         self._settle_before(self._slot)  # the batch before: acknowledged before these are produced
+        # INVARIANT (1): only the batch's first plugin call, on all its records, is left in
+        # flight: on the retry path (a retry, a bisection's parts) a refused output must fail
+        # its own call, so each delivery there is waited for.
+        in_flight = self._pipelining and self._calls == 1
+        tally = self.producer.tally() if in_flight else None
+        on_delivery = None if tally is None else tally.on_delivery
         i = 0
         # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
         produce, route, routed = self.producer.produce, self.route.topic, self._routed
@@ -306,16 +384,13 @@ class BatchRunner:
                     raise refused
                 # The common case, no headers, shares one list rather than building one per output.
                 headers = with_version(out.headers, self.version) if out.headers else version_only
-                produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
+                produce(topic, out.value, out.key, headers, on_delivery, wait_s)
         except (OutputRejected, DeliveryFailed) as exc:
             # outputs[i] was refused (or the queue stayed full) before it was queued: settle
             # the ones queued before it, so that the retry knows what was written.
             raise_settled(outputs[:i], exc, self._flush, self._undelivered, self.spec.output_topic)
-        if self._pipelining and self._calls == 1:
-            # INVARIANT (1): only when the batch's first plugin call, on all its records,
-            # returned: on the retry path (a retry, a bisection's parts) a refused output must
-            # fail its own call, so each delivery there is waited for.
-            self._pipelining, self._unsettled, self._sent = False, True, outputs
+        if tally is not None:
+            self._pipelining, self._unsettled, self._sent, self._tally = False, True, outputs, tally
             return
         try:
             self._flush()
@@ -355,6 +430,9 @@ class BatchRunner:
     def _dead_letter(self, failures: list[Failure]) -> None:
         if not failures:
             return
+        # The batch before, in flight: settled first, or its failure could be met (and taken
+        # for the letters') by their flush.
+        self._settle_before(self._slot)
         topic = self.spec.dead_letter_topic
         assert topic is not None
         letters = [f.dead_letter(self.spec.name, self.spec.max_message_bytes, self.version) for f in failures]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,20 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     start_guard(spec.parent_pid, board, bell)
 
     results_fd = results.fileno()  # `results` (a Connection) keeps it open
+    # RACE: the acknowledgement watcher (batch_runner.py) reports a batch in flight from its own
+    # thread: a report's bytes on the pipe and the board's counters are written under this lock.
+    reporting = threading.Lock()
 
     def send(result: Result) -> None:
-        send_message(results_fd, encode_result(result))
+        with reporting:
+            send_message(results_fd, encode_result(result))
+
+    def report(result: Result, records: int) -> None:
+        """``result`` sent, then the board's batch cleared: a death after the send blames
+        nothing, the supervisor having drained the pipe first (workforce.py)."""
+        with reporting:
+            send_message(results_fd, encode_result(result))
+            board.end(records)
 
     plugin, producer = _start_plugin(spec, send)
     version = plugin_version(spec.plugin)
@@ -97,8 +109,9 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         """A pipelined batch's report, once the broker took its outputs (or did not)."""
         if result.kind == DEFERRED:
             fence.hold(result.slot, result.epoch)
-        send(result)
-        board.delivered(result.processed)
+        with reporting:
+            send_message(results_fd, encode_result(result))
+            board.delivered(result.processed)
 
     # Exactly-once commits each batch's outputs in its transaction before the next: no pipelining.
     pipelined = spec.pipelined_delivery and not spec.transactional_id
@@ -144,8 +157,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         ring.advance()
         assert frame is not None
         result = runner.run(frame)
-        if result is None:  # its outputs are in flight: reported once settled (``settled``)
-            board.hand_over()
+        if result is None:  # its outputs are in flight (on the board as delivering): reported once settled
             continue
         if result.kind == EXHAUSTED:
             # Not the records' fault: the batch is not done (no board.end: the supervisor sees
@@ -156,8 +168,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
             break
         if result.kind in (BLOCKED, DEFERRED):
             fence.hold(slot, epoch)
-        send(result)
-        board.end(result.processed)
+        report(result, result.processed)
     plain.settle()  # the batch in flight, if any, is reported before the worker leaves
     _stop_plugin(plugin, runner, spec)
     ring.release()

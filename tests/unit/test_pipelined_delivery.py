@@ -7,10 +7,12 @@ order of produce and flush calls."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from runtime.errors import DeliveryFailed, OutputRejected
+from runtime.kafka.producer import Tally
 from runtime.plugin import Output, Plugin, Record
 from runtime.transport.board import BOARD_BYTES, Board
 from runtime.transport.frames import DEFERRED, DONE, BatchFrame, Columns, Result
@@ -35,31 +37,61 @@ class Msg:
 
 
 class FakeProducer:
-    """produce() queues; deliver() settles everything queued, as librdkafka's flush does:
-    ``fail_next`` makes the next one an outage; an output valued REFUSED is refused."""
+    """produce() queues; deliver() settles everything queued, as librdkafka's flush does, and
+    runs each message's delivery callback: ``fail_next`` makes the next one an outage; an output
+    valued REFUSED is refused (only failures have callbacks, as with the workers'
+    delivery.report.only.error). poll() (the watcher's) acknowledges what is queued only once
+    ``acks`` is set, as the broker would answer while the next batch runs."""
 
     def __init__(self) -> None:
-        self.queued: list[Msg] = []
+        self.queued: list[tuple[Msg, Any]] = []
         self.written: list[bytes] = []
         self.calls: list[str] = []  # "produce <value>" and "flush", in order
         self.fail_next = False
         self.undelivered: list[Any] | None = None
         self.broken = False
+        self.acks = threading.Event()
+        self._lock = threading.Lock()  # the watcher's poll and the worker's produce and flush
 
-    def produce(self, topic: str, value: Any, key: Any, headers: Any, queue_wait_s: float = 0) -> None:
-        self.calls.append(f"produce {value.decode()}")
-        self.queued.append(Msg(topic, value))
+    def produce(self, topic: str, value: Any, key: Any, headers: Any, on_delivery: Any = None,
+                queue_wait_s: float = 0) -> None:
+        with self._lock:
+            self.calls.append(f"produce {value.decode()}")
+            self.queued.append((Msg(topic, value), on_delivery))
+
+    def tally(self) -> Tally:
+        return Tally(lambda err, msg: None)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.queued)
+
+    def poll(self, timeout_s: float) -> None:
+        if self.acks.wait(timeout_s):
+            with self._lock:
+                queued, self.queued = self.queued, []
+                self._settle(queued)
+
+    def _settle(self, queued: list[tuple[Msg, Any]]) -> list[Msg]:
+        refused = [m for m, _ in queued if m.value() == REFUSED]
+        self.written += [m.value() for m, _ in queued if m.value() != REFUSED]
+        for m, cb in queued:
+            if cb is not None and m.value() == REFUSED:  # failures only: delivery.report.only.error
+                cb("refused", m)
+        return refused
 
     def deliver(self, timeout_s: float, beat: Any = None) -> None:
-        self.calls.append("flush")
-        queued, self.queued = self.queued, []
-        if self.fail_next:
-            self.fail_next = False
-            self.undelivered = queued
-            raise DeliveryFailed("delivery failed: 3 message(s) not acknowledged within 30 s")
-        refused = [m for m in queued if m.value() == REFUSED]
-        self.written += [m.value() for m in queued if m.value() != REFUSED]
-        self.undelivered = refused
+        with self._lock:
+            self.calls.append("flush")
+            queued, self.queued = self.queued, []
+            if self.fail_next:
+                self.fail_next = False
+                self.undelivered = [m for m, _ in queued]
+                for m, cb in queued:
+                    if cb is not None:
+                        cb("timed out", m)
+                raise DeliveryFailed("delivery failed: 3 message(s) not acknowledged within 30 s")
+            refused = self.undelivered = self._settle(queued)
         if refused:
             raise OutputRejected("the output to 'out' was refused: Broker: Invalid record")
 
@@ -219,3 +251,66 @@ def test_outputs_in_flight_when_their_batch_is_deferred_are_written_again_when_i
     again = r.run(frame(2, 0, 0))
     assert again is not None and again.kind == DONE
     assert sorted(producer.written) == [b"s0o0", b"s0o1", b"s0o2"]  # s0o1: record 1's dead letter
+
+
+def test_a_batch_acknowledged_while_the_next_one_is_in_the_plugin_is_reported_then() -> None:
+    """The watcher reports it as its acknowledgements arrive: if the next batch then hangs
+    (killed after batch_timeout_s) or kills its worker, only that one comes back, not the batch
+    before it too (its outputs written twice: the fault matrix's hangs-in-process row, r4-r8,
+    when the report waited for the next batch's delivery)."""
+    entered, release, reported = threading.Event(), threading.Event(), threading.Event()
+
+    def process(batch: Sequence[Record]) -> list[Output]:
+        if batch[0].partition == 1:
+            entered.set()
+            assert release.wait(10), "the test never released the plugin"
+        return [Output(x.value) for x in batch]
+
+    producer, reports = FakeProducer(), []
+    r = runner(Plugin("p", process, None, None), producer, reports)
+    r.on_settled = lambda result: (reports.append(result), reported.set())
+    assert r.run(frame(1, 0, 0)) is None
+    second = threading.Thread(target=r.run, args=(frame(2, 1, 0),))
+    second.start()
+    try:
+        assert entered.wait(10)
+        producer.acks.set()  # the broker answers while batch 2 is in the plugin
+        assert reported.wait(10), "batch 1 was not reported while batch 2 ran"
+        assert kinds(reports) == [(1, "DONE")] and not release.is_set()
+        assert "flush" not in producer.calls  # the worker's thread did not settle it
+    finally:
+        release.set()
+        second.join(10)
+    r.settle()
+    assert kinds(reports) == [(1, "DONE"), (2, "DONE")]
+
+
+def test_a_batch_whose_outputs_were_not_all_taken_is_left_to_the_worker_to_defer() -> None:
+    """The watcher reports only what the broker took whole: a refusal is found by the
+    worker's own settling, which defers the batch (and isolates the record on its next run)."""
+    producer, reports = FakeProducer(), []
+    r = runner(echo(refuse={1}), producer, reports)
+    assert r.run(frame(1, 0, 0)) is None
+    producer.acks.set()
+    r.settle()
+    assert kinds(reports) == [(1, "DEFERRED")]
+
+
+def test_the_batch_before_is_settled_before_the_next_ones_dead_letters_are_written() -> None:
+    """A batch without outputs but with a letter: its letter's delivery waited for the outputs
+    in flight too, and their failure was taken for the letter's; the batch before, settled
+    later with nothing left to fail, was reported DONE, its outputs lost."""
+    from runtime.plugin import Reject
+
+    def process(batch: Sequence[Record]) -> list[Any]:
+        if batch[0].partition == 1:
+            return [Reject(batch[0], "no")]
+        return [Output(x.value) for x in batch]
+
+    producer, reports = FakeProducer(), []
+    r = runner(Plugin("p", process, None, None), producer, reports)
+    assert r.run(frame(1, 0, 0)) is None
+    producer.fail_next = True  # the outage meets batch 1's outputs, in flight
+    second = r.run(frame(2, 1, 0, n=1))
+    assert kinds(reports) == [(1, "DEFERRED")]
+    assert second is not None and second.kind == DONE and second.dead_letters == 1
