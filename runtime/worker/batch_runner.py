@@ -6,6 +6,7 @@ by transactional.py), and in a plugin author's test process (runtime/testing.py)
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -364,10 +365,11 @@ class BatchRunner:
         # its own call, so each delivery there is waited for.
         in_flight = self._pipelining and self._calls == 1
         tally = self.producer.tally() if in_flight else None
-        on_delivery = None if tally is None else tally.on_delivery
         i = 0
         # Looked up once a delivery, not once an output (the hot path: ~0.2 µs a record).
         produce, route, routed = self.producer.produce, self.route.topic, self._routed
+        if tally is not None:  # its failures counted apart (the watcher's)
+            produce = functools.partial(produce, on_delivery=tally.on_delivery)
         version_only, wait_s = self._version_only, self.spec.delivery_timeout_s
         default_topic = self.spec.output_topic
         refusals = self.refusals or None  # the hot path: none known
@@ -384,7 +386,7 @@ class BatchRunner:
                     raise refused
                 # The common case, no headers, shares one list rather than building one per output.
                 headers = with_version(out.headers, self.version) if out.headers else version_only
-                produce(topic, out.value, out.key, headers, on_delivery, wait_s)
+                produce(topic, out.value, out.key, headers, queue_wait_s=wait_s)
         except (OutputRejected, DeliveryFailed) as exc:
             # outputs[i] was refused (or the queue stayed full) before it was queued: settle
             # the ones queued before it, so that the retry knows what was written.

@@ -53,8 +53,8 @@ class FakeProducer:
         self.acks = threading.Event()
         self._lock = threading.Lock()  # the watcher's poll and the worker's produce and flush
 
-    def produce(self, topic: str, value: Any, key: Any, headers: Any, on_delivery: Any = None,
-                queue_wait_s: float = 0) -> None:
+    def produce(self, topic: str, value: Any, key: Any, headers: Any, queue_wait_s: float = 0,
+                on_delivery: Any = None) -> None:
         with self._lock:
             self.calls.append(f"produce {value.decode()}")
             self.queued.append((Msg(topic, value), on_delivery))
