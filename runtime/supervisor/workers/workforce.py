@@ -58,6 +58,7 @@ import psutil
 from runtime.backoff import backoff_s
 from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
+from runtime.kafka.committed_offsets import GRACE_S as OFFSETS_GRACE_S
 from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
@@ -66,7 +67,9 @@ from runtime.transport.board import (
     PHASE_CALL,
     PHASE_COMMIT,
     PHASE_DELIVER,
+    PHASE_FENCE,
     PHASE_IDLE,
+    PHASE_OFFSETS,
     PHASE_SETTLE,
     PHASE_WAIT,
 )
@@ -87,6 +90,8 @@ _EXHAUSTED_EXIT_S = 30.0  # an exhausted worker runs teardown and flushes (10 s)
 _DURING = {PHASE_CALL: "reading the batch or running the plugin",
            PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
            PHASE_COMMIT: "committing its transaction",
+           PHASE_OFFSETS: "reading its partition's committed offset",
+           PHASE_FENCE: "starting its transactions",
            PHASE_SETTLE: "waiting for the broker to acknowledge its outputs",
            PHASE_IDLE: "reporting the batch"}
 
@@ -179,6 +184,12 @@ class Workforce(Generic[S]):
         # stall (docs/exactly-once.md, Limits). Killed, its successor's init_transactions
         # fences it.
         self.commit_bound_s = commit_timeout_s(delivery_timeout_s) + 5
+        # Exactly-once: a batch's read of its partition's committed offset is given up by the
+        # worker itself past delivery_timeout_s and GRACE_S (runtime/kafka/committed_offsets.py).
+        # A worker still in it well past that is stuck beyond what its own deadline can end.
+        self.offsets_bound_s = delivery_timeout_s + OFFSETS_GRACE_S + 10
+        # Exactly-once: a new producer's init_transactions has the delivery timeout.
+        self.fence_bound_s = delivery_timeout_s + 10
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
@@ -393,6 +404,12 @@ class Workforce(Generic[S]):
             blames = False  # an outage the producer's own timeout did not end: not the records'
         elif h.board.in_phase_for_s(PHASE_COMMIT) > self.commit_bound_s:
             reason = f"committing its transaction for over {self.commit_bound_s:g} s"
+            blames = False  # the broker's, not the records'
+        elif h.board.in_phase_for_s(PHASE_OFFSETS) > self.offsets_bound_s:
+            reason = f"reading its partition's committed offset for over {self.offsets_bound_s:g} s"
+            blames = False  # the broker's, not the records'
+        elif h.board.in_phase_for_s(PHASE_FENCE) > self.fence_bound_s:
+            reason = f"starting its transactions for over {self.fence_bound_s:g} s"
             blames = False  # the broker's, not the records'
         # A starting worker is judged by setup_timeout_s alone: its first beat comes only after
         # the interpreter has started and imported the runtime, which on a loaded host took
