@@ -6,6 +6,7 @@ per batch (runtime/worker/transactional.py) on fakes."""
 from __future__ import annotations
 
 import threading
+import time
 import types
 from typing import Any
 
@@ -655,3 +656,47 @@ def test_an_output_the_cluster_refuses_is_dead_lettered_in_the_batchs_next_trans
     assert producers[-1].produced == [b"v10", b"v12"] and not producers[-1].transaction_failed
     assert [(f.record.offset, f.error_type) for f in letters[-1:]] == [(11, "OutputRejected")]
     assert plain.refusals is None, "what was refused is this batch's only"
+
+
+def test_the_ids_of_slots_no_worker_starts_are_fenced_each_on_a_producer_closed_after() -> None:
+    from runtime.kafka.fencing import fence_ids
+
+    made: list[Any] = []
+
+    class Fencer:
+        def __init__(self, props: dict[str, Any]) -> None:
+            self.tid, self.inits, self.closed = props["transactional.id"], 0, False
+            made.append(self)
+
+        def init_transactions(self, timeout: float) -> None:
+            self.inits += 1
+            if self.tid.endswith("w2"):
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+        def close(self) -> None:
+            self.closed = True
+
+    failed = fence_ids({"bootstrap.servers": "127.0.0.1:9"}, ["t-w1", "t-w2"], 5.0, new_producer=Fencer)
+    assert sorted(f.tid for f in made) == ["t-w1", "t-w2"]
+    assert all(f.inits == 1 and f.closed for f in made)
+    assert list(failed) == ["t-w2"]
+    assert fence_ids({}, [], 5.0, new_producer=Fencer) == {} and len(made) == 2
+
+
+def test_the_supervisor_fences_the_slots_it_does_not_start_by_their_ids_off_its_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its workers fence their own slots (0 .. processes - 1) as they start; the rest of the
+    pool's slots (max_processes, and a reload's one more) are the supervisor's."""
+    import runtime.supervisor.daemon.run as run
+
+    seen: list[Any] = []
+    monkeypatch.setattr(run, "fence_ids", lambda props, ids, timeout_s: seen.append((ids, timeout_s)))
+    s = settings(workers={"plugin": "probe", "processes": 2, "max_processes": 3})
+    run._fence_other_slots(s, "h-m0", range(s.workers.processes, s.workers.process_limit + 1))
+    for _ in range(100):
+        if seen:
+            break
+        time.sleep(0.01)
+    [(ids, timeout_s)] = seen
+    assert ids == [f"ringmaster-{s.kafka.group_id}-h-m0-w{i}" for i in (2, 3)]
+    assert timeout_s == s.output.delivery_timeout_s
