@@ -32,6 +32,14 @@ BOARD_BYTES = 128
 # (``hand_over``), whose the time is then, whatever batch is in progress.
 (PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT, PHASE_SETTLE, PHASE_OFFSETS,
  PHASE_FENCE) = range(8)
+# What a worker is doing in each phase of a batch (for the log, the kill's reason and the dead
+# letter of a worker that died in it). A batch begins in PHASE_CALL (its frame is decoded there
+# too) and ends idle while its result is sent.
+DOING = {PHASE_CALL: "reading the batch or running the plugin",
+         PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
+         PHASE_COMMIT: "committing its transaction",
+         PHASE_OFFSETS: "reading its partition's committed offset", PHASE_FENCE: "starting its transactions",
+         PHASE_SETTLE: "waiting for the broker to acknowledge its outputs", PHASE_IDLE: "reporting the batch"}
 
 
 class Board:
