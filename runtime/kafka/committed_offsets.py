@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from runtime.errors import TransactionAborted
+from runtime.errors import TransactionAborted, WorkerExhausted
 from runtime.kafka.client_log import with_logger
 from runtime.kafka.coordinator import until_answered
 from runtime.tp import TP, tp_label
@@ -37,6 +37,9 @@ log = logging.getLogger("ringmaster.kafka")
 # What a read may take past the timeout given to librdkafka before its client is given up: the
 # call returns at its timeout in the ordinary case, a moment later on a loaded host.
 GRACE_S = 5.0
+# Clients given up and still stuck (each holds its threads and sockets) before the worker itself
+# is replaced rather than leak another: WorkerExhausted, the batch runs again on a new worker.
+MAX_STUCK = 3
 
 
 class CommittedOffsets:
@@ -50,6 +53,7 @@ class CommittedOffsets:
         self._new_client = new_client
         self.grace_s = grace_s
         self.given_up = 0  # clients given up, stuck in a call past its deadline
+        self._stuck: list[Future[Any]] = []  # their calls, until they return
         self._c, self._calls = self._client()
 
     def _client(self) -> tuple[Any, ThreadPoolExecutor]:
@@ -57,7 +61,8 @@ class CommittedOffsets:
 
     def of(self, tp: TP, timeout_s: float) -> int | None:
         """The partition's committed offset (None: nothing committed), within ``timeout_s`` and
-        ``grace_s``; TransactionAborted (the batch is deferred) if not. A coordinator moving or
+        ``grace_s``; TransactionAborted (the batch is deferred) if not, WorkerExhausted if more
+        than MAX_STUCK clients given up are still stuck. A coordinator moving or
         loading (a node of the cluster killed, frozen or cut off) is asked again within
         ``timeout_s`` (runtime/kafka/coordinator.py)."""
         client = self._c
@@ -88,9 +93,13 @@ class CommittedOffsets:
 
     def _give_up(self, tp: TP, timeout_s: float, stuck: Future[Any]) -> None:
         """Replace the client stuck in ``stuck``: its thread closes it once the call returns
-        (queued behind it), and nothing waits for that."""
+        (queued behind it), and nothing waits for that. WorkerExhausted past MAX_STUCK still
+        stuck."""
         old, calls = self._c, self._calls
         self.given_up += 1
+        self._stuck = [f for f in self._stuck if not f.done()] + [stuck]
+        if len(self._stuck) > MAX_STUCK:
+            raise WorkerExhausted(f"{len(self._stuck)} Kafka clients stuck in committed() past their timeout")
         log.warning("the committed-offset read did not return past its deadline; replacing its client",
                     extra={"tp": tp_label(tp), "timeout_s": timeout_s, "given_up": self.given_up})
         calls.submit(old.close)

@@ -26,14 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.errors import TransactionAborted
+from runtime.errors import TransactionAborted, WorkerExhausted
 from runtime.kafka.committed_offsets import CommittedOffsets
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.transactions import BatchTransactions, commit_timeout_s
 from runtime.plugin import Record
 from runtime.tp import tp_label
 from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_FENCE, PHASE_OFFSETS, Board
-from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
+from runtime.transport.frames import COMMITTED, DEFERRED, DONE, EXHAUSTED, WORN, BatchFrame, Result
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 from runtime.worker.batch_runner import BatchRunner
@@ -179,6 +179,10 @@ class TransactionalRunner:
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)
         except TransactionAborted as exc:  # the group's answer, not the producer's: kept
             return self._deferred(head, tp, exc)
+        except WorkerExhausted as exc:  # clients stuck in librdkafka: a new worker, not a leak
+            log.error("committed-offset reads stuck; the batch runs again on a new worker",
+                      extra={"tp": tp_label(tp), "resource": exc.detail})
+            return Result(EXHAUSTED, *head, detail=exc.detail, cause=WORN)
         finally:
             self.board.set_phase(PHASE_CALL)
         todo = records if below is None else [r for r in records if r.offset >= below]

@@ -5,6 +5,7 @@ per batch (runtime/worker/transactional.py) on fakes."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import types
@@ -24,6 +25,7 @@ from runtime.transport.frames import (
     COMMITTED,
     DEFERRED,
     DONE,
+    EXHAUSTED,
     BatchFrame,
     Columns,
     decode_frame,
@@ -331,6 +333,39 @@ def test_a_committed_offset_read_stuck_in_its_client_is_given_up_at_a_deadline_i
     assert clients[0].closed.wait(5), "the stuck client is closed once its call returns"
     offsets.close()
     assert clients[1].closed.is_set()
+
+
+def test_past_max_stuck_clients_still_stuck_the_worker_leaves_instead_of_leaking_another() -> None:
+    """Each client given up holds its threads and sockets until its call returns; a librdkafka
+    that never returns would leak one per batch. Past MAX_STUCK the worker is replaced: the
+    batch is not done and runs again on a new worker (EXHAUSTED, not the records' fault)."""
+    from runtime.kafka.committed_offsets import MAX_STUCK, CommittedOffsets
+
+    release = threading.Event()
+    made: list[Any] = []
+
+    class Stuck:
+        def __init__(self, props: dict[str, Any]) -> None:
+            made.append(self)
+
+        def committed(self, parts: Any, timeout: float) -> Any:
+            release.wait()
+            return []
+
+        def close(self) -> None:
+            pass
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}, new_client=Stuck,
+                               grace_s=0.01)
+    runner, txn, _ = _runner(echo)
+    runner._offsets = offsets
+    runner.spec = dataclasses.replace(runner.spec, delivery_timeout_s=0.05)  # the read's timeout
+    try:
+        kinds = [runner.run(_frame(10, 2)).kind for _ in range(MAX_STUCK + 1)]
+        assert kinds == [DEFERRED] * MAX_STUCK + [EXHAUSTED]
+        assert len(made) == MAX_STUCK + 1 and txn.log == []
+    finally:
+        release.set()
 
 
 def test_the_board_says_a_batch_waits_for_its_committed_offset_and_a_failed_read_defers_it() -> None:
