@@ -14,6 +14,9 @@ planner with their own short-lived clients).
     coordinator.py   a group coordinator that is moving or loading: ask again (commits, committed offsets)
     share_consumer.py  a share group's member (KIP-932): one poll at a time, explicit acknowledgements
     transactions.py  transactional producers and their stable ids (exactly-once)
+    committed_offsets.py  a worker's stable read of its partition's committed offset, with a hard
+                     deadline of its own: a client stuck past it is given up (exactly-once)
+    fencing.py       the ids of the worker slots a daemon does not start, fenced as it starts
     group_offsets.py where the whole group stands for a batch run: partition ends, committed offsets
     group_committed.py  the group's committed offsets through a consumer's committed(), asked
                      again while the coordinator moves (never the admin client: librdkafka#5040)

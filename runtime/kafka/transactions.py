@@ -13,7 +13,8 @@ metadata (KIP-447). Runs in: a worker.
   reported, leaves its supervisor not knowing whether the batch is done; the batch comes back.
   So each batch starts by reading the partition's committed offset with ``require_stable``
   (librdkafka's default under read_committed: the broker answers once no transaction with
-  offsets of that partition is open), and the records below it are done already.
+  offsets of that partition is open), and the records below it are done already
+  (runtime/kafka/committed_offsets.py).
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from runtime.errors import TransactionAborted
-from runtime.kafka.client_log import with_logger
-from runtime.kafka.coordinator import until_answered
 from runtime.tp import TP
 
 # A batch's commit (its offsets sent into the transaction, then EndTxn) is two replicated
@@ -122,33 +121,3 @@ class BatchTransactions:
                 if not (hasattr(err, "retriable") and err.retriable()):  # SystemError's is a str
                     return False
         return False
-
-
-class CommittedOffsets:
-    """The group's committed offsets, read as a consumer of the group would at assignment
-    (require_stable: never while a transaction holding offsets of the partition is open), by a
-    client that never joins the group."""
-
-    def __init__(self, props: Mapping[str, Any]) -> None:
-        props = with_logger({**props, "isolation.level": "read_committed", "enable.auto.commit": False})
-        self._c = Consumer(props)
-
-    def of(self, tp: TP, timeout_s: float) -> int | None:
-        """The partition's committed offset (None: nothing committed). A coordinator moving or
-        loading (a node of the cluster killed, frozen or cut off) is asked again within
-        ``timeout_s`` (runtime/kafka/coordinator.py): answered NOT_COORDINATOR, the batch was
-        deferred and its producer replaced, over and over while the coordinator moved."""
-        deadline = time.monotonic() + timeout_s
-        wanted = [TopicPartition(tp[0], tp[1])]
-        try:
-            [part] = until_answered(
-                lambda: self._c.committed(wanted, timeout=max(0.1, deadline - time.monotonic())),
-                timeout_s, "the partition's committed offset")
-        except KafkaException as exc:
-            raise TransactionAborted(_reason("cannot read the partition's committed offset", exc)) from None
-        if part.error is not None:
-            raise TransactionAborted(f"cannot read the partition's committed offset: {part.error}")
-        return part.offset if part.offset >= 0 else None
-
-    def close(self) -> None:
-        self._c.close()

@@ -25,10 +25,21 @@ BOARD_BYTES = 128
  _PHASE_NS, _DELIVERING_BATCH, _DELIVERING_SLOT) = range(11)
 # What a worker is doing: only time spent in the plugin (CALL) counts towards a batch's
 # deadline; waiting for the broker (DELIVER), for a retry (WAIT) or for its transaction's
-# commit (COMMIT, exactly-once) does not: each has its own bound (workforce.py). SETTLE: waiting
-# for the broker to acknowledge the outputs of the batch handed over (``hand_over``), whose
-# the time is then, whatever batch is in progress.
-PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT, PHASE_SETTLE = 0, 1, 2, 3, 4, 5
+# commit (COMMIT, exactly-once), for the partition's committed offset before the batch
+# (OFFSETS) or for a new producer's transactions to start (FENCE: its init_transactions, which
+# fences what the transactional id left open) does not: each has its own bound (workforce.py).
+# SETTLE: waiting for the broker to acknowledge the outputs of the batch handed over
+# (``hand_over``), whose the time is then, whatever batch is in progress.
+(PHASE_IDLE, PHASE_CALL, PHASE_DELIVER, PHASE_WAIT, PHASE_COMMIT, PHASE_SETTLE, PHASE_OFFSETS,
+ PHASE_FENCE) = range(8)
+# What a worker is doing in each phase of a batch (for the log, the kill's reason and the dead
+# letter of a worker that died in it). A batch begins in PHASE_CALL (its frame is decoded there
+# too) and ends idle while its result is sent.
+DOING = {PHASE_CALL: "reading the batch or running the plugin",
+         PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
+         PHASE_COMMIT: "committing its transaction",
+         PHASE_OFFSETS: "reading its partition's committed offset", PHASE_FENCE: "starting its transactions",
+         PHASE_SETTLE: "waiting for the broker to acknowledge its outputs", PHASE_IDLE: "reporting the batch"}
 
 
 class Board:

@@ -26,13 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.errors import TransactionAborted
+from runtime.errors import TransactionAborted, WorkerExhausted
+from runtime.kafka.committed_offsets import CommittedOffsets
 from runtime.kafka.producer import OutputProducer
-from runtime.kafka.transactions import BatchTransactions, CommittedOffsets, commit_timeout_s
+from runtime.kafka.transactions import BatchTransactions, commit_timeout_s
 from runtime.plugin import Record
 from runtime.tp import tp_label
-from runtime.transport.board import PHASE_COMMIT, Board
-from runtime.transport.frames import COMMITTED, DEFERRED, DONE, BatchFrame, Result
+from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_FENCE, PHASE_OFFSETS, Board
+from runtime.transport.frames import COMMITTED, DEFERRED, DONE, EXHAUSTED, WORN, BatchFrame, Result
 from runtime.transport.groupmeta import GROUP_METADATA_BYTES, GroupMetadataCell
 from runtime.transport.shm import Segment
 from runtime.worker.batch_runner import BatchRunner
@@ -89,6 +90,7 @@ class TransactionalRunner:
         failure (a new producer with the same transactional id: it fences the old one)."""
         producer = self.runner.producer  # BatchRunner replaces one that broke, too
         if self._txn is None or self._txn_of is not producer:
+            self.board.set_phase(PHASE_FENCE)  # the supervisor's bound on a start applies
             self._txn = self._start(producer)
             self._txn_of = producer
         return self._txn
@@ -108,9 +110,27 @@ class TransactionalRunner:
                         extra={"reason": exc.reason})
             self._renew()
 
-    def _renew(self) -> None:
+    def _renew(self, fence: bool = False) -> None:
+        """Replace the producer. ``fence``: start the new one's transactions at once, before the
+        batch is reported, rather than at this worker's next batch: its init_transactions
+        aborts what the old one left open. After a failed commit that may hold the partition's
+        offsets (sent into the transaction, its end not acknowledged), and every read of the
+        partition's committed offset (require_stable) by whichever worker of the group runs it
+        next waits on it; an abort not acknowledged leaves the outputs' partitions held for
+        read_committed readers. Both lasted until ``transaction.timeout.ms`` when this worker
+        got no other batch meanwhile (a rebalance gave its partition to another member). A
+        start that fails is tried again at the next batch."""
         self.runner.producer = self._new_producer()
         self._txn = None
+        if not fence:
+            return
+        try:
+            self._transactions()
+        except TransactionAborted as exc:
+            log.warning("cannot start the new producer's transactions yet; trying again at the next batch",
+                        extra={"reason": exc.reason})
+            self.runner.producer = self._new_producer()
+            self._txn = None
 
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)
@@ -151,10 +171,20 @@ class TransactionalRunner:
         except TransactionAborted as exc:
             self._renew()
             return self._deferred(head, tp, exc)
+        # The read has a deadline of its own (committed_offsets.py), and the supervisor a bound
+        # on this phase: a read stuck in librdkafka never holds the partition up unseen, nor
+        # counts as the plugin's time (PHASE_CALL: up to batch_timeout_s, blamed on the batch).
+        self.board.set_phase(PHASE_OFFSETS)
         try:
             below = self._offsets.of(tp, self.spec.delivery_timeout_s)
         except TransactionAborted as exc:  # the group's answer, not the producer's: kept
             return self._deferred(head, tp, exc)
+        except WorkerExhausted as exc:  # clients stuck in librdkafka: a new worker, not a leak
+            log.error("committed-offset reads stuck; the batch runs again on a new worker",
+                      extra={"tp": tp_label(tp), "resource": exc.detail})
+            return Result(EXHAUSTED, *head, detail=exc.detail, cause=WORN)
+        finally:
+            self.board.set_phase(PHASE_CALL)
         todo = records if below is None else [r for r in records if r.offset >= below]
         if not todo:
             # An earlier transaction committed it (a worker killed after it asked the broker
@@ -175,13 +205,13 @@ class TransactionalRunner:
             if not txn.abort():
                 log.warning("transaction abort not acknowledged; replacing the producer",
                             extra={"tp": tp_label(tp)})
-                self._renew()
+                self._renew(fence=True)
             return result
         try:
             self.board.set_phase(PHASE_COMMIT)
             txn.commit({tp: todo[-1].offset + 1}, group)
         except TransactionAborted as exc:
-            self._renew()
+            self._renew(fence=True)
             return self._deferred(head, tp, exc)
         return dataclasses.replace(result, processed=len(records), cause=COMMITTED)
 

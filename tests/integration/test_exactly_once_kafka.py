@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from helpers import (
     PLUGINS,
     ROOT,
@@ -195,6 +195,61 @@ def test_a_worker_killed_after_its_commit_before_its_report_writes_nothing_twice
     assert "worker killed by SIGKILL" in log and "batch committed already by an earlier transaction" in log
     ids = Counter(json.loads(m.value())["id"] for m in read_committed(broker.bootstrap, names["out"], n - 1))
     assert ids == Counter(f"r{i}" for i in range(n) if i != 150)  # die=report has no output of its own
+
+
+def test_a_transaction_left_open_in_a_slot_the_replacement_does_not_start_is_fenced_at_its_start(
+        broker: Any, names: dict[str, str], tmp_path: Path) -> None:
+    """A dead daemon may have run more workers than its replacement starts (a scale up to
+    max_processes, a reload's worker beside the old ones). What such a slot left open, its
+    outputs and the partition's offsets, held every committed-offset read of the partition
+    (require_stable) and the outputs' read_committed readers until transaction.timeout.ms
+    (120 s here): the replacement's supervisor fences the ids of the slots it does not start
+    (runtime/kafka/fencing.py). Issue 40."""
+    import socket
+
+    from confluent_kafka import Producer
+
+    from runtime.kafka.transactions import transactional_id
+    from runtime.ops.member_slot import member_name
+
+    n = 200
+    make_topics(broker.bootstrap, 1, names["in"], names["out"], names["dlq"])
+    counts = produce(broker.bootstrap, names["in"], [f"r{i}" for i in range(n)], 1)
+    # processes 1, max_processes 2: the pool's slots are 0-2 (a reload's runs beside); slot 2's
+    # id, of the daemon that holds slot 0 of the group on this host, has a transaction open.
+    tid = transactional_id(names["group"], member_name(socket.gethostname(), 0), 2)
+    dead = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid,
+                     "transaction.timeout.ms": 120_000, "log_level": 2})
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": names["group"]})
+    try:
+        dead.init_transactions(30)
+        dead.begin_transaction()
+        dead.produce(names["out"], b'{"id": "left-open"}', partition=0)
+        dead.flush(30)
+        dead.send_offsets_to_transaction([TopicPartition(names["in"], 0, 0)],
+                                         group.consumer_group_metadata(), 30)
+    finally:
+        group.close()
+    cfg = exactly_once_config(broker, names, tmp_path, processes=1, max_processes=2)
+    cfg["kafka"]["producer"]["transaction.timeout.ms"] = 120_000
+
+    def all_committed() -> bool:
+        try:
+            return committed(broker.bootstrap, names["group"], names["in"], 1) == counts
+        except KafkaException:  # no stable answer: the transaction still holds the partition
+            return False
+
+    rm = Ringmaster(cfg, tmp_path)
+    try:
+        wait_for(all_committed, 60, "every record committed, well before the transaction timed out",
+                 interval_s=0.5)
+        assert rm.terminate() == 0, rm.log_tail()
+    finally:
+        rm.close()
+        del dead  # its transaction was aborted by the fence: nothing to close
+    fenced = "fenced the transactional ids of worker slots this daemon does not start"
+    assert fenced in rm.log_path.read_text()
+    assert_each_once(broker.bootstrap, names["out"], n)
 
 
 def test_a_member_frozen_past_its_session_cannot_commit_when_it_wakes(

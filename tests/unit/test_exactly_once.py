@@ -5,6 +5,9 @@ per batch (runtime/worker/transactional.py) on fakes."""
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+import time
 import types
 from typing import Any
 
@@ -17,11 +20,12 @@ from runtime.errors import ConfigError, FrameError, OutputRejected, TransactionA
 from runtime.kafka.producer import Refusal
 from runtime.kafka.transactions import BatchTransactions, commit_timeout_s
 from runtime.plugin import Output, Plugin
-from runtime.transport.board import BOARD_BYTES, Board
+from runtime.transport.board import BOARD_BYTES, PHASE_CALL, PHASE_FENCE, PHASE_OFFSETS, Board
 from runtime.transport.frames import (
     COMMITTED,
     DEFERRED,
     DONE,
+    EXHAUSTED,
     BatchFrame,
     Columns,
     decode_frame,
@@ -250,25 +254,136 @@ def test_a_committed_offset_the_group_cannot_answer_defers_the_batch_and_keeps_t
 def test_the_committed_offset_is_asked_again_while_the_coordinator_moves() -> None:
     from confluent_kafka import TopicPartition
 
-    from runtime.kafka.transactions import CommittedOffsets
+    from runtime.kafka.committed_offsets import CommittedOffsets
 
-    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"})
-    real = offsets._c
     answers: list[Any] = [KafkaException(KafkaError(KafkaError.NOT_COORDINATOR)),
                           KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)),
                           [TopicPartition("in", 3, 42)]]
 
-    def committed(parts: Any, timeout: float) -> Any:
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    class Client:
+        def __init__(self, props: dict[str, Any]) -> None:
+            assert props["isolation.level"] == "read_committed", "require_stable: librdkafka's under it"
 
-    offsets._c = types.SimpleNamespace(committed=committed, close=real.close)  # type: ignore[assignment]
+        def committed(self, parts: Any, timeout: float) -> Any:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        def close(self) -> None:
+            pass
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}, new_client=Client)
     try:
         assert offsets.of(("in", 3), 10.0) == 42 and answers == []
     finally:
-        real.close()
+        offsets.close()
+
+
+def test_a_committed_offset_read_stuck_in_its_client_is_given_up_at_a_deadline_its_client_replaced() -> None:
+    """Issue 40: after a supervisor SIGKILL on a three-node cluster a worker sat over 3 minutes
+    inside librdkafka's committed(), though it was given a timeout, and its partition stayed
+    behind. The read waits for the client only until its deadline (the timeout and a grace),
+    then defers the batch and reads with a new client; the stuck one is closed on its own
+    thread once its call returns."""
+    from confluent_kafka import TopicPartition
+
+    from runtime.kafka.committed_offsets import CommittedOffsets
+
+    release = threading.Event()
+    clients: list[Any] = []
+
+    class Client:
+        def __init__(self, props: dict[str, Any]) -> None:
+            self.closed = threading.Event()
+            self.stuck = not clients  # the first one never returns until released
+            clients.append(self)
+
+        def committed(self, parts: Any, timeout: float) -> Any:
+            if self.stuck:
+                release.wait()  # librdkafka past its timeout
+                return [TopicPartition("in", 3, 7)]
+            return [TopicPartition("in", 3, 42)]
+
+        def close(self) -> None:
+            self.closed.set()
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}, new_client=Client,
+                               grace_s=0.2)
+    outcome: list[BaseException | int | None] = []
+
+    def read() -> None:
+        try:
+            outcome.append(offsets.of(("in", 3), 0.3))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    try:
+        assert not reader.is_alive(), "the read waited for a client stuck past its deadline"
+        [aborted] = outcome
+        assert isinstance(aborted, TransactionAborted) and "not read within 0.5 s" in aborted.reason
+        assert len(clients) == 2 and offsets.given_up == 1, "a new client for the next read"
+        assert offsets.of(("in", 3), 1.0) == 42
+        assert not clients[0].closed.is_set(), "the stuck client is not closed under its call"
+    finally:
+        release.set()
+    assert clients[0].closed.wait(5), "the stuck client is closed once its call returns"
+    offsets.close()
+    assert clients[1].closed.is_set()
+
+
+def test_past_max_stuck_clients_still_stuck_the_worker_leaves_instead_of_leaking_another() -> None:
+    """Each client given up holds its threads and sockets until its call returns; a librdkafka
+    that never returns would leak one per batch. Past MAX_STUCK the worker is replaced: the
+    batch is not done and runs again on a new worker (EXHAUSTED, not the records' fault)."""
+    from runtime.kafka.committed_offsets import MAX_STUCK, CommittedOffsets
+
+    release = threading.Event()
+    made: list[Any] = []
+
+    class Stuck:
+        def __init__(self, props: dict[str, Any]) -> None:
+            made.append(self)
+
+        def committed(self, parts: Any, timeout: float) -> Any:
+            release.wait()
+            return []
+
+        def close(self) -> None:
+            pass
+
+    offsets = CommittedOffsets({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"}, new_client=Stuck,
+                               grace_s=0.01)
+    runner, txn, _ = _runner(echo)
+    runner._offsets = offsets
+    runner.spec = dataclasses.replace(runner.spec, delivery_timeout_s=0.05)  # the read's timeout
+    try:
+        kinds = [runner.run(_frame(10, 2)).kind for _ in range(MAX_STUCK + 1)]
+        assert kinds == [DEFERRED] * MAX_STUCK + [EXHAUSTED]
+        assert len(made) == MAX_STUCK + 1 and txn.log == []
+    finally:
+        release.set()
+
+
+def test_the_board_says_a_batch_waits_for_its_committed_offset_and_a_failed_read_defers_it() -> None:
+    """The supervisor's bound on the read applies (PHASE_OFFSETS, workforce.py), not the
+    plugin's deadline; the plugin's calls are PHASE_CALL again."""
+    runner, txn, producers = _runner(echo)
+    phases: list[int] = []
+
+    def of(tp: Any, timeout_s: float) -> int | None:
+        phases.append(runner.board.phase)
+        raise TransactionAborted("the partition's committed offset was not read within 35 s")
+
+    runner._offsets = types.SimpleNamespace(of=of, close=lambda: None)
+    runner.board.begin(1, 0)  # as the worker's fence does when it admits the batch
+    result = runner.run(_frame(10, 2))
+    assert phases == [PHASE_OFFSETS] and runner.board.phase == PHASE_CALL
+    assert result.kind == DEFERRED and "not read within" in result.detail and txn.log == []
+    assert len(producers) == 1, "the producer kept: the group's answer failed, not the producer"
 
 
 def test_records_an_earlier_transaction_committed_are_left_out() -> None:
@@ -391,6 +506,46 @@ def test_an_abort_not_acknowledged_replaces_the_producer_before_the_next_transac
     txn.abort_acknowledged = False
     assert runner.run(_frame(0, 2)).kind == DEFERRED
     assert len(producers) == 2 and runner.runner.producer is producers[1], "replaced"
+
+
+@pytest.mark.parametrize("failure", ["refused commit", "abort not acknowledged"])
+def test_a_replaced_producer_fences_what_the_old_one_left_open_before_the_batch_is_reported(
+        failure: str) -> None:
+    """A failed commit may leave the partition's offsets in the old producer's open
+    transaction: every committed-offset read of the partition (require_stable) waits on it,
+    and an abort not acknowledged holds the outputs from read_committed readers. The new
+    producer's init_transactions aborts it; done at this worker's next batch, it waited for
+    ``transaction.timeout.ms`` when the partition went to another worker meanwhile (issue 40,
+    a supervisor SIGKILL's rebalance). It is done before the deferral is reported, in a phase
+    the supervisor bounds."""
+    from runtime.plugin import Backoff
+
+    def backoff(batch: Any) -> Any:
+        raise Backoff(1.0, "later")
+
+    starts: list[Any] = []
+    runner, txn, producers = _runner(echo if failure == "refused commit" else backoff,
+                                     refuse=1 if failure == "refused commit" else 0, starts=starts)
+    txn.abort_acknowledged = failure == "refused commit"
+    phases: list[int] = []
+    start = runner._start
+    runner._start = lambda p: (phases.append(runner.board.phase), start(p))[1]  # type: ignore[assignment]
+    runner.prepare()
+    runner.board.begin(1, 0)
+    assert runner.run(_frame(10, 2)).kind == DEFERRED
+    assert len(producers) == 2 and starts == producers, "the new producer's transactions started at once"
+    assert phases[-1] == PHASE_FENCE
+
+
+def test_a_fence_that_fails_is_tried_again_at_the_next_batch() -> None:
+    starts: list[Any] = []
+    runner, _txn, producers = _runner(echo, refuse=1, starts=starts)
+    runner.prepare()
+    starts.insert(0, TransactionAborted("cannot start transactions: Local: Timed out"))
+    assert runner.run(_frame(10, 2)).kind == DEFERRED
+    assert len(producers) == 3 and starts == [producers[0]], "the failed start's producer given up"
+    assert runner.run(_frame(10, 2)).kind == DONE
+    assert starts == [producers[0], producers[2]]
 
 
 class _TxnClient:
@@ -536,3 +691,47 @@ def test_an_output_the_cluster_refuses_is_dead_lettered_in_the_batchs_next_trans
     assert producers[-1].produced == [b"v10", b"v12"] and not producers[-1].transaction_failed
     assert [(f.record.offset, f.error_type) for f in letters[-1:]] == [(11, "OutputRejected")]
     assert plain.refusals is None, "what was refused is this batch's only"
+
+
+def test_the_ids_of_slots_no_worker_starts_are_fenced_each_on_a_producer_closed_after() -> None:
+    from runtime.kafka.fencing import fence_ids
+
+    made: list[Any] = []
+
+    class Fencer:
+        def __init__(self, props: dict[str, Any]) -> None:
+            self.tid, self.inits, self.closed = props["transactional.id"], 0, False
+            made.append(self)
+
+        def init_transactions(self, timeout: float) -> None:
+            self.inits += 1
+            if self.tid.endswith("w2"):
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+        def close(self) -> None:
+            self.closed = True
+
+    failed = fence_ids({"bootstrap.servers": "127.0.0.1:9"}, ["t-w1", "t-w2"], 5.0, new_producer=Fencer)
+    assert sorted(f.tid for f in made) == ["t-w1", "t-w2"]
+    assert all(f.inits == 1 and f.closed for f in made)
+    assert list(failed) == ["t-w2"]
+    assert fence_ids({}, [], 5.0, new_producer=Fencer) == {} and len(made) == 2
+
+
+def test_the_supervisor_fences_the_slots_it_does_not_start_by_their_ids_off_its_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its workers fence their own slots (0 .. processes - 1) as they start; the rest of the
+    pool's slots (max_processes, and a reload's one more) are the supervisor's."""
+    import runtime.supervisor.daemon.run as run
+
+    seen: list[Any] = []
+    monkeypatch.setattr(run, "fence_ids", lambda props, ids, timeout_s: seen.append((ids, timeout_s)))
+    s = settings(workers={"plugin": "probe", "processes": 2, "max_processes": 3})
+    run._fence_other_slots(s, "h-m0", range(s.workers.processes, s.workers.process_limit + 1))
+    for _ in range(100):
+        if seen:
+            break
+        time.sleep(0.01)
+    [(ids, timeout_s)] = seen
+    assert ids == [f"ringmaster-{s.kafka.group_id}-h-m0-w{i}" for i in (2, 3)]
+    assert timeout_s == s.output.delivery_timeout_s

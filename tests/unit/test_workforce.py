@@ -18,7 +18,14 @@ import runtime.transport.board as board_mod
 from runtime.config import Settings
 from runtime.errors import PluginError, WorkerCrashLoop
 from runtime.supervisor.workers.workforce import Death, State, Workforce
-from runtime.transport.board import PHASE_CALL, PHASE_COMMIT, PHASE_DELIVER, PHASE_IDLE, PHASE_WAIT
+from runtime.transport.board import (
+    PHASE_CALL,
+    PHASE_COMMIT,
+    PHASE_DELIVER,
+    PHASE_IDLE,
+    PHASE_OFFSETS,
+    PHASE_WAIT,
+)
 from runtime.transport.frames import STOP_FRAME
 
 
@@ -192,6 +199,7 @@ def test_once_a_worker_was_ready_start_failures_are_retried_forever_with_capped_
     (PHASE_DELIVER, 17, "delivering outputs or dead letters"),
     (PHASE_WAIT, 17, "waiting to retry"),
     (PHASE_COMMIT, 17, "committing its transaction"),
+    (PHASE_OFFSETS, 17, "reading its partition's committed offset"),
     (PHASE_IDLE, 17, "reporting the batch"),
 ])
 def test_a_ready_worker_that_exits_has_crashed_and_a_death_in_any_phase_of_a_batch_blames_it(
@@ -405,6 +413,27 @@ def test_a_transaction_commit_past_its_timeout_is_killed_sooner_than_a_delivery(
     board.set_phase(PHASE_COMMIT)
     _beating_until_killed(r, board, bound)  # it beats on: a thread beats while librdkafka blocks
     assert "committing its transaction for over 10 s" in (r.life().kill or "")
+    r.pool.exit(0, -signal.SIGTERM)
+    assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
+
+
+def test_a_committed_offset_read_past_the_workers_own_deadline_is_killed_not_blamed(clock: Clock) -> None:
+    """Exactly-once: a batch starts by reading its partition's committed offset, which the
+    worker gives up past the delivery timeout and a grace (runtime/kafka/committed_offsets.py).
+    Issue 40 saw a worker over 3 minutes inside librdkafka's committed() after a supervisor
+    SIGKILL, its board in PHASE_CALL: held to batch_timeout_s (300 s by default) and blamed on
+    the batch as poison. Its own phase has its own bound, and the batch is not blamed."""
+    r = rig(clock, batch_timeout_s=5.0, heartbeat_timeout_s=600.0)
+    bound = r.wf.offsets_bound_s
+    assert 30.0 < bound < r.wf.delivery_bound_s
+    r.ready()
+    board = r.pool.handles[0].board
+    board.begin(7, 0)
+    board.set_phase(PHASE_OFFSETS)
+    r.at(bound - 0.5)
+    assert r.pool.kills == [], "neither the plugin's deadline nor a kill before the read's bound"
+    _beating_until_killed(r, board, bound)
+    assert "reading its partition's committed offset for over" in (r.life().kill or "")
     r.pool.exit(0, -signal.SIGTERM)
     assert r.at(bound + 1)[0].crashed_batch is None, "not the batch's fault"
 

@@ -21,6 +21,7 @@ from runtime.config import Settings, max_message_bytes
 from runtime.errors import ConfigError, RingmasterError, SharedMemoryError
 from runtime.kafka.admin import ClusterProbe
 from runtime.kafka.consumer import GroupConsumer
+from runtime.kafka.fencing import fence_ids
 from runtime.kafka.producer import OutputProducer
 from runtime.kafka.properties import consumer_properties, producer_properties, share_consumer_properties
 from runtime.kafka.share_consumer import ShareGroupConsumer, prepare_share_group
@@ -99,6 +100,15 @@ def transaction_member(settings: Settings, release: contextlib.ExitStack) -> str
     slot = member_slot.claim(settings.kafka.group_id)
     release.callback(slot.release)
     return member_slot.member_name(socket.gethostname(), slot.index)
+
+
+def _fence_other_slots(settings: Settings, member: str, slots: range) -> None:
+    """Fence, on a thread of its own, the transactional ids of the worker slots this daemon
+    does not start (runtime/kafka/fencing.py): its workers fence their own as they start."""
+    ids = [transactional_id(settings.kafka.group_id, member, i) for i in slots]
+    threading.Thread(target=fence_ids, args=(producer_properties(settings), ids,
+                                             settings.output.delivery_timeout_s),
+                     name="ringmaster-fence", daemon=True).start()
 
 
 def offsets_reader_properties(settings: Settings) -> dict[str, Any]:
@@ -224,6 +234,8 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                               worker_spec(settings, segments, txn_member), max_slots=w.process_limit + 1,
                               sources=sources)
             release.callback(_release_pool, pool)
+            if txn_member:
+                _fence_other_slots(settings, txn_member, range(w.processes, pool.max_slots))
             consumer = _consumer(settings, pool, group_cell)
             release.callback(_close_consumer, consumer)
             desk = None

@@ -58,17 +58,20 @@ import psutil
 from runtime.backoff import backoff_s
 from runtime.config import WorkerSettings
 from runtime.errors import PluginError, RingmasterError, WorkerCrashLoop
+from runtime.kafka.committed_offsets import GRACE_S as OFFSETS_GRACE_S
 from runtime.kafka.transactions import commit_timeout_s
 from runtime.ops.status import ExitCause
 from runtime.supervisor.seams.pool import PluginCode, Pool, S
 from runtime.supervisor.workers.pool import describe_exit
 from runtime.transport.board import (
+    DOING,
     PHASE_CALL,
     PHASE_COMMIT,
     PHASE_DELIVER,
+    PHASE_FENCE,
     PHASE_IDLE,
+    PHASE_OFFSETS,
     PHASE_SETTLE,
-    PHASE_WAIT,
 )
 
 log = logging.getLogger("ringmaster.workforce")
@@ -81,14 +84,6 @@ _RECLAIM_S = 30.0  # a look for segments of supervisors that died beside this on
 # leaks descriptors would otherwise fail every record with EMFILE (issue 17.8).
 _FD_RECYCLE_SHARE = 0.8
 _EXHAUSTED_EXIT_S = 30.0  # an exhausted worker runs teardown and flushes (10 s), then exits
-# What a worker was doing in its batch when it died, by the phase on its board (for the log
-# and the dead letter). A batch begins in PHASE_CALL (its frame is decoded there too) and
-# ends idle while its result is sent.
-_DURING = {PHASE_CALL: "reading the batch or running the plugin",
-           PHASE_DELIVER: "delivering outputs or dead letters", PHASE_WAIT: "waiting to retry",
-           PHASE_COMMIT: "committing its transaction",
-           PHASE_SETTLE: "waiting for the broker to acknowledge its outputs",
-           PHASE_IDLE: "reporting the batch"}
 
 
 class State(enum.Enum):
@@ -179,6 +174,11 @@ class Workforce(Generic[S]):
         # stall (docs/exactly-once.md, Limits). Killed, its successor's init_transactions
         # fences it.
         self.commit_bound_s = commit_timeout_s(delivery_timeout_s) + 5
+        # The worker gives its committed-offset read up past delivery_timeout_s and GRACE_S
+        # (committed_offsets.py); a new producer's init_transactions has delivery_timeout_s.
+        self.offsets_bound_s = delivery_timeout_s + OFFSETS_GRACE_S + 10
+        self._txn_bounds = ((PHASE_COMMIT, self.commit_bound_s), (PHASE_OFFSETS, self.offsets_bound_s),
+                            (PHASE_FENCE, delivery_timeout_s + 10))
         self.pool = pool
         self.clock = clock
         self.code = PluginCode(1, self.w.plugin, dict(self.w.settings))  # what start_all starts
@@ -391,8 +391,8 @@ class Workforce(Generic[S]):
         elif h.board.in_phase_for_s(PHASE_DELIVER) > self.delivery_bound_s:
             reason = f"waiting for the broker for over {self.delivery_bound_s:g} s"
             blames = False  # an outage the producer's own timeout did not end: not the records'
-        elif h.board.in_phase_for_s(PHASE_COMMIT) > self.commit_bound_s:
-            reason = f"committing its transaction for over {self.commit_bound_s:g} s"
+        elif late := [(p, b) for p, b in self._txn_bounds if h.board.in_phase_for_s(p) > b]:
+            reason = f"{DOING[late[0][0]]} for over {late[0][1]:g} s"
             blames = False  # the broker's, not the records'
         # A starting worker is judged by setup_timeout_s alone: its first beat comes only after
         # the interpreter has started and imported the runtime, which on a loaded host took
@@ -475,10 +475,10 @@ class Workforce(Generic[S]):
         life.stop_due = None  # a STOP frame for a dead worker's ring is owed to nobody
         was_ready = h.board.ready
         batch, _slot = h.board.current
-        during = _DURING.get(h.board.phase, "") if batch else ""
+        during = DOING.get(h.board.phase, "") if batch else ""
         settling = h.board.settling
         if settling:  # waiting for the acknowledgements of the batch before (pipelined delivery)
-            batch, during = settling, _DURING[PHASE_SETTLE]
+            batch, during = settling, DOING[PHASE_SETTLE]
         # INVARIANT (8): a death in any phase of a batch counts against it, or a record whose
         # outputs (or dead letters, or anything after process() returned) kill the worker would
         # be run again for ever, never bisected, never dead-lettered, its partition stuck. A
