@@ -82,9 +82,9 @@ def new_broker(port: int | None = None, log_path: Path | None = None,
 def proxied_broker(tmp: Path) -> Iterator[tuple[Broker, Proxy]]:
     """A broker of the session's kind and of its own, behind a TCP proxy that can be cut
     (tests/proxy.py): an outage without touching the session's broker. Its log goes in tmp."""
-    front, back = free_port(), free_port()
-    proxy = Proxy(front, back).start()
-    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=front).start()
+    back = free_port()
+    proxy = Proxy(0, back).start()
+    broker = new_broker(back, log_path=tmp / f"{TEST_BROKER}.log", advertised_port=proxy.listen_port).start()
     try:
         yield broker, proxy
     finally:

@@ -22,6 +22,9 @@ OFFSET_FETCH = 9  # OffsetFetch requests (a group's committed offsets)
 
 class Proxy:
     def __init__(self, listen_port: int, target_port: int) -> None:
+        """``listen_port`` 0: the kernel picks one at start (``listen_port`` then says which),
+        kept across cuts. A port asked of free_port() and bound later can be taken meanwhile by
+        a parallel row's client (EADDRINUSE: the fault matrix's dead-letter-unreachable row)."""
         self.listen_port, self.target_port = listen_port, target_port
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
@@ -49,6 +52,7 @@ class Proxy:
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", self.listen_port))
+            self.listen_port = s.getsockname()[1]
             s.listen(64)
             self._listener = s
         t = threading.Thread(target=self._accept, args=(s,), daemon=True)
