@@ -264,7 +264,7 @@ class OutputProducer:
         return len(self._p)
 
     def tally(self) -> Tally:
-        """A count of the reports of the messages produced with its ``on_delivery``."""
+        """A record of the failed deliveries of the messages produced with its ``on_delivery``."""
         return Tally(self._on_delivery)
 
     def deliver(self, timeout_s: float, beat: Callable[[], None] = lambda: None) -> None:

@@ -293,8 +293,8 @@ class BatchRunner:
         of a batch, left in flight and then found not all written (their tally's failures say
         which were not, once the producer holds nothing in flight; unknown: none)."""
         acked = Acknowledged()
-        known = tally is not None and not producer.in_flight
-        written = acknowledged(sent, list(tally.failed) if known and tally else None, self.spec.output_topic)
+        undelivered = list(tally.failed) if tally is not None and not producer.in_flight else None
+        written = acknowledged(sent, undelivered, self.spec.output_topic)
         if written:
             acked.record(0, records - 1, [sent[i] for i in sorted(written)])
         return acked

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +90,14 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
     # thread: a report's bytes on the pipe and the board's counters are written under this lock.
     reporting = threading.Lock()
 
-    def send(result: Result) -> None:
+    def send(result: Result, then: Callable[[int], None] | None = None) -> None:
+        """``then``: the board's update for a batch's report (``board.end``, ``board.delivered``),
+        made after the send: a death after the send blames nothing, the supervisor having
+        drained the pipe first (workforce.py)."""
         with reporting:
             send_message(results_fd, encode_result(result))
-
-    def report(result: Result, records: int) -> None:
-        """``result`` sent, then the board's batch cleared: a death after the send blames
-        nothing, the supervisor having drained the pipe first (workforce.py)."""
-        with reporting:
-            send_message(results_fd, encode_result(result))
-            board.end(records)
+            if then is not None:
+                then(result.processed)
 
     plugin, producer = _start_plugin(spec, send)
     version = plugin_version(spec.plugin)
@@ -109,9 +108,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
         """A pipelined batch's report, once the broker took its outputs (or did not)."""
         if result.kind == DEFERRED:
             fence.hold(result.slot, result.epoch)
-        with reporting:
-            send_message(results_fd, encode_result(result))
-            board.delivered(result.processed)
+        send(result, board.delivered)
 
     # Exactly-once commits each batch's outputs in its transaction before the next: no pipelining.
     pipelined = spec.pipelined_delivery and not spec.transactional_id
@@ -168,7 +165,7 @@ def worker_main(spec: WorkerSpec, doorbell: Any, results: Any) -> None:
             break
         if result.kind in (BLOCKED, DEFERRED):
             fence.hold(slot, epoch)
-        report(result, result.processed)
+        send(result, board.end)
     plain.settle()  # the batch in flight, if any, is reported before the worker leaves
     _stop_plugin(plugin, runner, spec)
     ring.release()
