@@ -69,12 +69,20 @@ class GroupStanding:
     nothing committed); ``complete``: every partition the metadata named has its end, and
     the committed offsets have been answered at least once (until then nothing is judged);
     ``empty``: partitions whose gap from this committed offset to the end holds nothing a
-    reader of the consumer's isolation level is handed (markers, aborted records)."""
+    reader of the consumer's isolation level is handed (markers, aborted records);
+    ``mapped``: every partition of the topics has its end (committed offsets or not; under a
+    topic pattern, once the committed offsets have answered: their read finds the topics)."""
 
     ends: Mapping[TP, int]
     committed: Mapping[TP, int]
     complete: bool
     empty: Mapping[TP, int] = field(default_factory=dict)
+    mapped: bool = False
+
+    def all_held(self, held: Collection[TP]) -> bool:
+        """Every partition of the topics is in ``held``: no other member has any of the
+        group's work, whatever its committed offsets say (an assignment is exclusive)."""
+        return self.mapped and all(tp in held for tp in self.ends)
 
     def at(self, tp: TP) -> int | None:
         """Where the group is done with ``tp``: its end if the gap to it is empty, else its
@@ -203,8 +211,12 @@ class GroupOffsets:
         return self.standing()
 
     def standing(self) -> GroupStanding:
-        complete = bool(self._known) and not self._known - set(self._ends) and self._answers > 0
-        return GroupStanding(dict(self._ends), dict(self._committed), complete, dict(self._empty))
+        # Under a pattern the topics are known only once the committed offsets' read has
+        # answered (its topics are the cluster's that match): until then some may be missing.
+        mapped = bool(self._known) and not self._known - set(self._ends) and (
+            not self._patterns or self._answers > 0)
+        return GroupStanding(dict(self._ends), dict(self._committed), mapped and self._answers > 0,
+                             dict(self._empty), mapped)
 
     def note(self, tps: Sequence[TP]) -> None:
         """Partitions assigned to this member: under a pattern, their topics are the group's too."""

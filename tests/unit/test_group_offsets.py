@@ -130,6 +130,11 @@ def test_the_ends_are_taken_once_and_the_committed_offsets_only_when_asked_for()
     group.refresh(False)
     assert admin.asked == ["topics", "ends"], "the ends of the partitions the metadata named"
     assert not group.standing().complete, "no committed offsets yet"
+    assert not group.standing().mapped, "the ends' answer is taken in on the next turn"
+    group.refresh(False)
+    s = group.standing()
+    assert s.mapped and not s.complete, "every partition named has its end; no committed offsets yet"
+    assert s.all_held({("t", 0), ("t", 1)}) and not s.all_held({("t", 0)})
     assert admin.isolation == [IsolationLevel.READ_COMMITTED], "the consumer's default isolation"
     admin.ends = {("t", 0): 99, ("t", 1): 99}  # a busy topic: the end first seen stays its end
     admin.committed = [("t", 0, 10), ("t", 1, 5), ("other", 0, 1)]
@@ -154,6 +159,7 @@ def test_a_partition_added_later_gets_its_end_when_first_seen() -> None:
     group.refresh(True)
     group.refresh(True)
     assert not group.standing().complete, "t[2] named, its end not taken yet"
+    assert not group.standing().all_held({("t", 0), ("t", 1)}), "t[2] is nobody's known work yet"
     group.refresh(True)
     s = group.standing()
     assert s.complete and s.left(set()) == {("t", 2): None}, "nothing committed there"
@@ -265,6 +271,19 @@ def test_under_a_pattern_the_topics_are_those_the_metadata_matches_and_those_ass
     group2.note([("in-c", 0)])
     group2.refresh(True)
     assert admin2.asked[:1] == ["topics"], "an assigned topic is the group's"
+
+
+def test_under_a_pattern_holding_every_partition_known_says_nothing_until_the_read_found_the_topics() -> None:
+    """A member assigned in-a alone knows in-a's end early, but in-b (another member's) only
+    once the committed offsets' read answers with the topics the pattern matches."""
+    group, admin, _ = make(["^in-.*"])
+    admin.partitions = {"in-a": 1, "in-b": 1}
+    admin.ends = {("in-a", 0): 5, ("in-b", 0): 6}
+    group.note([("in-a", 0)])
+    turns(group, False)
+    s = group.standing()
+    assert dict(s.ends) == {("in-a", 0): 5}, "only the assigned topic is known so far"
+    assert not s.mapped and not s.all_held({("in-a", 0)}), "in-b may exist: not judged yet"
 
 
 def test_a_stopping_member_asks_for_nothing_more() -> None:
