@@ -55,6 +55,13 @@ def done(sup: Supervisor, tp: Any, first: int, end: int) -> None:
     tracker.complete(bid)
 
 
+def all_done(sup: Supervisor, consumer: FakeConsumer, tps: tuple[Any, ...], end: int = 10) -> None:
+    """Records 0..end-1 of each of tps fetched and processed."""
+    for tp in tps:
+        fetched(sup, consumer, tp, 0, end)
+        done(sup, tp, 0, end)
+
+
 def tick(sup: Supervisor, clock: Clock, seconds: float = 0.1) -> bool:
     clock.now += seconds
     return sup.caught_up.should_stop(sup.rebalance.rebalances)
@@ -438,9 +445,7 @@ def test_until_the_group_has_answered_nothing_is_judged() -> None:
     sup, consumer, clock, _ = make()
     consumer.group = standing({}, complete=False)
     assign(sup, consumer, [TP0, TP1, TP2])
-    for tp in (TP0, TP1, TP2):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1, TP2))
     assert not tick(sup, clock), "the group's answer is not in yet"
     consumer.group = standing({}, complete=True)
     assert tick(sup, clock), "every partition held here: the others' commits do not matter"
@@ -468,9 +473,7 @@ def test_a_member_holding_some_partitions_waits_for_the_groups_answer() -> None:
     sup, consumer, clock, _ = make()
     consumer.group = standing({}, complete=False, mapped=True)
     assign(sup, consumer, [TP0, TP1])
-    for tp in (TP0, TP1):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1))
     assert not tick(sup, clock), "t[2] is another member's: where it stands is not known yet"
     clock.now += TIMEOUT_S
     assert tick(sup, clock, 1.0)
@@ -485,9 +488,7 @@ def test_a_member_not_knowing_every_partitions_end_waits_though_it_holds_all_it_
     sup, consumer, clock, _ = make()
     consumer.group = standing({}, ends={TP0: 10, TP1: 10}, complete=False, mapped=False)
     assign(sup, consumer, [TP0, TP1])
-    for tp in (TP0, TP1):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1))
     assert not tick(sup, clock)
 
 
@@ -535,9 +536,7 @@ def test_a_refused_final_commit_that_had_nothing_new_to_commit_is_caught_up() ->
     A refused commit that carried offsets past the acknowledged one stays exit 9."""
     sup, consumer, clock, _ = make()
     assign(sup, consumer, [TP0, TP1])
-    for tp in (TP0, TP1):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1))
     sup.commits.commit(list(sup.partitions.values()), asynchronous=False)  # acknowledged: 10 and 10
     assert consumer.acknowledged == {TP0: 10, TP1: 10}
     assert tick(sup, clock)
@@ -569,9 +568,7 @@ def test_under_exactly_once_the_run_stops_only_once_the_group_shows_the_transact
     assert sup.commits.transactional and sup.caught_up.transactional
     consumer.group = standing({TP0: 10}, ends={TP0: 10, TP1: 10})
     assign(sup, consumer, [TP0, TP1])
-    for tp in (TP0, TP1):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1))
     assert not tick(sup, clock), "t[1]'s last transaction is not in the group's offsets yet"
     consumer.group = standing({TP0: 10, TP1: 10}, ends={TP0: 10, TP1: 10})
     assert tick(sup, clock)
@@ -587,9 +584,7 @@ def test_under_exactly_once_a_member_holding_every_partition_still_waits_for_the
     sup, consumer, clock, _ = make(EXACTLY_ONCE)
     consumer.group = standing({}, ends={TP0: 10, TP1: 10}, complete=False, mapped=True)
     assign(sup, consumer, [TP0, TP1])
-    for tp in (TP0, TP1):
-        fetched(sup, consumer, tp, 0, 10)
-        done(sup, tp, 0, 10)
+    all_done(sup, consumer, (TP0, TP1))
     assert not tick(sup, clock), "the group's committed offsets are not answered yet"
     consumer.group = standing({TP0: 10, TP1: 10}, ends={TP0: 10, TP1: 10})
     assert tick(sup, clock)
