@@ -651,6 +651,36 @@ def idle_cpu(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
     return read_back(obs, rm)
 
 
+_TRICKLE = 150  # records produced one at a time
+_TRICKLE_GAP_S = 0.01  # between them: a fetch or two, each answer ending at the partition's end
+
+
+def trickle(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
+    """Records produced one at a time into a running daemon that takes a few at a time: the
+    client's queue holds record, end of partition, record, end... and a consume() takes part
+    of it. Until every record is committed (or the daemon exits), then SIGTERM."""
+    obs, cfg = prepare(fault, bootstrap, tmp)
+    rm = Ringmaster(cfg, tmp, "rm")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    try:
+        done = _all_committed(obs)
+        wait_for(lambda: done() or rm.proc.poll() is not None, 60, "the first records committed")
+        for i in range(fault.n, fault.n + _TRICKLE):
+            if rm.proc.poll() is not None:
+                break
+            value, part = f"r{i}".encode(), i % fault.partitions
+            producer.produce(obs.names["in"], value, key=str(i).encode(), partition=part)
+            producer.flush(10)
+            obs.values.append(value)
+            obs.counts[part] = obs.counts.get(part, 0) + 1
+            time.sleep(_TRICKLE_GAP_S)  # the load's shape, not a verdict: judged on commits below
+        wait_for(lambda: done() or rm.proc.poll() is not None, 60, "every record committed")
+        obs.exit = rm.proc.poll() if rm.proc.poll() is not None else rm.terminate(60)
+    finally:
+        rm.close()
+    return read_back(obs, rm)
+
+
 # ---------------------------------------------------------------------------- the control plane
 def _flowing(fault: Fault, bootstrap: str, tmp: Path,
              n: int = 4000) -> tuple[Observation, dict[str, Any]]:
@@ -995,7 +1025,8 @@ def admin_port_held(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
 
 
 DRIVERS: dict[str, Callable[[Fault, str, Path], Observation]] = {
-    "batch": batch, "output_outage": output_outage, "output_outage_reset": output_outage_reset,
+    "batch": batch, "trickle": trickle, "output_outage": output_outage,
+    "output_outage_reset": output_outage_reset,
     "dead_letter_outage": dead_letter_outage, "supervisor_sigkill": supervisor_sigkill,
     "supervisor_sigkill_after_isolation": supervisor_sigkill_after_isolation,
     "supervisor_sigkill_after_set_aside": supervisor_sigkill_after_set_aside,

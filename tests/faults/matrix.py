@@ -123,6 +123,16 @@ FAULTS: list[Fault] = [
           rows=lambda n: [(None if i % 3 == 0 else b"" if i % 3 == 1 else b"k",
                            None if i == 5 else b"" if i == 6 else f"r{i}".encode(), None) for i in range(n)],
           check="null_and_empty"),
+    Fault("records-trickle-in", "records",
+          "records arrive one at a time, so that the client's queue holds the partition's end "
+          "between two of them",
+          "each record is run once, in order: an end or a fetch error between records is never "
+          "taken for a record",
+          # Records come faster than the one worker runs them, so the loop waits for it with
+          # records in hand, and the client's short fetch wait answers with the end between
+          # records meanwhile; each consume() takes three of what queued.
+          driver="trickle", n=10, workers={"batch_max_records": 3}, settings={"sleep_ms": 20},
+          sections={"kafka": {"consumer": {"fetch.wait.max.ms": 5}}}),
     Fault("huge-keys", "records",
           "a record has a huge key (200 KB)",
           "processed; its output keeps the key",

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from runtime.errors import KafkaError as KafkaErrorOfOurs
 from runtime.kafka.consumer import ConsumerState, GroupConsumer
@@ -288,4 +288,48 @@ def test_a_member_closing_does_not_read_the_offsets_of_a_late_assignment() -> No
     assert client.asked == 0
     assert [(p.partition, p.offset) for p in client.assigned[-1]] == [(0, -1001)]
     gc.state = ConsumerState.CONSUMING
+    gc.close(5)
+
+
+class QueuedClient(ClientThatHangsOnClose):
+    """consume() hands out what is queued, as librdkafka does: records and events together."""
+
+    def __init__(self, queued: list[Any]) -> None:
+        super().__init__()
+        self.release.set()
+        self.queued = queued
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]:
+        out, self.queued = self.queued[:num_messages], self.queued[num_messages:]
+        return out
+
+
+def _record(partition: int, offset: int) -> Message:
+    return Message(topic="t", partition=partition, offset=offset, value=b"r%d" % offset)
+
+
+def _event(partition: int, offset: int, code: int = KafkaError._PARTITION_EOF) -> Message:
+    return Message(topic="t", partition=partition, offset=offset, error=KafkaError(code))
+
+
+@pytest.mark.parametrize("topics", [["t"], ["t", "u"]], ids=["one topic", "two topics"])
+def test_an_event_between_a_partitions_records_is_never_handed_out_as_a_record(topics: list[str]) -> None:
+    """INVARIANT (1): a run holds records only. One consume() takes what librdkafka queued:
+    partition 0's records, its end (at 22), the records fetched after it; partition 1's end;
+    partition 0's next records with a transient fetch error between them. Each of partition
+    0's runs begins and ends with a record. Looked for at a run's edges only, the end at 22
+    went into the run as a record at offset 22, beside the real 22: the plugin ran the
+    error's text and the cut went backwards (the cluster matrix's "span [24..24] overlaps or
+    goes backwards")."""
+    queued = [_record(0, 20), _record(0, 21), _event(0, 22), _record(0, 22), _record(0, 23), _event(1, 7),
+              _record(0, 24), _event(0, 25, KafkaError._TRANSPORT), _record(0, 25)]
+    gc = GroupConsumer(UNIT, client=QueuedClient(queued))  # type: ignore[arg-type]
+    gc.subscribe(topics, lambda tps: None, lambda tps: None, lambda tps: None)
+    fetched = gc.consume(100, 0)
+    run = fetched.runs[("t", 0)]
+    assert [m.offset() for m in run] == [20, 21, 22, 23, 24, 25]
+    assert all(m.error() is None for m in run)
+    assert fetched.count == 6
+    # The end at 22 is handed on: Partition.reached_end drops it, records came after it.
+    assert fetched.eof == {("t", 0): 22, ("t", 1): 7}
     gc.close(5)

@@ -11,6 +11,7 @@ registered again. These tests drive the loop's own steps with the fake consumer;
 from __future__ import annotations
 
 import logging
+from itertools import pairwise
 
 import fakes
 import pytest
@@ -148,3 +149,25 @@ def test_handled_to_is_past_every_record_registered_or_done() -> None:
     assert t.handled_to == 350, "after a rewind: the committable offset, where reading starts again"
     assert t.skip_to(350, 353)
     assert t.handled_to == 353, "an invisible tail counts as handed out"
+
+
+def test_a_run_that_repeats_a_record_or_goes_back_keeps_each_record_once_in_order(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One consume()'s records of a partition out of order: a record twice (as an end event
+    handed over as a record made it, beside the real one), a jump back into the run. Cut as
+    they came, the second copy went backwards ("span [24..24] overlaps or goes backwards").
+    The repeats are dropped, with a warning; every record is run once."""
+    sup, consumer, _clock, pool = make(batch_max_records=10, batch_max_wait_ms=0)
+    start(sup, consumer, [TP0])
+    with caplog.at_level(logging.WARNING, logger="ringmaster.partition"):
+        feed(sup, consumer, TP0, msgs(TP0, *range(15, 25), 24))
+        feed(sup, consumer, TP0, msgs(TP0, *range(25, 31), *range(27, 36)))
+    spans = _spans(sup, TP0)
+    assert spans[0] == (15, 24) and spans[-1][1] == 35, spans
+    assert all(b[0] == a[1] + 1 for a, b in pairwise(spans)), \
+        f"each record registered once, in order: {spans}"
+    said = [r for r in caplog.records if r.getMessage().startswith("records out of order")]
+    assert [(r.__dict__["records"], r.__dict__["kept"]) for r in said] == [(11, 10), (15, 11)]
+    RingWorker(pool, 0)
+    _run_out(sup, TP0)
+    assert sup.partitions[TP0].tracker.committable == 36
