@@ -351,8 +351,9 @@ class Partition:
         the highest before it is kept, the others were handed over already in this run.
         The backstop: the one cause found, an end event between two records handed over as
         a record, is fixed where runs are made (runtime/kafka/consumer.py); cut, a record
-        twice crashed the supervisor. A run with gaps in its offsets (transactions' markers,
-        compaction) is not looked into: the tracker refuses what goes backwards there."""
+        twice crashed the supervisor. A repeat that gaps in the offsets (transactions'
+        markers, compaction) hide from the O(1) test is not looked for: the tracker refuses
+        what goes backwards there."""
         kept, top = [], None
         for m in run:
             offset = offset_of(m)
