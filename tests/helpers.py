@@ -333,7 +333,9 @@ class Ringmaster:
         self.config_path = tmp / f"{name}.toml"
         self.config_path.write_text(to_toml(config))
         self.pythonpath = os.pathsep.join([*map(str, plugin_dirs), str(PLUGINS), str(ROOT)])
-        env = dict(os.environ, **(env or {}), PYTHONPATH=self.pythonpath,
+        # TMPDIR, the test's own directory: what a daemon killed with SIGKILL cannot remove
+        # stays there, not in /tmp (the fork server's socket directory, pymp-*: one a run).
+        env = dict(os.environ, TMPDIR=str(tmp), **(env or {}), PYTHONPATH=self.pythonpath,
                    RINGMASTER__SUPERVISOR__SHM_DIR=str(self.shm_dir))
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(

@@ -564,6 +564,9 @@ def test_a_directory_that_cannot_be_read_is_used_without_the_lock(sockdir: Path,
             raise PermissionError(13, "Permission denied")  # mode 0300: enter and write, not read
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(os, "open", no_read)
-    server = ControlServer(sockdir / "ctl.sock")
-    server.close()
+    # Undone before sockdir's teardown, whose rmtree opens the directory too: left patched,
+    # the directory stayed behind in /tmp on every run.
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "open", no_read)
+        server = ControlServer(sockdir / "ctl.sock")
+        server.close()
