@@ -1,7 +1,7 @@
 """What one consume() hands the supervisor holds records only, against the real broker
 (runtime/kafka/consumer.py, ``GroupConsumer.consume``). librdkafka queues a partition's end
-right after the records that reached it, and the records fetched later after that: a call that
-takes part of the queue gets the end between two records of one partition. Looked for at a
+when a fetch finds nothing past its last record, and the records fetched later after that: a
+call that takes part of the queue gets the end between two records of one partition. Looked for at a
 run's edges only, such an end was handed out as a record at the offset of the record after
 it: the plugin ran librdkafka's error text, and the cut went backwards and stopped the daemon
 ("span [24..24] overlaps or goes backwards", the cluster matrix)."""
