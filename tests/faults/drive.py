@@ -675,7 +675,8 @@ def trickle(fault: Fault, bootstrap: str, tmp: Path) -> Observation:
             obs.counts[part] = obs.counts.get(part, 0) + 1
             time.sleep(_TRICKLE_GAP_S)  # the load's shape, not a verdict: judged on commits below
         wait_for(lambda: done() or rm.proc.poll() is not None, 60, "every record committed")
-        obs.exit = rm.proc.poll() if rm.proc.poll() is not None else rm.terminate(60)
+        exited = rm.proc.poll()  # asked once: an exit between two asks is not a terminate's
+        obs.exit = exited if exited is not None else rm.terminate(60)
     finally:
         rm.close()
     return read_back(obs, rm)
