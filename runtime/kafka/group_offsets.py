@@ -49,7 +49,8 @@ from typing import Any, Protocol
 from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from runtime.kafka.admin import admin_properties
+from runtime.kafka.admin import admin_properties, serve_client_log
+from runtime.kafka.client_log import with_logger
 from runtime.kafka.empty_gaps import EmptyGaps, Gaps
 from runtime.kafka.group_committed import Committed, GroupCommitted
 from runtime.kafka.read_ends import ReadEnds
@@ -141,8 +142,13 @@ class GroupOffsets:
         self._isolation = (IsolationLevel.READ_UNCOMMITTED
                            if str(props.get("isolation.level", "read_committed")) == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
-        self._make = admin or (lambda: AdminClient(admin_properties(props)))
+        self._make = admin or (lambda: AdminClient(with_logger(admin_properties(props))))
         self._admin: GroupAdmin | None = None  # made at the first ask: most runs never need it
+        # The client is replaced before the next ask once an ask of partition ends went
+        # unanswered in part (``_take_ends``, ``_take``): see runtime/kafka/admin.py, STALE_LEADERS.
+        self._stale = False
+        self._made_at = float("-inf")
+        self._ends_asked: list[TP] = []
         self._ends: dict[TP, int] = {}
         self._committed: dict[TP, int] = {}
         self._answers = 0
@@ -168,6 +174,7 @@ class GroupOffsets:
                                                                  request_timeout=self.timeout_s))
             new = sorted(self._known - set(self._ends))
             if new and "ends" not in self._pending:
+                self._ends_asked = new
                 self._ask("ends", lambda a: _read_from(self._read_ends, a.list_offsets(
                     {TopicPartition(t, p): OffsetSpec.latest() for t, p in new},
                     isolation_level=self._isolation, request_timeout=self.timeout_s / 2)), at_once=True)
@@ -253,9 +260,14 @@ class GroupOffsets:
                                      < self.interval_s):
             return
         self._asked_at[kind] = now
-        if self._admin is None:
-            self._admin = self._make()
+        # At most one new client an interval: ends are asked again at once while some are unknown.
+        if self._admin is None or (self._stale and now - self._made_at >= self.interval_s):
+            if self._stale:
+                log.debug("replacing the admin client: partition ends went unanswered")
+            self._admin, self._stale = None, False  # the old one is destroyed here, on the loop's thread
+            self._admin, self._made_at = self._make(), now
         self._pending[kind] = (now, send(self._admin))
+        serve_client_log(self._admin)
 
     def _take(self) -> None:
         now = self._clock()
@@ -267,6 +279,8 @@ class GroupOffsets:
                 del self._pending[kind]  # asked again on a later turn
                 if kind == "gaps":
                     self._record(self._probing, Future())
+                elif kind == "ends":
+                    self._stale = True
                 log.debug("where the group stands: no answer in time", extra={"request": kind})
 
     def _take_topics(self, answers: Mapping[str, Future[Any]]) -> None:
@@ -281,9 +295,10 @@ class GroupOffsets:
             ends = answers["ends"].result(0)
         except Exception as exc:  # asked again: the partitions stay unknown
             log.debug("partition ends unknown", extra={"error": str(exc)})
-            return
+            ends = {}
         for tp, end in ends.items():
             self._ends.setdefault(tp, end)
+        self._stale = self._stale or any(tp not in self._ends for tp in self._ends_asked)
 
     def _take_committed(self, answers: Mapping[str, Future[Committed]]) -> None:
         try:

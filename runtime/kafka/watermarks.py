@@ -26,7 +26,8 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from runtime.kafka.admin import admin_properties
+from runtime.kafka.admin import admin_properties, serve_client_log
+from runtime.kafka.client_log import with_logger
 from runtime.tp import TP, tp_label
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,10 @@ class LatestOffsets:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._clock = clock
-        self._make = lister or (lambda: AdminClient(admin_properties(props)))
-        self._lister: OffsetLister | None = None  # made at the first pause: most runs never need it
+        self._make = lister or (lambda: AdminClient(with_logger(admin_properties(props))))
+        # Made at the first pause (most runs never need it); replaced before the next ask once
+        # an answer came back short (runtime/kafka/admin.py, STALE_LEADERS).
+        self._lister: OffsetLister | None = None
         self._latest: dict[TP, int] = {}
         self._pending: Mapping[TopicPartition, Future[Any]] | None = None
         self._asked_at = float("-inf")
@@ -63,7 +66,7 @@ class LatestOffsets:
                 self._pending = None
             elif now - self._asked_at > self.timeout_s:
                 log.debug("latest offsets of paused partitions: no answer in time; asking again later")
-                self._pending = None
+                self._pending, self._lister = None, None  # the old client is destroyed here
             else:
                 return
         tps = sorted(set(tps))
@@ -76,6 +79,7 @@ class LatestOffsets:
             self._pending = self._lister.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps},
                 request_timeout=self.timeout_s)
+            serve_client_log(self._lister)
         except (KafkaException, ValueError, TypeError) as exc:
             log.debug("cannot ask for the latest offsets of paused partitions", extra={"error": str(exc)})
 
@@ -86,10 +90,13 @@ class LatestOffsets:
             except Exception as exc:  # a partition gone, a broker away: the cached value stays
                 log.debug("latest offset unknown", extra={"tp": tp_label((tp.topic, tp.partition)),
                                                           "error": str(exc)})
+                self._lister = None
                 continue
-            if offset is not None and offset >= 0:
-                key = (tp.topic, tp.partition)
-                self._latest[key] = max(offset, self._latest.get(key, -1))
+            if offset is None or offset < 0:
+                self._lister = None  # answered short: no leader it could reach
+                continue
+            key = (tp.topic, tp.partition)
+            self._latest[key] = max(offset, self._latest.get(key, -1))
 
     def abandon(self) -> None:
         """Stop asking; forget a request in flight (its answer is not needed any more)."""

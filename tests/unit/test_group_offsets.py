@@ -379,3 +379,42 @@ def test_a_gap_left_unanswered_is_asked_again_and_settle_asks_what_was_not_asked
     gaps.hold = False
     s = group.settle(1.0)
     assert gaps.asked[-1] == {("t", 0): (8, 10)} and s.left(set()) == {}
+
+
+def test_an_admin_client_whose_ask_of_partition_ends_came_back_short_is_replaced() -> None:
+    """STALE_LEADERS (runtime/kafka/admin.py): a client whose metadata names a killed leader
+    spins on it at every ask, so one whose ask of ends came back short, or not at all, is
+    replaced before the next ask; one answered in full is kept."""
+    clock, admin, reader = Clock(), FakeAdmin(), FakeReadEnds()
+    made: list[FakeAdmin] = []
+
+    def factory() -> FakeAdmin:
+        made.append(admin)
+        return admin
+
+    group = GroupOffsets({"group.id": "g"}, ["t"], interval_s=1.0, timeout_s=10.0, clock=clock,
+                         admin=factory, gaps=FakeGaps(), read_ends=reader, committed=admin.read_committed)
+    reader.unknown = {("t", 1)}  # no answer for one partition
+    turns(group, False)
+    assert admin.asked == ["topics", "ends", "ends"] and len(made) == 1, \
+        "asked again at once, but at most one new client an interval"
+    clock.now += 1
+    turns(group, False)
+    assert admin.asked[-1] == "ends" and len(made) == 2, "asked again, by a new client"
+    reader.unknown = set()
+    for _ in range(3):
+        clock.now += 1
+        turns(group, False)
+    assert group.standing().mapped
+    assert len(made) == 3, "the client that answered in full is kept"
+    admin.partitions["t"] = 3  # a new partition, and an ask of its end that is never answered
+    admin.ends[("t", 2)] = 5
+    clock.now += 1
+    group.refresh(False)  # the metadata names it
+    admin.hold = True
+    group.refresh(False)  # its end is asked for
+    assert admin.asked[-1] == "ends" and len(made) == 3
+    clock.now += 11  # past timeout_s: abandoned
+    admin.hold = False
+    group.refresh(False)
+    assert len(made) == 4, "an ask of ends not answered in time: a new client"

@@ -111,3 +111,37 @@ def test_a_stopping_member_asks_for_nothing_more() -> None:
     clock.now += 60
     latest.refresh([("t", 0), ("t", 1)])
     assert len(lister.requests) == 1, "nothing asked after abandon()"
+
+
+def test_a_client_whose_answer_came_back_short_is_replaced_before_the_next_ask() -> None:
+    """STALE_LEADERS (runtime/kafka/admin.py): an error, an offset below zero or no answer in
+    time; an answer in full keeps the client."""
+    clock, lister = Clock(), FakeLister()
+    made: list[FakeLister] = []
+
+    def factory() -> FakeLister:
+        made.append(lister)
+        return lister
+
+    latest = LatestOffsets({}, interval_s=5.0, timeout_s=10.0, clock=clock, lister=factory)
+    paused = [("t", 0), ("t", 1)]
+    latest.refresh(paused)
+    lister.answer(t0=10, t1=20)
+    clock.now += 5
+    latest.refresh(paused)
+    assert len(made) == 1 and len(lister.requests) == 2, "answered in full: the same client"
+    lister.answer(t0=11)  # t[1]: an error
+    clock.now += 5
+    latest.refresh(paused)
+    assert len(made) == 2, "an error: a new client"
+    for fut in lister.futures.values():
+        fut.set_result(SimpleNamespace(offset=-1001))  # no leader it could reach
+    clock.now += 5
+    latest.refresh(paused)
+    assert len(made) == 3, "an offset below zero: a new client"
+    assert latest.high(("t", 0)) == 11, "and nothing taken from that answer"
+    clock.now += 11  # no answer in time
+    latest.refresh(paused)
+    clock.now += 5
+    latest.refresh(paused)
+    assert len(made) == 4, "no answer in time: a new client"
