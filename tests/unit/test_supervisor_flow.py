@@ -12,6 +12,7 @@ import fakes
 from fakes import TP0, TP1, assign, assign_in_consume, make, msgs, pending, redeliver, report, revoke, status
 
 from runtime.kafka.consumer import Fetched
+from runtime.supervisor.daemon.loop import Supervisor
 from runtime.supervisor.partition.partition import PauseReason
 from runtime.supervisor.scheduling.batches import Batch
 from runtime.supervisor.workers.workforce import State
@@ -593,3 +594,56 @@ def test_a_worker_that_reports_running_out_in_a_tick_is_given_nothing_more_in_it
     report(pool, 0, Result(EXHAUSTED, 9, 0, 0, detail="memory (MemoryError)", cause="worn"))
     sup.tick()
     assert fakes.pending(sup, TP0) == 1 and pool.handles[0].ring.frames == [], "cut, and not placed"
+
+
+# ---------------------------------------------------------------------- the wait when nothing is under way
+def test_the_loop_waits_longer_for_records_only_while_nothing_is_under_way() -> None:
+    """An idle daemon turned every 20 ms (2.3 % of a core in its supervisor); with nothing in
+    a ring, owed to the group or being started, no result can come and the client's wait ends
+    at the first record, so the tick waits 100 ms (waits.py). Anything under way keeps the
+    short wait: a batch out, an offset not committed yet, a partition waiting for its start."""
+    sup, consumer, clock, pool = make()
+    waited: list[float] = []
+
+    def consume(n: int, timeout_s: float) -> Fetched:
+        waited.append(timeout_s)
+        return Fetched()
+
+    assign(sup, consumer, [TP0])
+    consumer.next_fetch = consume
+    fakes.fetch(sup)
+    assert waited[-1] == 0.1, "an assigned partition and nothing to do"
+
+    b = out(sup, TP0, 1, 0, 9)
+    fakes.fetch(sup)
+    assert waited[-1] == 0.02, "a batch in a ring: its result is awaited"
+
+    done(pool, 0, b)
+    sup.applier.collect()
+    fakes.fetch(sup)
+    assert waited[-1] == 0.02, "its offset is owed to the group until committed"
+
+    clock.now += 1.0  # commit_interval_ms
+    sup.commits.commit_if_due()
+    assert consumer.commits[-1] == {TP0: 10}
+    fakes.fetch(sup)
+    assert waited[-1] == 0.1
+
+    consumer.seek_fails = {TP1}
+    assign(sup, consumer, [TP1])
+    fakes.fetch(sup)
+    assert sup.partitions[TP1].seeking and waited[-1] == 0.02, "a start tried again"
+
+
+def test_a_batch_run_never_takes_the_long_wait() -> None:
+    """--until-caught-up judges its end every turn: a longer wait would be a longer run."""
+    s = fakes.settings()
+    s = s.model_copy(update={"supervisor": s.supervisor.model_copy(update={"stop_when_caught_up": True})})
+    pool, consumer = fakes.FakePool(1), fakes.FakeConsumer()
+    sup = Supervisor(s, consumer, pool, pool.epochs, clock=fakes.Clock())
+    sup.workforce.start_all()
+    assign(sup, consumer, [TP0])
+    waited: list[float] = []
+    consumer.next_fetch = lambda n, timeout_s: waited.append(timeout_s) or Fetched()
+    fakes.fetch(sup)
+    assert waited == [0.02]

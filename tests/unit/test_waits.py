@@ -26,3 +26,18 @@ def test_a_hungry_worker_never_waits_while_the_client_may_hold_records() -> None
     assert waits.plan(FULL, open_records=True, fetching=True) == Wait(0.02, 0.0), "no one hungry: as before"
     waits.fetched(0, wanted=0)  # asked for nothing (the backlog budget is full): nothing to take
     assert waits.plan(HUNGRY, open_records=True, fetching=True).workers_s == 0.002, "a wait, doubled"
+
+
+IDLE = Capacity((2, 2), frozenset({0, 1}), frozenset({0, 1}), False)  # nothing in either ring
+
+
+def test_a_quiet_daemon_waits_longer_for_records_and_never_for_a_result() -> None:
+    """Nothing under way (Supervisor.quiet): the client's wait ends at the first record, so
+    a longer one costs a record nothing and spares the idle turns (waits.py)."""
+    waits = Waits(batch_max_wait_ms=20)
+    waits.fetched(0, wanted=2000)
+    assert waits.plan(IDLE, open_records=False, fetching=True, quiet=False) == Wait(None, 0.02)
+    assert waits.plan(IDLE, open_records=False, fetching=True, quiet=True) == Wait(None, 0.1)
+    assert waits.plan(IDLE, open_records=False, fetching=False, quiet=True) == Wait(0.1, 0.0), "all paused"
+    assert waits.plan(IDLE, open_records=True, fetching=True, quiet=True) == \
+        waits.plan(IDLE, open_records=True, fetching=True, quiet=False), "records to cut: never the long wait"

@@ -85,6 +85,11 @@ class Commands:
             if not self.rollout.busy:
                 self._answer(op)  # refused, or nothing to do: over at once
 
+    @property
+    def idle(self) -> bool:
+        """No command is in progress or queued."""
+        return not self.queue and not self.rollout.busy
+
     def close(self, why: str) -> None:
         """The daemon is stopping: whoever waits is told, and the socket goes."""
         waiting = [c for c in [self._running, *self.queue] if c is not None and c.request is not None]

@@ -263,7 +263,14 @@ class Supervisor(Generic[H]):
         held = self.partitions.values()
         open_records = any(p.intake.open_msgs and not p.held for p in held)
         fetching = not self.partitions.assigned_once or any(not p.pause.paused for p in held)
-        wait = self.waits.plan(capacity, open_records, fetching)
+        # Quiet: nothing a turn moves on (waits.py): no batch cut or in a ring, no offset owed,
+        # no dead letter unacknowledged, no partition waiting for its start or rewound, no
+        # command in progress; never in a batch run, whose end is judged every turn.
+        quiet = (not self.caught_up.enabled and not self.scheduler.waiting_for_room()
+                 and not any(self.scheduler.counts()) and not self.commits.owes() and self.commands.idle
+                 and not (self.dead_letters is not None and self.dead_letters.pending())
+                 and not any(p.seeking or p.rewinding for p in held))
+        wait = self.waits.plan(capacity, open_records, fetching, quiet)
         if wait.workers_s is not None:
             self._wait_for_workers(wait.workers_s)
         fetched = self.consumer.consume(wanted, wait.consume_s)

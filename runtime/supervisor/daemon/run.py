@@ -189,12 +189,11 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
                 # An unreachable cluster is an outage: a daemon waits for it (a batch run gives up
                 # after kafka.connect_timeout_s, exit 8), before it owns anything to release.
                 give_up = settings.kafka.connect_timeout_s if sup.stop_when_caught_up else None
-                probe = ClusterProbe(consumer_properties(settings))
-                if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop_requested,
-                                    notify=Notifier().notify, probe=probe) is None:
+                answered, cluster_id = _wait_for_the_cluster(settings, give_up, stop_requested)
+                if not answered:
                     log.info("stop requested while waiting for the Kafka cluster")
                     return RunResult(0, None, False)
-                problem = cluster_problem(settings, probe.cluster_id)
+                problem = cluster_problem(settings, cluster_id)
                 if problem is not None:
                     raise ConfigError(problem)
             socket_path = control_socket_path(settings)
@@ -285,6 +284,18 @@ def run_daemon(settings: Settings, on_status: Callable[[StatusSnapshot], None] |
         except RingmasterError as exc:
             final = supervisor.final_status if supervisor is not None else None
             return RunResult(exc.exit_code, final, consumer.abandoned if consumer is not None else False, exc)
+
+
+def _wait_for_the_cluster(settings: Settings, give_up: float | None,
+                          stop: Callable[[], bool]) -> tuple[bool, str | None]:
+    """(True, the cluster's id) once it answers; (False, None) when a stop was asked for
+    meanwhile. The probe's admin client goes with this frame: kept in run_daemon's, it held
+    its threads and a connection to the broker it asked as long as the daemon ran."""
+    probe = ClusterProbe(consumer_properties(settings))
+    if wait_for_cluster(settings, give_up_after_s=give_up, stop=stop, notify=Notifier().notify,
+                        probe=probe) is None:
+        return False, None
+    return True, probe.cluster_id
 
 
 def _status_publisher(settings: Settings, pauses: OperatorPauses | None,

@@ -18,6 +18,13 @@ all it was asked for left records queued, and they are work for it (issue 41). T
 1 ms for a result on ~295 of 304 turns of a run at ~10 µs a record, the supervisor the
 bottleneck, with 3-8 of 15 workers' rings empty and records in the client's queue: a fifth of
 the run idle (an outside simulator; 0.52 of ideal, behind Pool(15)'s 0.57).
+
+Longer when the daemon is quiet: nothing cut or in a ring, nothing owed to the group, no
+command under way (``Supervisor.fetch``). No result can come then, and the client's wait ends
+at the first record, so a longer wait costs a record nothing; only housekeeping that comes due
+meanwhile (a signal, a command, a status, a worker's restart) waits up to _QUIET_WAIT_S. An idle
+daemon turned 50 times a second at the idle wait: 2.3 % of a core in its supervisor, against
+0.6 % at 100 ms (docs/performance.md, *An idle daemon*).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from dataclasses import dataclass
 
 from runtime.supervisor.scheduling.capacity import Capacity
 
-_IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results
+_IDLE_WAIT_S = 0.02  # the longest a tick waits for records or results while work is under way
+_QUIET_WAIT_S = 0.1  # ... and when nothing is (module docstring)
 _HUNGRY_WAIT_S, _HUNGRY_MAX_S = 0.001, 0.02  # the wait for a hungry worker's records (above)
 _LEAST_WAIT_S = 0.001  # batch_max_wait_ms = 0 must not spin a core
 
@@ -43,11 +51,13 @@ class Waits:
         self.hungry_wait_s = _HUNGRY_WAIT_S
         self.more_queued = False  # the last consume() returned all it was asked for: maybe more
 
-    def plan(self, capacity: Capacity, open_records: bool, fetching: bool) -> Wait:
+    def plan(self, capacity: Capacity, open_records: bool, fetching: bool, quiet: bool = False) -> Wait:
         """``open_records``: some partition not held has records fetched and not cut;
-        ``fetching``: some partition is not paused (or none was ever assigned)."""
+        ``fetching``: some partition is not paused (or none was ever assigned); ``quiet``:
+        nothing is under way (module docstring)."""
         waiting_for_room = open_records or capacity.waiting
-        wait_s = min(self.batch_max_wait_s, _IDLE_WAIT_S) if open_records else _IDLE_WAIT_S
+        idle_s = _QUIET_WAIT_S if quiet and not waiting_for_room else _IDLE_WAIT_S
+        wait_s = min(self.batch_max_wait_s, _IDLE_WAIT_S) if open_records else idle_s
         wait_s = max(wait_s, _LEAST_WAIT_S)
         hungry = fetching and bool(capacity.hungry)
         if hungry and self.more_queued:

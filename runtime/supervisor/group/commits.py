@@ -68,6 +68,11 @@ class Committer:
             self._last = now
             self.commit(list(self.partitions.values()), asynchronous=True)
 
+    def owes(self) -> bool:
+        """Some partition has an offset done and not yet committed (under exactly-once, never:
+        the workers' transactions commit)."""
+        return not self.transactional and any(p.tracker.needs_commit() for p in self.partitions.values())
+
     def commit(self, parts: list[Partition], asynchronous: bool) -> dict[TP, SyncCommit]:
         """Commit the partitions' committable offsets. Synchronous: the broker's answer for
         each partition (asynchronous: none, {})."""
@@ -124,6 +129,10 @@ class ShareCommitter(Committer):
 
     def commit_if_due(self) -> None:
         self.commit(list(self.partitions.values()), asynchronous=True)
+
+    def owes(self) -> bool:
+        """Never: every tick hands each partition's acknowledgements to the share consumer."""
+        return False
 
     def share_counts(self) -> dict[str, int] | None:
         return {**self.acks.counts.as_dict(), **self.acks.holding()}
