@@ -86,12 +86,17 @@ class ClusterProbe:
         self.bootstrap = str(props.get("bootstrap.servers", "?"))
         # A refused login or TLS handshake reaches us only through error_cb: to list_topics()
         # it looks like a broker that went away (_TRANSPORT), which the daemon would wait out.
-        self.refused: str | None = None
+        # Kept apart from the probe: a bound method of the probe as error_cb was a cycle
+        # (probe -> client -> probe), so a probe let go kept its client, threads and broker
+        # connection until the cyclic garbage collector ran, which a daemon seldom does.
+        self._refusals = _Refusals(self.bootstrap)
         self.cluster_id: str | None = None  # as the last answer named it
-        self._admin = AdminClient(with_logger(admin_properties(props)) | {"error_cb": self._on_error})
+        self._admin = AdminClient(with_logger(admin_properties(props))
+                                  | {"error_cb": self._refusals.on_error})
 
-    def _on_error(self, err: _CKError) -> None:
-        self.refused = self.refused or refused_access(err, self.bootstrap)
+    @property
+    def refused(self) -> str | None:
+        return self._refusals.first
 
     def topics(self, timeout_s: float) -> dict[str, int]:
         """Topic -> partition count. KafkaUnreachable when nothing answers within timeout_s;
@@ -112,6 +117,17 @@ class ClusterProbe:
             self._admin.poll(0)
         self.cluster_id = meta.cluster_id
         return {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+
+
+class _Refusals:
+    """What a ClusterProbe's client said through error_cb: the first refusal of access."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.first: str | None = None
+
+    def on_error(self, err: _CKError) -> None:
+        self.first = self.first or refused_access(err, self.bootstrap)
 
 
 # STALE_LEADERS: an admin client asked for a partition's offsets sends the request to the

@@ -6,13 +6,16 @@ out."""
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 from typing import Any
 
 import pytest
 
 from runtime.config import Settings
 from runtime.errors import KafkaAccessRefused, KafkaError, KafkaUnreachable
+from runtime.kafka.admin import ClusterProbe
 from runtime.ops.cluster import REPORT_EVERY_S, refuse_early, wait_for_cluster
 
 BOOTSTRAP = "kafka-1.internal:9092"
@@ -123,3 +126,20 @@ def test_refuse_early_raises_only_for_a_refusal() -> None:
     assert down.attempts == 1
     with pytest.raises(KafkaAccessRefused):
         refuse_early(settings(), probe=Probe(time, error=KafkaAccessRefused("refused")))  # type: ignore[arg-type]
+
+
+def test_a_probe_let_go_takes_its_client_with_it_without_the_garbage_collector() -> None:
+    """The daemon's start waits for the cluster with a probe and drops it (run.py); were the
+    probe and its client a reference cycle (error_cb a bound method of the probe), the client's
+    threads and broker connection would live until the cyclic collector ran, which a daemon
+    seldom does: the idle supervisor held a fourth librdkafka client for its whole life."""
+    probe = ClusterProbe({"bootstrap.servers": "127.0.0.1:1"})
+    client = weakref.ref(probe._admin)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del probe
+        assert client() is None, "the probe's client outlived it"
+    finally:
+        if enabled:
+            gc.enable()
