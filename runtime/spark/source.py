@@ -6,12 +6,14 @@ Runs in: the Spark driver (planning: offsets, partitions) and Python workers (re
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError as _CKError
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -34,7 +36,14 @@ from runtime.kafka.messages import headers_of, offset_of
 from runtime.kafka.producer import OutputProducer
 from runtime.spark import offsets as ko
 
+log = logging.getLogger("ringmaster.spark")
+T = TypeVar("T")
+
 NAME = "ringmaster_kafka"
+# A question of the driver's client that failed is asked again on a new client, as Spark's own
+# Kafka source does (fetchOffset.numRetries, fetchOffset.retryIntervalMs): KafkaStreamReader._ask.
+ASK_ATTEMPTS = 3
+ASK_AGAIN_AFTER_S = 1.0
 INPUT_SCHEMA = ("topic string, partition int, offset long, key binary, value binary, "
                 "headers array<struct<key:string,value:binary>>, timestamp_type int, timestamp long")
 OUTPUT_SCHEMA = "topic string, key binary, value binary, headers array<struct<key:string,value:binary>>"
@@ -132,6 +141,34 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_client": None, "_pauses": None}
 
+    def _ask(self, question: Callable[[Any], T]) -> T:
+        """``question(client)``, asked again on a new client when the client fails to answer.
+        RACE: a client's metadata keeps naming a partition's leader after it is gone. On a
+        three-node cluster with one partition's leader killed, the driver's client timed out
+        (30 s) and was then refused (NOT_LEADER_FOR_PARTITION) until the node came back, so a
+        streaming query's next micro-batch could not be planned; a new client answered as soon
+        as the partition had moved (runtime/kafka/admin.py, STALE_LEADERS)."""
+        attempt = 1
+        while True:
+            try:
+                return question(self._c)
+            except KafkaException as exc:
+                self._drop_client()
+                if attempt >= ASK_ATTEMPTS:
+                    raise
+                log.warning("the Kafka cluster did not answer the source's question; asking again on a new "
+                            "client", extra={"attempt": attempt, "error": str(exc.args[0])})
+                attempt += 1
+                time.sleep(ASK_AGAIN_AFTER_S)
+
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except (KafkaException, RuntimeError):  # closed already, or broken: it goes anyway
+                log.debug("closing the driver's client failed", exc_info=True)
+
     def _hold_paused(self, begin: ko.Offsets, end: ko.Offsets) -> ko.Offsets:
         """Operator pauses (`ringmaster pause`) hold partitions where they are: a streaming
         query reads nothing of them until they are resumed (an availableNow run ends without
@@ -151,26 +188,27 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for t, ps in end.items()}
         return held
 
-    def _partitions(self) -> list[tuple[str, int]]:
-        # Listed again for every micro-batch (one metadata request), so partitions added to a
-        # topic while the query runs are read too.
-        return ko.partitions_of(self._c, self.topics)
+    def _latest(self, c: Any) -> ko.Offsets:
+        # Partitions listed again for every micro-batch (one metadata request), so partitions
+        # added to a topic while the query runs are read too.
+        return ko.latest(c, ko.partitions_of(c, self.topics), self.mode)
 
     def initialOffset(self) -> dict[str, Any]:
-        return ko.parse(self.options.get("startingoffsets", "committed"), self._c, self._partitions(),
-                        self.mode, what="startingOffsets")
+        spec = self.options.get("startingoffsets", "committed")
+        return self._ask(lambda c: ko.parse(spec, c, ko.partitions_of(c, self.topics), self.mode,
+                                            what="startingOffsets"))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = ko.latest(self._c, self._partitions(), self.mode)
+        self._target = self._ask(self._latest)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        end = self._target or ko.latest(self._c, self._partitions(), self.mode)
+        end = self._target or self._ask(self._latest)
         # Partitions new since `start` (added, or missing from a checkpoint) begin at their low
         # watermark, as in Spark's Kafka source, and their backlog counts against the limit.
-        begin = ko.with_starts(self._c, start, end)
+        begin = self._ask(lambda c: ko.with_starts(c, start, end))
         end = ko.at_least(end, begin)  # a stale or lower end never moves a partition back
         end = self._hold_paused(begin, end)
         if isinstance(limit, ReadMaxRows):
@@ -183,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[KafkaRange]:
         # A partition new in this batch is not in `start` (the previous batch's end): it starts
         # at its low watermark, as latestOffset assumed (also when a restart replans the batch).
-        return _ranges(ko.with_starts(self._c, start, end), end)
+        return _ranges(self._ask(lambda c: ko.with_starts(c, start, end)), end)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return read_range(self.options, partition)
@@ -195,9 +233,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._pauses is not None:
             self._pauses.close()
             self._pauses = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._drop_client()
 
 
 class KafkaBatchReader(DataSourceReader):

@@ -10,12 +10,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import OFFSET_INVALID, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from runtime.errors import RingmasterError
 from runtime.execution.run import RetryPolicy
 from runtime.spark import offsets as ko
+from runtime.spark import source
 from runtime.spark.apply import PluginJob, applier
 from runtime.spark.source import KafkaRange, KafkaStreamReader
 
@@ -345,3 +346,38 @@ def test_a_partition_that_never_answers_a_fetch_is_an_error_naming_it(
     monkeypatch.setattr(ko.time, "monotonic", lambda: float(next(clock)))
     with pytest.raises(RingmasterError, match=r"no fetch response within 30 s for in\[0\], in\[1\]"):
         ko.latest(c, tps(c), "checked")  # type: ignore[arg-type]
+
+
+class StaleClient(FakeClient):
+    """A client whose metadata names a leader that is gone: every ask of offsets fails, as the
+    driver's client did on a three-node cluster with a partition's leader killed."""
+
+    closed = False
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> Any:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermark offsets"))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_question_the_drivers_client_fails_is_asked_again_on_a_new_client(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A micro-batch is planned on a new client when the driver's fails to answer (source.py,
+    _ask); the one that failed is closed. Only when ASK_ATTEMPTS clients in a row fail does the
+    question fail the query."""
+    monkeypatch.setattr(source, "ASK_AGAIN_AFTER_S", 0.0)
+    stale = StaleClient({"in": 2}, highs={})
+    fresh = FakeClient({"in": 2}, highs={("in", 0): 10, ("in", 1): 7})
+    made: list[FakeClient] = [fresh]
+    monkeypatch.setattr(source.ko, "client", lambda props: made.pop(0))
+    r = reader(stale)
+    assert r.latestOffset({"in": {"0": 0, "1": 0}}, ReadAllAvailable()) == {"in": {"0": 10, "1": 7}}
+    assert stale.closed and r._client is fresh
+
+    failing = [StaleClient({"in": 2}, highs={}) for _ in range(source.ASK_ATTEMPTS - 1)]
+    made[:] = list(failing)
+    r = reader(StaleClient({"in": 2}, highs={}))
+    with pytest.raises(KafkaException):
+        r.latestOffset({"in": {"0": 0, "1": 0}}, ReadAllAvailable())
+    assert not made and all(c.closed for c in failing), f"{source.ASK_ATTEMPTS} clients, each closed"
