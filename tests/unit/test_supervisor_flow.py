@@ -647,3 +647,24 @@ def test_a_batch_run_never_takes_the_long_wait() -> None:
     consumer.next_fetch = lambda n, timeout_s: waited.append(timeout_s) or Fetched()
     fakes.fetch(sup)
     assert waited == [0.02]
+
+
+def test_a_dead_letter_not_yet_acknowledged_keeps_the_short_wait() -> None:
+    """Its delivery report is served each turn (deliver_dead_letters): the record's offset
+    moves on only once it is acknowledged."""
+    clock = fakes.Clock()
+    desk, producer = fakes.make_desk(clock)
+    sup, consumer, _clock, _pool = make(desk=desk)
+    assign(sup, consumer, [TP0])
+    waited: list[float] = []
+    consumer.next_fetch = lambda n, timeout_s: waited.append(timeout_s) or Fetched()
+    fakes.fetch(sup)
+    assert waited[-1] == 0.1
+    desk.submit(TP0, 1, (0, None, b"poison", []), "ValueError", "bad record")
+    fakes.fetch(sup)
+    assert waited[-1] == 0.02, "a letter in flight"
+    sup.deliver_dead_letters()  # sent
+    producer.deliver_next()  # acknowledged
+    sup.deliver_dead_letters()
+    fakes.fetch(sup)
+    assert waited[-1] == 0.1
