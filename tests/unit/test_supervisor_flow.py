@@ -598,7 +598,7 @@ def test_a_worker_that_reports_running_out_in_a_tick_is_given_nothing_more_in_it
 
 # ---------------------------------------------------------------------- the wait when nothing is under way
 def test_the_loop_waits_longer_for_records_only_while_nothing_is_under_way() -> None:
-    """An idle daemon turned every 20 ms (2.3 % of a core in its supervisor); with nothing in
+    """An idle daemon turned every 20 ms (2.4 % of a core in its supervisor); with nothing in
     a ring, owed to the group or being started, no result can come and the client's wait ends
     at the first record, so the tick waits 100 ms (waits.py). Anything under way keeps the
     short wait: a batch out, an offset not committed yet, a partition waiting for its start."""

@@ -23,8 +23,8 @@ Longer when the daemon is quiet: nothing cut or in a ring, nothing owed to the g
 command under way (``Supervisor.fetch``). No result can come then, and the client's wait ends
 at the first record, so a longer wait costs a record nothing; only housekeeping that comes due
 meanwhile (a signal, a command, a status, a worker's restart) waits up to _QUIET_WAIT_S. An idle
-daemon turned 50 times a second at the idle wait: 2.3 % of a core in its supervisor, against
-0.6 % at 100 ms (docs/performance.md, *An idle daemon*).
+daemon turned 50 times a second at the idle wait: 2.4 % of a core in its supervisor, against
+0.7 % at 100 ms (medians of 3; docs/performance.md, *An idle daemon*).
 """
 
 from __future__ import annotations
