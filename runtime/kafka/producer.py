@@ -122,6 +122,21 @@ class Tally:
             self._forward(err, msg)
 
 
+class _ClientErrors:
+    """What a producer's client said through error_cb: its fatal error, if any."""
+
+    __slots__ = ("bootstrap", "fatal")
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.fatal: str | None = None
+
+    def on_error(self, err: _CKError) -> None:
+        if err.fatal():
+            self.fatal = str(err)
+        log_client_error("kafka producer", err, self.bootstrap)
+
+
 class _Placement(TypedDict, total=False):
     """Where Producer.produce puts a message: nothing for the partitioner's choice."""
 
@@ -147,20 +162,31 @@ class OutputProducer:
         props = with_logger(props)
         self.transactional = bool(props.get("transactional.id"))
         self.own_topics = None if own_topics is None else frozenset(t for t in own_topics if t)
-        self._bootstrap = str(props.get("bootstrap.servers", ""))
-        props["error_cb"] = self._on_error
+        # Kept apart from this object: a bound method of it as error_cb was a cycle (it -> client
+        # -> it), so a producer its owner replaced (broken, fenced) kept its client's threads
+        # and broker connections until the cyclic garbage collector ran.
+        self._errors = _ClientErrors(str(props.get("bootstrap.servers", "")))
+        props["error_cb"] = self._errors.on_error
         try:
             self._p = Producer(props)
         except KafkaException as exc:
             raise KafkaError(f"cannot create a producer: {exc.args[0]}; check [kafka.producer]") from None
         self._failures: list[tuple[str, _CKError, Message]] = []
-        self.fatal: str | None = None
         # After deliver() raised: the messages of that delivery the broker did not take, or
         # None when some are still in flight (unknown). Every other message queued since the
         # previous deliver() was acknowledged (runtime/execution/acked.py builds on it).
         self.undelivered: list[Message] | None = None
         # After deliver() raised: the messages of that delivery refused for what they are.
         self.refused: list[Refusal] = []
+
+    @property
+    def fatal(self) -> str | None:
+        """The client's fatal error, or a delivery error that breaks the producer itself."""
+        return self._errors.fatal
+
+    @fatal.setter
+    def fatal(self, reason: str | None) -> None:
+        self._errors.fatal = reason
 
     @property
     def broken(self) -> bool:
@@ -170,11 +196,6 @@ class OutputProducer:
     def client(self) -> Producer:
         """The client itself, for its transactions (runtime/kafka/transactions.py)."""
         return self._p
-
-    def _on_error(self, err: _CKError) -> None:
-        if err.fatal():
-            self.fatal = str(err)
-        log_client_error("kafka producer", err, self._bootstrap)
 
     def _on_delivery(self, err: _CKError | None, msg: Message) -> None:
         if err is not None:
@@ -330,6 +351,18 @@ class OutputProducer:
                 self._client_failed(exc)
         purged, self._failures = self._failures, []
         return purged
+
+    def discard(self) -> None:
+        """Let go of this producer (its owner replaces one that broke or was fenced): what is
+        queued or in flight is dropped, and the reports of it served, since each message's
+        delivery callback refers back to this object until it runs. Then the client, its
+        threads and broker connections go as soon as the owner drops the last reference, not
+        at the next run of the cyclic collector. What was in flight may still have been
+        written: its batch runs again (at-least-once), or its transaction is aborted."""
+        with contextlib.suppress(KafkaException, RuntimeError, SystemError):
+            self._p.purge(in_queue=True, in_flight=True, blocking=True)
+            self._p.poll(0)
+        self._failures = []
 
     def flush(self, timeout_s: float) -> int:
         """Best effort at exit: what was still queued after timeout_s."""

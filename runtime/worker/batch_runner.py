@@ -499,6 +499,7 @@ class BatchRunner:
         if self.producer.broken:
             log.warning("output producer hit a fatal error; creating a new one",
                         extra={"error": self.producer.fatal})
+            self.producer.discard()
             self.producer = OutputProducer(producer_props(self.spec),
                                            own_topics=(self.spec.output_topic, self.spec.dead_letter_topic))
 

@@ -120,8 +120,7 @@ class TransactionalRunner:
         read_committed readers. Both lasted until ``transaction.timeout.ms`` when this worker
         got no other batch meanwhile (a rebalance gave its partition to another member). A
         start that fails is tried again at the next batch."""
-        self.runner.producer = self._new_producer()
-        self._txn = None
+        self._replace_producer()
         if not fence:
             return
         try:
@@ -129,8 +128,14 @@ class TransactionalRunner:
         except TransactionAborted as exc:
             log.warning("cannot start the new producer's transactions yet; trying again at the next batch",
                         extra={"reason": exc.reason})
-            self.runner.producer = self._new_producer()
-            self._txn = None
+            self._replace_producer()
+
+    def _replace_producer(self) -> None:
+        """The old producer is let go of at once (its client's threads and connections), not
+        at the next run of the cyclic collector: nothing here keeps it."""
+        self._txn = self._txn_of = None
+        self.runner.producer.discard()
+        self.runner.producer = self._new_producer()
 
     def run(self, frame: BatchFrame) -> Result:
         head = (frame.batch_id, frame.slot, frame.epoch)

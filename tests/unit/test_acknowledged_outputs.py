@@ -375,3 +375,25 @@ def test_identical_outputs_across_bisection_parts_are_each_written_once_through_
     assert runner.run(_frame(6)).kind == DONE
     assert producer.written == Counter({b"same": 5})
     assert [f.record.offset for f in failures] == [3]
+
+
+def test_a_producer_that_broke_is_let_go_of_when_the_worker_makes_a_new_one() -> None:
+    """A producer that lost its idempotence state fails every message: the worker makes a new
+    one and lets the old one go at once (its client's threads and connections, producer.py
+    ``discard``), rather than leaving it to the cyclic collector."""
+    from runtime.kafka.producer import OutputProducer
+
+    class Broken(FakeProducer):
+        broken = True
+        fatal = "Broker: Producer attempted an operation with an old epoch"
+        discarded = False
+
+        def discard(self) -> None:
+            self.discarded = True
+
+    old = Broken()
+    old.outage = 0
+    runner = _runner(lambda batch: [Output(r.value) for r in batch], old)
+    assert runner.run(_frame(3)).kind == DEFERRED
+    assert old.discarded and isinstance(runner.producer, OutputProducer)
+    runner.producer.discard()

@@ -128,6 +128,9 @@ class _Producer:
     def deliver(self, timeout_s: float, beat: Any = None) -> None:
         pass
 
+    def discard(self) -> None:
+        self.discarded = True
+
 
 class _Transactions:
     def __init__(self, refuse_commits: int = 0) -> None:
@@ -506,6 +509,7 @@ def test_an_abort_not_acknowledged_replaces_the_producer_before_the_next_transac
     txn.abort_acknowledged = False
     assert runner.run(_frame(0, 2)).kind == DEFERRED
     assert len(producers) == 2 and runner.runner.producer is producers[1], "replaced"
+    assert getattr(producers[0], "discarded", False), "the old one let go of at once (its client's threads)"
 
 
 @pytest.mark.parametrize("failure", ["refused commit", "abort not acknowledged"])
@@ -544,6 +548,7 @@ def test_a_fence_that_fails_is_tried_again_at_the_next_batch() -> None:
     starts.insert(0, TransactionAborted("cannot start transactions: Local: Timed out"))
     assert runner.run(_frame(10, 2)).kind == DEFERRED
     assert len(producers) == 3 and starts == [producers[0]], "the failed start's producer given up"
+    assert [getattr(p, "discarded", False) for p in producers] == [True, True, False]
     assert runner.run(_frame(10, 2)).kind == DONE
     assert starts == [producers[0], producers[2]]
 

@@ -5,7 +5,10 @@ says it is broken."""
 
 from __future__ import annotations
 
+import gc
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -335,7 +338,7 @@ def test_a_fatal_client_error_makes_the_producer_broken_and_fails_delivery_at_on
         producer: OutputProducer, fake: FakeProducer) -> None:
     fake.stuck = True
     producer.produce("out", b"a")
-    producer._on_error(CKError(CKError._FATAL, "idempotence lost", fatal=True))
+    producer._errors.on_error(CKError(CKError._FATAL, "idempotence lost", fatal=True))
     assert producer.broken
     started = time.monotonic()
     with pytest.raises(DeliveryFailed, match="idempotence lost"):
@@ -375,7 +378,7 @@ def test_a_fenced_transactional_producer_is_an_outage_never_the_records_fault(
 
 
 def test_a_transient_client_error_does_not_break_the_producer(producer: OutputProducer) -> None:
-    producer._on_error(CKError(CKError._TRANSPORT))
+    producer._errors.on_error(CKError(CKError._TRANSPORT))
     producer.note(CKError(CKError._MSG_TIMED_OUT))
     assert not producer.broken
 
@@ -538,3 +541,31 @@ def test_a_failed_delivery_says_which_messages_were_refused_for_what_they_are(
     with pytest.raises(DeliveryFailed):
         producer.deliver(1.0)
     assert producer.refused == []
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("queued", [0, 50])
+def test_a_producer_let_go_takes_its_client_with_it_without_the_garbage_collector(queued: int) -> None:
+    """A worker replaces a producer that broke or was fenced (batch_runner.py, transactional.py).
+    Were it a reference cycle with its client (error_cb a bound method of it; each message's
+    delivery callback one too, until its report is served), the client's threads and broker
+    connections would live until the cyclic collector ran: once a fault for each replacement."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        before = _threads()
+        producer = OutputProducer({"bootstrap.servers": "127.0.0.1:1"})
+        for i in range(queued):  # never sent: nothing listens there
+            producer.produce("out", b"v%d" % i, b"k")
+        assert _threads() > before, "the client's threads"
+        kept = weakref.ref(producer)
+        producer.discard()
+        del producer
+        assert kept() is None, "the producer outlived its owner's reference"
+        assert _threads() == before, "the client's threads outlived it"
+    finally:
+        if enabled:
+            gc.enable()
