@@ -668,3 +668,44 @@ def test_a_dead_letter_not_yet_acknowledged_keeps_the_short_wait() -> None:
     sup.deliver_dead_letters()
     fakes.fetch(sup)
     assert waited[-1] == 0.1
+
+
+def test_a_batch_waiting_for_a_worker_keeps_the_short_wait() -> None:
+    """A batch cut and waiting for room (here its only worker is dead and restarting, so no
+    ring holds it): a worker's report or its start is what lets it go, not a record. The
+    turn waits on the workers then, not on the client."""
+    sup, consumer, _clock, _pool = make()
+    assign(sup, consumer, [TP0])
+    waited: list[tuple[str, float]] = []
+    consumer.next_fetch = lambda n, timeout_s: waited.append(("client", timeout_s)) or Fetched()
+    sup._wait_for_workers = lambda timeout_s: waited.append(("workers", timeout_s))  # type: ignore[method-assign]
+    fakes.fetch(sup)
+    assert waited == [("client", 0.1)]
+    sup.workforce.lives[0].state = State.RESTARTING
+    enqueue(sup, TP0, 1, 0, 9)
+    sup.scheduler.dispatch(sup.capacity())
+    assert sup.scheduler.waiting_for_room() and not any(sup.scheduler.counts())
+    waited.clear()
+    fakes.fetch(sup)
+    assert waited == [("workers", 0.02), ("client", 0.0)]
+
+
+def test_a_command_in_progress_keeps_the_short_wait() -> None:
+    """A scale asked for (SIGTTIN) is taken and moved on by the loop's turns (commands.py), and
+    answered when the new worker is up: a long wait would answer it later."""
+    from runtime.supervisor.control.signals import Asked, Intent
+
+    sup, consumer, _clock, _pool = make(max_processes=2)
+    assign(sup, consumer, [TP0])
+    waited: list[float] = []
+    consumer.next_fetch = lambda n, timeout_s: waited.append(timeout_s) or Fetched()
+    fakes.fetch(sup)
+    assert waited[-1] == 0.1
+    sup.workforce.started_once = True  # a worker was ready once: a resize may begin
+    sup.commands.on_signal(Asked(Intent.GROW, "SIGTTIN"))
+    fakes.fetch(sup)
+    assert waited[-1] == 0.02, "queued"
+    sup.commands.step()
+    assert not sup.commands.idle
+    fakes.fetch(sup)
+    assert waited[-1] == 0.02, "in progress"
