@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 from collections.abc import Iterator
@@ -127,3 +128,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if stray:
         sys.stderr.write(f"processes left behind by the session: {stray}\n")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    # A session that ran no test (--collect-only, nothing selected) made its directories when
+    # helpers.py was imported and never ran private_shm_dir, which removes them: an empty one
+    # goes here (anything in one is that fixture's to report).
+    for d in (SHM_DIR, SOCK_DIR):
+        with contextlib.suppress(OSError):
+            d.rmdir()
