@@ -673,7 +673,8 @@ def test_a_dead_letter_not_yet_acknowledged_keeps_the_short_wait() -> None:
 def test_a_batch_waiting_for_a_worker_keeps_the_short_wait() -> None:
     """A batch cut and waiting for room (here its only worker is dead and restarting, so no
     ring holds it): a worker's report or its start is what lets it go, not a record. The
-    turn waits on the workers then, not on the client."""
+    turn waits on the workers then, not on the client. The loop's quiet and waits.plan each
+    keep the wait short on their own: the test fails only with both conditions dropped."""
     sup, consumer, _clock, _pool = make()
     assign(sup, consumer, [TP0])
     waited: list[tuple[str, float]] = []
