@@ -282,6 +282,7 @@ class ThroughPlugin:
             self._producer.deliver(self.delivery_timeout_s)
         except DeliveryFailed:
             if self._producer.broken:
+                self._producer.discard()  # its threads and connections go with it (producer.py)
                 self._producer = self._factory()
             raise
 

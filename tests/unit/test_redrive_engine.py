@@ -438,6 +438,7 @@ class FakeProducer:
         self.fatal: str | None = None
         self.deliveries = 0
         self.undelivered: list[Any] | None = None  # as OutputProducer: unknown
+        self.discarded = False
 
     @property
     def broken(self) -> bool:
@@ -469,6 +470,9 @@ class FakeProducer:
 
     def note(self, err: Any) -> None:
         pass
+
+    def discard(self) -> None:
+        self.discarded = True
 
 
 def letter_of(offset: int, value: bytes = b"v", count: int = 0, source_partition: int = 2) -> Letter:
@@ -575,6 +579,23 @@ def test_through_the_plugin_an_outage_stops_the_run_without_settling() -> None:
     action.submit(TP0, lt, stored(lt))
     action.flush_pending()
     assert action.poll() == [] and action.error is not None
+
+
+def test_through_the_plugin_a_producer_that_broke_is_let_go_of_for_a_new_one() -> None:
+    """Its threads and connections go with it (OutputProducer.discard), not at the next run of
+    the cyclic collector."""
+    plugin, waits = Scripted(), []
+    broken = FakeProducer(lambda t, v: CKError(CKError._FENCED))
+    broken.fatal = "Local: This instance has been fenced by a newer instance"
+    fresh = FakeProducer()
+    made = [broken, fresh]
+    action = ThroughPlugin(Plugin("scripted", plugin.process, None, None), RetryPolicy(1, 0, 0),  # type: ignore[arg-type]
+                           lambda: made.pop(0), "out", DLQ, 1_000_000, 1.0, 100, 0.5,  # type: ignore[arg-type,return-value]
+                           lambda s: waits.append(s) or True, version="2.0")
+    lt = letter_of(0)
+    action.submit(TP0, lt, stored(lt))
+    action.flush_pending()
+    assert broken.discarded and action._producer is fresh
 
 
 def test_through_the_plugin_batches_hold_one_source_partition() -> None:
