@@ -29,6 +29,7 @@ from runtime.dev.kafkacluster import ApacheKafkaCluster
 from runtime.kafka.admin import create_topic
 from runtime.kafka.transactions import transactional_id
 from runtime.ops.member_slot import member_name
+from runtime.supervisor.workers.workforce import _RECLAIM_S
 
 from .flow import (
     CommitSampler,
@@ -141,6 +142,13 @@ def run(row: Row, nc: NetCluster, tmp: Path) -> Observation:
                 if rm not in killed:
                     obs.exits[name] = rm.wait(240)  # a batch run ends by itself, at the true end
             stopped_at = time.monotonic()
+        if row.kind == "supervisor-killed-elsewhere":
+            # A survivor reclaims a dead member's segments at its next look (workforce.py, every
+            # _RECLAIM_S): waited for here. A quick row (a quiet machine) stopped the survivors
+            # before that look came and judged the segments left behind.
+            deadline = time.monotonic() + _RECLAIM_S + 15
+            while any(rm.segments() for rm in killed) and time.monotonic() < deadline:
+                time.sleep(0.2)
         obs.exited_early = {n: rm.proc.returncode for n, rm in daemons.items()
                             if rm not in killed and rm.proc.poll() is not None and not row.batch_run}
         for name, rm in daemons.items():
