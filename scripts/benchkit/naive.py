@@ -26,6 +26,7 @@ import json
 import statistics
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,7 @@ class ThreadCPU:
         self.me = psutil.Process()
         self.seen: dict[tuple[int, int], tuple[str, float]] = {}  # (pid, tid) -> (role, cpu s)
         self.at_start: dict[tuple[int, int], float] = {}
+        self.named_by: dict[tuple[int, int], float] = {}  # when a thread's name is taken as final
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -69,12 +71,18 @@ class ThreadCPU:
                 threads = p.threads()
             except psutil.Error:
                 continue
+            now = time.monotonic()
             for t in threads:
                 key = (p.pid, t.id)
                 old = self.seen.get(key)
-                # Asked again while it looks like Python: librdkafka names its threads just
-                # after starting them.
-                role = old[0] if old and not old[0].endswith("Python") else self._role(p, t.id, roots)
+                # Asked again while it looks like Python, for its first second: librdkafka names
+                # its threads just after starting them. Asking every thread every time made a
+                # sample cost ~3.9 ms of CPU (65 threads), ~8 % of a core at one every 50 ms.
+                if old and (not old[0].endswith("Python") or now >= self.named_by[key]):
+                    role = old[0]
+                else:
+                    role = self._role(p, t.id, roots)
+                    self.named_by.setdefault(key, now + 1.0)
                 self.seen[key] = (role, t.user_time + t.system_time)
 
     def __enter__(self) -> ThreadCPU:
