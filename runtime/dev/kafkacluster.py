@@ -57,6 +57,12 @@ from runtime.errors import ConfigError
 # daemons on 2 cores and 24 GiB.
 NODE_HEAP = ["-Xms128m", "-Xmx512m"]
 NODE_THREADS = {"num.network.threads": "2", "num.io.threads": "2", "background.threads": "2"}
+# A node started again loads every partition's log and its coordinators' state before it
+# registers, and a quorum busy electing (on 2 cores, a follower's fetch times out at 2 s) answers
+# late: Kafka's 60 s default made a node restarted mid-matrix exit ("unable to register with the
+# controller quorum") while KafkaNode.start waited 180 s for it. The node now waits as long.
+NODE_START_S = 180.0
+NODE_REGISTRATION = {"initial.broker.registration.timeout.ms": str(int(NODE_START_S * 1000))}
 MAX_NODES = 9
 
 
@@ -140,7 +146,7 @@ class KafkaNode:
         wait_started(self.proc, self.log, self._since, self.place.host, self.place.port, timeout_s,
                      f"Apache Kafka node {self.node_id}")
 
-    def start(self, timeout_s: float = 180.0) -> None:
+    def start(self, timeout_s: float = NODE_START_S) -> None:
         """Start the node again with its data (after a kill or a stop), and wait for it."""
         self.launch()
         self.wait_started(timeout_s)
@@ -231,7 +237,7 @@ class ApacheKafkaCluster:
         self.dir = Path(tempfile.mkdtemp(prefix="ringmaster-kafka-cluster-", dir=self._log_dir))
         logs = self._log_dir or self.dir
         voters = ",".join(f"{i}@{p.host}:{p.controller_port}" for i, p in enumerate(self.places, 1))
-        common = {**replication(len(self.places)), **NODE_THREADS}
+        common = {**replication(len(self.places)), **NODE_THREADS, **NODE_REGISTRATION}
         scram: list[str] = []
         certs = None
         if self.scram is not None:
