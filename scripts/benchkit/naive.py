@@ -157,7 +157,8 @@ def compare(args: argparse.Namespace, bench: Any) -> int:
                 cases.append((f"ringmaster({n}) {args.naive_variant}", functools.partial(
                     bench.run_ringmaster, broker.bootstrap, topic, records, "cpu", iterations, n, tmp,
                     env | more)))
-            cases = [(label, functools.partial(_sampled, fn, broker.proc.pid)) for label, fn in cases]
+            cases = [(label, functools.partial(_sampled, fn, broker.proc.pid, bench.ENV))
+                     for label, fn in cases]
             console.print(f"  {partitions} partitions: {len(cases)} cases × {args.runs} runs")
             measured = bench.measure_all(cases, args.runs)
             results["sets"].append({"partitions": partitions, "records": records, "work_us": work_us,
@@ -171,10 +172,21 @@ def compare(args: argparse.Namespace, bench: Any) -> int:
     return 0
 
 
-def _sampled(fn: Callable[[], dict[str, Any]], broker_pid: int) -> dict[str, Any]:
-    with ThreadCPU(broker_pid) as cpu:
-        r = fn()
-    r["cpu_by_role"] = cpu.by_role()
+def _sampled(fn: Callable[[], dict[str, Any]], broker_pid: int, env: dict[str, str]) -> dict[str, Any]:
+    """One run, its CPU by role (ThreadCPU) and the work's own CPU (benchkit.work.work_batch:
+    ``env`` is what the bench starts every consumer with)."""
+    from benchkit.work import WORK_CPU_ENV, work_cpu
+
+    with tempfile.TemporaryDirectory() as work_dir:
+        env[WORK_CPU_ENV] = work_dir
+        try:
+            with ThreadCPU(broker_pid) as cpu:
+                r = fn()
+        finally:
+            del env[WORK_CPU_ENV]
+        r["cpu_by_role"] = cpu.by_role()
+        work = work_cpu(work_dir)
+    r["work_us_per_record"] = None if work is None else work[1] / work[0] * 1e6
     return r
 
 
@@ -183,7 +195,9 @@ def _summary(r: dict[str, Any], records: int) -> dict[str, Any]:
     us = {role: statistics.median(run["cpu_by_role"].get(role, 0.0) / records * 1e6 for run in r["runs"])
           for role in roles}
     keys = ("label", "min", "median", "max", "others_share", "main_us_per_record", "worker_us_per_record")
-    return {k: r[k] for k in keys} | {"cpu_us_per_record": us}
+    work = [run["work_us_per_record"] for run in r["runs"] if run.get("work_us_per_record") is not None]
+    return {k: r[k] for k in keys} | {"cpu_us_per_record": us,
+                                      "work_us_per_record": statistics.median(work) if work else None}
 
 
 def _write(args: argparse.Namespace, results: dict[str, Any]) -> Path:
@@ -206,6 +220,8 @@ def render(results: dict[str, Any]) -> list[str]:
           "consumer side is the plain loop, Pool's parent or the supervisor (the copies of the plain loop "
           "count as workers: each partition is dealt to one copy); its librdkafka threads fetch "
           "(and, but for ringmaster, produce); the workers' librdkafka threads are ringmaster's producers. "
+          "Work: the CPU µs a record the work itself took, timed by each consumer's thread around each "
+          "batch's work (medians): the window's CPU less this is what the consumer spends around the work. "
           "Others: the CPU the rest of the machine used during the runs, a share of all cores. Every "
           "checkout is byte-compiled before the runs (scripts/bench.py, precompile).\n"]
     revisions = results.get("revisions", {})
@@ -219,14 +235,16 @@ def render(results: dict[str, Any]) -> list[str]:
                f"{s['records']:,} records; the work unit took {s['work_us']:.1f} µs at the start and "
                f"{s['work_us_after']:.1f} µs after.\n",
                "| consumer | records/s min / median / max | × plain | × Pool | others | window: consumer "
-               "side | window: workers | " + " | ".join(ROLES) + " |",
-               "|---|---|---|---|---|---|---|" + "---|" * len(ROLES)]
+               "side | window: workers | work | " + " | ".join(ROLES) + " |",
+               "|---|---|---|---|---|---|---|---|" + "---|" * len(ROLES)]
         for r in rows:
             x_plain = f"{r['median'] / plain:.2f}" if plain else "-"
             x_pool = f"{r['median'] / pool:.2f}" if pool and not r["label"].startswith("pool") else "-"
             cpu = " | ".join(f"{r['cpu_us_per_record'].get(role, 0.0):.1f}" for role in ROLES)
             rates = f"{r['min']:,.0f} / {r['median']:,.0f} / {r['max']:,.0f}"
-            window = f"{r['main_us_per_record']:.1f} | {r['worker_us_per_record']:.1f}"
+            work = r.get("work_us_per_record")
+            window = (f"{r['main_us_per_record']:.1f} | {r['worker_us_per_record']:.1f} | "
+                      + ("-" if work is None else f"{work:.1f}"))
             md.append(f"| {r['label']} | {rates} | {x_plain} | {x_pool} | {r['others_share']:.0%} | "
                       f"{window} | {cpu} |")
         md.append("")

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from benchkit.work import do_work
+from benchkit.work import do_work, work_batch
 from runtime.kafka.topic_reader import partition_bounds
 
 FETCH = {"fetch.queue.backoff.ms": 10, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
@@ -99,16 +99,14 @@ def _plain_loop(c: Consumer, args: argparse.Namespace, records: int) -> tuple[in
     out = Outputs(args)
     done, first, offsets, last_commit = 0, None, {}, time.monotonic()
     while done < records:
-        results = []
-        for m in c.consume(1000, 0.1):
-            if m.error():
-                continue
-            if first is None:
-                first = time.monotonic()
-                CPU.start()
-            results.append(do_work(args.workload, args.iterations, m.value()))
+        msgs = [m for m in c.consume(1000, 0.1) if not m.error()]
+        if msgs and first is None:
+            first = time.monotonic()
+            CPU.start()
+        results = work_batch(args.workload, args.iterations, [m.value() for m in msgs])
+        for m in msgs:
             offsets[(m.topic(), m.partition())] = m.offset() + 1
-            done += 1
+        done += len(msgs)
         out.send(results)
         if time.monotonic() - last_commit >= 1:
             out.flush()
@@ -168,7 +166,7 @@ def copies(args: argparse.Namespace) -> dict[str, Any]:
 
 def _work_batch(payload: tuple[str, int, list[bytes]]) -> list[int]:
     workload, iterations, values = payload
-    return [do_work(workload, iterations, v) for v in values]
+    return work_batch(workload, iterations, values)
 
 
 def pool(args: argparse.Namespace) -> dict[str, Any]:
