@@ -15,7 +15,9 @@ sampled per thread (psutil, /proc) every 50 ms, and their CPU split into the con
 Python (the supervisor, the loop, Pool's parent), the workers' Python, librdkafka's threads on
 each side (the consumer's fetching, the producers' sending) and the broker. A thread's CPU
 counts from its start to its last sample, start-up included; µs per record over the records of
-the run.
+the run. And the work's own CPU, noted by every consumer's thread around each batch's work
+(``benchkit.work.work_batch``): the window's CPU less it is what each consumer spends around
+the work.
 """
 
 from __future__ import annotations
