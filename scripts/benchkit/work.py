@@ -60,7 +60,7 @@ def work_batch(workload: str, iterations: int, values: Sequence[bytes | None]) -
     """do_work over a batch's values; timed as a whole (a CPU clock read costs ~0.65 µs, too
     much for each record) when WORK_CPU_ENV is set."""
     global _work_cpu_fd
-    if _work_cpu_dir is None:
+    if _work_cpu_dir is None or not values:  # an empty poll is no batch: nothing to note
         return [do_work(workload, iterations, v) for v in values]
     start = time.thread_time_ns()
     out = [do_work(workload, iterations, v) for v in values]
