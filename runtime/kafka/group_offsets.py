@@ -46,7 +46,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from runtime.kafka.admin import admin_properties, serve_client_log
@@ -171,7 +171,7 @@ class GroupOffsets:
         try:
             if self._names:
                 self._ask("topics", lambda a: a.describe_topics(TopicCollection(sorted(self._names)),
-                                                                 request_timeout=self.timeout_s))
+                                                                 request_timeout=self.timeout_s / 2))
             new = sorted(self._known - set(self._ends))
             if new and "ends" not in self._pending:
                 self._ends_asked = new
@@ -279,7 +279,7 @@ class GroupOffsets:
                 del self._pending[kind]  # asked again on a later turn
                 if kind == "gaps":
                     self._record(self._probing, Future())
-                elif kind == "ends":
+                elif kind in ("ends", "topics"):
                     self._stale = True
                 log.debug("where the group stands: no answer in time", extra={"request": kind})
 
@@ -289,6 +289,9 @@ class GroupOffsets:
                 self._known |= {(topic, p.id) for p in fut.result(0).partitions}
             except Exception as exc:  # a topic not there (yet): the consumer says so already
                 log.debug("topic partitions unknown", extra={"topic": topic, "error": str(exc)})
+                # "Failed while waiting for controller": the node this client's metadata names
+                # as the controller is gone, and it spins connecting to it (STALE_LEADERS).
+                self._stale = self._stale or _timed_out(exc)
 
     def _take_ends(self, answers: Mapping[str, Future[dict[TP, int]]]) -> None:
         try:
@@ -378,3 +381,9 @@ def _pass_on(source: Future[Any], target: Future[Any]) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """An admin request that waited for a broker until its timeout (not a refusal)."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.code() == KafkaError._TIMED_OUT

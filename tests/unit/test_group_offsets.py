@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 
 from runtime.kafka.group_committed import Committed
 from runtime.kafka.group_offsets import GAP_MAX, GroupOffsets
@@ -41,6 +41,7 @@ class FakeAdmin:
         self.isolation: list[Any] = []
         self.hold = False  # answers not in yet
         self.unstable = 0  # stable reads answered with a pending transaction's error first
+        self.no_controller = False  # the topics' asks time out waiting for the controller
 
     def _f(self, value: Any) -> Future[Any]:
         return Future() if self.hold else done(value)
@@ -48,6 +49,9 @@ class FakeAdmin:
     def describe_topics(self, topics: Any, **kwargs: Any) -> dict[str, Future[Any]]:
         self.asked.append("topics")
         def described(t: str) -> Any:
+            if self.no_controller:
+                return KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                 "Failed while waiting for controller: Local: Timed out"))
             if t not in self.partitions:
                 return KafkaException("UNKNOWN_TOPIC_OR_PART")
             return SimpleNamespace(partitions=[SimpleNamespace(id=i) for i in range(self.partitions[t])])
@@ -418,3 +422,42 @@ def test_an_admin_client_whose_ask_of_partition_ends_came_back_short_is_replaced
     admin.hold = False
     group.refresh(False)
     assert len(made) == 4, "an ask of ends not answered in time: a new client"
+
+
+def test_an_admin_client_whose_ask_of_the_topics_timed_out_is_replaced_and_a_missing_topic_is_not() -> None:
+    """STALE_LEADERS (runtime/kafka/admin.py): DescribeTopics waits for the node the client's
+    metadata names as the controller, and spins connecting to it while it is down (the cluster
+    matrix's batch rows: ~12,000 refused connects a second for minutes). An ask of the topics
+    that timed out, or was not answered in time, gets a new client; a topic that is not there is
+    an answer, not a stale client."""
+    clock, admin = Clock(), FakeAdmin()
+    made: list[FakeAdmin] = []
+
+    def factory() -> FakeAdmin:
+        made.append(admin)
+        return admin
+
+    group = GroupOffsets({"group.id": "g"}, ["t", "absent"], interval_s=1.0, timeout_s=10.0, clock=clock,
+                         admin=factory, gaps=FakeGaps(), read_ends=FakeReadEnds(),
+                         committed=admin.read_committed)
+    for _ in range(3):
+        turns(group, False)
+        clock.now += 1
+    assert group.standing().mapped and len(made) == 1, "'absent' is not there: the same client"
+    admin.no_controller = True
+    turns(group, False)  # asked, answered with the timeout, taken in
+    clock.now += 1
+    admin.no_controller = False
+    turns(group, False)
+    assert admin.asked[-1] == "topics" and len(made) == 2, "asked again by a new client"
+    clock.now += 1
+    turns(group, False)
+    assert len(made) == 2, "the client that answered is kept"
+    admin.hold = True
+    clock.now += 1
+    turns(group, False)  # asked, never answered
+    assert len(made) == 2
+    clock.now += 11  # past timeout_s: abandoned
+    admin.hold = False
+    turns(group, False)
+    assert admin.asked[-1] == "topics" and len(made) == 3, "not answered in time: a new client"
