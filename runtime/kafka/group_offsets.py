@@ -145,7 +145,8 @@ class GroupOffsets:
         self._make = admin or (lambda: AdminClient(with_logger(admin_properties(props))))
         self._admin: GroupAdmin | None = None  # made at the first ask: most runs never need it
         # The client is replaced before the next ask once an ask of partition ends went
-        # unanswered in part (``_take_ends``, ``_take``): see runtime/kafka/admin.py, STALE_LEADERS.
+        # unanswered in part, or an ask of the topics timed out (``_take_ends``, ``_take_topics``,
+        # ``_take``): see runtime/kafka/admin.py, STALE_LEADERS.
         self._stale = False
         self._made_at = float("-inf")
         self._ends_asked: list[TP] = []
@@ -263,7 +264,7 @@ class GroupOffsets:
         # At most one new client an interval: ends are asked again at once while some are unknown.
         if self._admin is None or (self._stale and now - self._made_at >= self.interval_s):
             if self._stale:
-                log.debug("replacing the admin client: partition ends went unanswered")
+                log.debug("replacing the admin client: partition ends or the topics went unanswered")
             self._admin, self._stale = None, False  # the old one is destroyed here, on the loop's thread
             self._admin, self._made_at = self._make(), now
         self._pending[kind] = (now, send(self._admin))
