@@ -5,8 +5,9 @@ cluster at start), the demo, tests and benchmarks (creating topics), the control
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as _CKError
@@ -45,31 +46,94 @@ def create_topic(props: Mapping[str, Any], topic: str, partitions: int = 1, repl
     """Create a topic unless it exists; True if this call created it. ``props``: connection
     and security properties (admin_properties). Raises KafkaUnreachable when the cluster
     does not answer within timeout_s, KafkaError naming ``what`` when it refuses."""
-    admin = AdminClient(with_logger(admin_properties(props)))
     new = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
                    config=dict(config or {}))
-    try:
-        futures = admin.create_topics([new], operation_timeout=min(timeout_s, 15), request_timeout=timeout_s)
-        for fut in futures.values():
-            try:
-                fut.result(timeout_s)
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.code() == _CKError.TOPIC_ALREADY_EXISTS:
-                    return False
-                if err.code() in UNREACHABLE:
-                    raise _unreachable(props, f"cannot create the {what} {topic!r}", timeout_s, err) from None
-                raise KafkaError(f"cannot create the {what} {topic!r}: {err.str()}") from None
-            except concurrent.futures.TimeoutError:
-                raise _unreachable(props, f"cannot create the {what} {topic!r}", timeout_s) from None
+
+    def ask(admin: AdminClient, attempt_s: float) -> bool:
+        # A topic that exists is found by a metadata request, which any node answers.
+        if _listed(admin, topic, attempt_s):
+            return False
+        futures = admin.create_topics([new], operation_timeout=attempt_s, request_timeout=attempt_s)
+        try:
+            answer(futures[topic], attempt_s)
+        except KafkaException as exc:
+            if _code(exc) == _CKError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise
         return True
-    except KafkaException as exc:  # the request could not even be made
-        raise KafkaError(f"cannot create the {what} {topic!r}: {exc.args[0]}") from None
-    finally:
-        admin.poll(0)  # the client's log lines (CLIENT_LOG), served here
+
+    try:
+        return ask_anew(props, timeout_s, ask)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if _code(exc) in ASK_AGAIN:
+            raise unreachable(props, f"cannot create the {what} {topic!r}", timeout_s, err) from None
+        raise KafkaError(f"cannot create the {what} {topic!r}: "
+                         f"{err.str() if isinstance(err, _CKError) else err}") from None
 
 
-def _unreachable(props: Mapping[str, Any], doing: str, timeout_s: float,
+# CONTROLLER_WAIT: CreateTopics, and the alteration of a group's config, go to the node a
+# client's metadata names as the controller. For seconds after a node dies, until the cluster
+# fences it, a new client can be told that node, and librdkafka (2.16) waits for it,
+# reconnecting without back-off, until the request times out. Measured on a three-node cluster
+# (tests/cluster/test_topic_creation.py): asked within 2 s of a node's kill, a create of a
+# topic that existed, or a share group's config set, failed after its whole timeout: a daemon
+# started then went without its status topic, or did not start at all (its control topic, its
+# share group). So each such ask is made by a new client each attempt of at most
+# _ATTEMPT_S, whose metadata names a live node once the dead one is fenced, until the ask's
+# own timeout. A broker's REQUEST_TIMED_OUT (a topic made, not yet everywhere) is asked again
+# too: the next look finds the topic.
+_ATTEMPT_S = 5.0
+_RETRY_AFTER_S = 1.0
+ASK_AGAIN = UNREACHABLE | {_CKError.REQUEST_TIMED_OUT}
+T = TypeVar("T")
+
+
+def ask_anew(props: Mapping[str, Any], timeout_s: float, ask: Callable[[AdminClient, float], T]) -> T:
+    """``ask(client, attempt_s)`` with a new admin client each attempt (CONTROLLER_WAIT), until it
+    returns, or raises a KafkaException whose error is not one to ask again (ASK_AGAIN); that,
+    or the last one once timeout_s has passed, is raised."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        began = time.monotonic()
+        admin = AdminClient(with_logger(admin_properties(props)))
+        try:
+            return ask(admin, min(max(0.1, deadline - began), _ATTEMPT_S))
+        except KafkaException as exc:
+            if _code(exc) not in ASK_AGAIN or time.monotonic() >= deadline:
+                raise
+        finally:
+            admin.poll(0)  # the client's log lines (CLIENT_LOG), served here
+        # An answer that came at once (every node refused) is not asked again at once.
+        time.sleep(max(0.0, min(began + _RETRY_AFTER_S, deadline) - time.monotonic()))
+
+
+def answer(future: concurrent.futures.Future[T], timeout_s: float) -> T:
+    """An admin request's answer: its KafkaException, or one with a local _TIMED_OUT when none
+    came within timeout_s (and the second librdkafka may take past it)."""
+    try:
+        return future.result(timeout_s + 1.0)
+    except concurrent.futures.TimeoutError:
+        raise KafkaException(_CKError(_CKError._TIMED_OUT)) from None
+
+
+def _code(exc: KafkaException) -> int | None:
+    err = exc.args[0] if exc.args else None
+    return err.code() if isinstance(err, _CKError) else None
+
+
+def _listed(admin: AdminClient, topic: str, timeout_s: float) -> bool:
+    """Whether the cluster's metadata lists the topic; False when nobody answered (the
+    create that follows says why). Every topic is asked for: asking for one by name lets a
+    broker with auto.create.topics.enable create it, without the topic's config."""
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException:
+        return False
+    return topic in topics and topics[topic].error is None
+
+
+def unreachable(props: Mapping[str, Any], doing: str, timeout_s: float,
                  err: _CKError | None = None) -> KafkaUnreachable:
     why = f": {err.str()}" if err is not None else ""
     return KafkaUnreachable(f"{doing}: the Kafka cluster at {props.get('bootstrap.servers', '?')} "

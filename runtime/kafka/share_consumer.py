@@ -51,10 +51,10 @@ from typing import Any
 
 from confluent_kafka import AcknowledgeType, KafkaException, Message, ShareConsumer, TopicPartition
 from confluent_kafka import KafkaError as _CKError
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from runtime.errors import KafkaError
-from runtime.kafka.admin import admin_properties
+from runtime.kafka.admin import ASK_AGAIN, answer, ask_anew, unreachable
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.consumer import Fetched, close_within
 from runtime.kafka.messages import bind_packer, offset_of, tp_of
@@ -535,18 +535,21 @@ class ShareGroupConsumer:
 
 def prepare_share_group(props: Mapping[str, Any], group: str, timeout_s: float = 15.0) -> ShareGroupConfig:
     """Before the daemon owns anything: the cluster must serve share groups (else a KafkaError
-    saying so), and a share group that was never told where to start reads from the earliest
-    record, as a new consumer group of ringmaster does (Kafka's default for share groups is
-    the latest: records produced before the first member joined would be skipped). A start
+    saying so; KafkaUnreachable when it does not answer within timeout_s), and a share group
+    that was never told where to start reads from the earliest record, as a new consumer group
+    of ringmaster does (Kafka's default for share groups is the latest: records produced
+    before the first member joined would be skipped). A start
     an operator set (``kafka-configs --entity-type groups``) is left alone. Returns the
     group's acquisition lock (share.record.lock.duration.ms) and delivery-count limit
     (share.delivery.count.limit), as the broker describes them (the group's, or the broker's
     defaults)."""
-    admin = AdminClient(with_logger(admin_properties(props)))
     resource = ConfigResource(ResourceType.GROUP, group)
+    # Asked anew by a new client while a node has just died (CONTROLLER_WAIT, runtime/kafka/admin.py).
     try:
-        configs = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+        configs = ask_anew(props, timeout_s, lambda admin, attempt_s: answer(
+            admin.describe_configs([resource], request_timeout=attempt_s)[resource], attempt_s))
     except KafkaException as exc:
+        _unanswered(props, exc, timeout_s, f"describing share group {group!r}")
         raise KafkaError(f"{NO_SHARE_GROUPS} (describing group {group!r}: {exc.args[0]})") from None
     reset = configs.get("share.auto.offset.reset")
     if reset is None:
@@ -560,12 +563,21 @@ def prepare_share_group(props: Mapping[str, Any], group: str, timeout_s: float =
     entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
     alter = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
     try:
-        admin.incremental_alter_configs([alter], request_timeout=timeout_s)[alter].result(timeout_s)
+        ask_anew(props, timeout_s, lambda admin, attempt_s: answer(
+            admin.incremental_alter_configs([alter], request_timeout=attempt_s)[alter], attempt_s))
     except KafkaException as exc:
-        raise KafkaError(f"setting share.auto.offset.reset = earliest for share group {group!r} failed: "
-                         f"{exc.args[0]}") from None
+        doing = f"setting share.auto.offset.reset = earliest for share group {group!r}"
+        _unanswered(props, exc, timeout_s, doing)
+        raise KafkaError(f"{doing} failed: {exc.args[0]}") from None
     log.info("share group starts from the earliest records", extra={"group": group})
     return config
+
+
+def _unanswered(props: Mapping[str, Any], exc: KafkaException, timeout_s: float, doing: str) -> None:
+    """KafkaUnreachable when the cluster did not answer the ask within timeout_s."""
+    err = exc.args[0]
+    if isinstance(err, _CKError) and err.code() in ASK_AGAIN:
+        raise unreachable(props, doing, timeout_s, err) from None
 
 
 def _number(configs: Mapping[str, Any], name: str, default: int) -> int:
