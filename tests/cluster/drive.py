@@ -85,6 +85,7 @@ class Observation:
     # reclaims them at its start, a daemon of the group beside it within 30 s (issue 40).
     unreclaimed: list[str] = field(default_factory=list)
     settled: bool = True  # no transaction left open on the outputs and dead letters when read
+    members: set[str] = field(default_factory=set)  # the status topic's members (rows with a replacement)
     detail: dict[str, Any] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
@@ -179,6 +180,10 @@ def run(row: Row, nc: NetCluster, tmp: Path) -> Observation:
     obs.outputs = Counter(json.loads(m.value())["id"] for m in out)
     obs.letters = Counter(m.value().decode() for m in read_all(nc.bootstrap, names["dlq"], timeout_s=60))
     obs.accepted = sum(((rm.status() or {}).get("share") or {}).get("accepted", 0) for rm in daemons.values())
+    if "a2" in daemons:  # the members that published their status, as the console reads them
+        status = read_all(nc.bootstrap, "_ringmaster.status." + names["group"], timeout_s=60)
+        obs.members = {m.key().decode() for m in status if m.key()}
+        obs.detail["replacement"] = f"{HOSTS['h1']}:{daemons['a2'].proc.pid}"
     obs.seconds = time.monotonic() - started
     return obs
 
@@ -238,9 +243,15 @@ def strike(row: Row, nc: NetCluster, names: dict[str, str], daemons: dict[str, R
     node, ns = nc.cluster.node(node_id), f"n{node_id}"
     with _held(hold):
         if kind in ("leader-killed", "output-leader-killed", "group-coordinator-killed",
-                    "transaction-coordinator-killed", "share-coordinator-killed", "isr-below-min"):
+                    "transaction-coordinator-killed", "share-coordinator-killed", "isr-below-min",
+                    "supervisor-replaced-while-node-down"):
             node.kill()
             undo: Callable[[], None] = node.start
+            if kind == "supervisor-replaced-while-node-down":
+                victim = daemons["a"]
+                victim.kill()
+                killed.append(victim)
+                start("a2", "h1")
         elif kind in ("leader-frozen", "group-coordinator-frozen"):
             node.freeze()
             undo = node.thaw

@@ -36,6 +36,10 @@ KINDS = {
     "isr-below-min": "the ISR of the outputs and dead letters shrinks below min.insync.replicas: "
                      "NOT_ENOUGH_REPLICAS while a node is down",
     "supervisor-killed": "a supervisor is SIGKILLed and replaced on its host at once",
+    "supervisor-replaced-while-node-down": "the input leader's node is killed, and at once a supervisor "
+                                           "is SIGKILLed and replaced on its host: the replacement "
+                                           "starts (its status and control topics, a share group's "
+                                           "config) while the node is down, and publishes its status",
     "supervisor-killed-elsewhere": "a supervisor is SIGKILLed and not replaced: the member on the "
                                    "other host takes its partitions",
 }
@@ -109,6 +113,8 @@ ROWS: list[Row] = [
     Row("isr-below-min", EOS),
     # ------------------------------------------------------------------ a member dies
     Row("supervisor-killed", EOS, hold_s=0.0),
+    Row("supervisor-replaced-while-node-down", ALO),
+    Row("supervisor-replaced-while-node-down", SHARE),
     Row("supervisor-killed-elsewhere", EOS, hold_s=0.0, aim=False),
     Row("supervisor-killed-elsewhere", EOS, hold_s=0.0, producer=SHORT_TXN),
 ]

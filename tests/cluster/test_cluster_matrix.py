@@ -69,6 +69,9 @@ def judge(obs: Observation) -> None:
     if row.mode != SHARE:
         assert obs.committed == obs.written, f"committed {obs.committed}, written {obs.written}\n{logs}"
     assert not obs.unreclaimed, f"segments of the killed supervisor never reclaimed: {obs.unreclaimed}"
+    if "replacement" in obs.detail:  # seen by the console: it made and wrote its status topic
+        assert obs.detail["replacement"] in obs.members, \
+            f"the replacement published no status: members {sorted(obs.members)}\n{logs}"
     if row.batch_run:  # it ended by itself (drive.run waits 240 s at most), at the true end: judged above
         return
     recovered = (obs.recovery or {}).get("steady_s")
