@@ -72,17 +72,16 @@ def create_topic(props: Mapping[str, Any], topic: str, partitions: int = 1, repl
                          f"{err.str() if isinstance(err, _CKError) else err}") from None
 
 
-# CONTROLLER_WAIT: CreateTopics, and the alteration of a group's config, go to the node a
-# client's metadata names as the controller. For seconds after a node dies, until the cluster
-# fences it, a new client can be told that node, and librdkafka (2.16) waits for it,
-# reconnecting without back-off, until the request times out. Measured on a three-node cluster
-# (tests/cluster/test_topic_creation.py): asked within 2 s of a node's kill, a create of a
-# topic that existed, or a share group's config set, failed after its whole timeout: a daemon
-# started then went without its status topic, or did not start at all (its control topic, its
-# share group). So each such ask is made by a new client each attempt of at most
-# _ATTEMPT_S, whose metadata names a live node once the dead one is fenced, until the ask's
-# own timeout. A broker's REQUEST_TIMED_OUT (a topic made, not yet everywhere) is asked again
-# too: the next look finds the topic.
+# CONTROLLER_WAIT: CreateTopics, and the alteration of a group's config, go to the node a client's
+# metadata names as the controller. For seconds after a node dies, until the cluster fences it, a
+# new client can be told that node, and librdkafka (2.16) waits for it until the request times
+# out. Measured on a three-node cluster (tests/cluster/test_topic_creation.py): asked within 2 s
+# of a node's kill, a create of a topic that existed, or a share group's config set, failed after
+# its whole timeout: a daemon starting then would go without its status topic, or not start at all
+# (its control topic, its share group). So each such ask is made by a new client each attempt of
+# at most _ATTEMPT_S, whose metadata names a live node once the dead one is fenced, until the
+# ask's own timeout. A broker's REQUEST_TIMED_OUT (a topic made, not yet everywhere) is asked
+# again too: the next look finds the topic.
 _ATTEMPT_S = 5.0
 _RETRY_AFTER_S = 1.0
 ASK_AGAIN = UNREACHABLE | {_CKError.REQUEST_TIMED_OUT}
