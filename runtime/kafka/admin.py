@@ -65,11 +65,9 @@ def create_topic(props: Mapping[str, Any], topic: str, partitions: int = 1, repl
     try:
         return ask_anew(props, timeout_s, ask)
     except KafkaException as exc:
-        err = exc.args[0]
-        if _code(exc) in ASK_AGAIN:
-            raise unreachable(props, f"cannot create the {what} {topic!r}", timeout_s, err) from None
-        raise KafkaError(f"cannot create the {what} {topic!r}: "
-                         f"{err.str() if isinstance(err, _CKError) else err}") from None
+        doing, err = f"cannot create the {what} {topic!r}", exc.args[0]
+        raise unanswered(props, exc, doing, timeout_s) or KafkaError(
+            f"{doing}: {err.str() if isinstance(err, _CKError) else err}") from None
 
 
 # CONTROLLER_WAIT: CreateTopics, and the alteration of a group's config, go to the node a client's
@@ -116,6 +114,13 @@ def answer(future: concurrent.futures.Future[T], timeout_s: float) -> T:
         raise KafkaException(_CKError(_CKError._TIMED_OUT)) from None
 
 
+def unanswered(props: Mapping[str, Any], exc: KafkaException, doing: str,
+               timeout_s: float) -> KafkaUnreachable | None:
+    """The KafkaUnreachable to raise when ``exc`` (from ask_anew) says the cluster did not
+    answer within timeout_s; None when it answered."""
+    return _unreachable(props, doing, timeout_s, exc.args[0]) if _code(exc) in ASK_AGAIN else None
+
+
 def _code(exc: KafkaException) -> int | None:
     err = exc.args[0] if exc.args else None
     return err.code() if isinstance(err, _CKError) else None
@@ -132,7 +137,7 @@ def _listed(admin: AdminClient, topic: str, timeout_s: float) -> bool:
     return topic in topics and topics[topic].error is None
 
 
-def unreachable(props: Mapping[str, Any], doing: str, timeout_s: float,
+def _unreachable(props: Mapping[str, Any], doing: str, timeout_s: float,
                  err: _CKError | None = None) -> KafkaUnreachable:
     why = f": {err.str()}" if err is not None else ""
     return KafkaUnreachable(f"{doing}: the Kafka cluster at {props.get('bootstrap.servers', '?')} "

@@ -54,7 +54,7 @@ from confluent_kafka import KafkaError as _CKError
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from runtime.errors import KafkaError
-from runtime.kafka.admin import ASK_AGAIN, answer, ask_anew, unreachable
+from runtime.kafka.admin import answer, ask_anew, unanswered
 from runtime.kafka.client_log import log_client_error, same_line, with_logger
 from runtime.kafka.consumer import Fetched, close_within
 from runtime.kafka.messages import bind_packer, offset_of, tp_of
@@ -549,8 +549,8 @@ def prepare_share_group(props: Mapping[str, Any], group: str, timeout_s: float =
         configs = ask_anew(props, timeout_s, lambda admin, attempt_s: answer(
             admin.describe_configs([resource], request_timeout=attempt_s)[resource], attempt_s))
     except KafkaException as exc:
-        _unanswered(props, exc, timeout_s, f"describing share group {group!r}")
-        raise KafkaError(f"{NO_SHARE_GROUPS} (describing group {group!r}: {exc.args[0]})") from None
+        raise unanswered(props, exc, f"describing share group {group!r}", timeout_s) or KafkaError(
+            f"{NO_SHARE_GROUPS} (describing group {group!r}: {exc.args[0]})") from None
     reset = configs.get("share.auto.offset.reset")
     if reset is None:
         raise KafkaError(f"{NO_SHARE_GROUPS} (group {group!r} has no share.auto.offset.reset)")
@@ -567,17 +567,10 @@ def prepare_share_group(props: Mapping[str, Any], group: str, timeout_s: float =
             admin.incremental_alter_configs([alter], request_timeout=attempt_s)[alter], attempt_s))
     except KafkaException as exc:
         doing = f"setting share.auto.offset.reset = earliest for share group {group!r}"
-        _unanswered(props, exc, timeout_s, doing)
-        raise KafkaError(f"{doing} failed: {exc.args[0]}") from None
+        raise unanswered(props, exc, doing, timeout_s) or KafkaError(
+            f"{doing} failed: {exc.args[0]}") from None
     log.info("share group starts from the earliest records", extra={"group": group})
     return config
-
-
-def _unanswered(props: Mapping[str, Any], exc: KafkaException, timeout_s: float, doing: str) -> None:
-    """KafkaUnreachable when the cluster did not answer the ask within timeout_s."""
-    err = exc.args[0]
-    if isinstance(err, _CKError) and err.code() in ASK_AGAIN:
-        raise unreachable(props, doing, timeout_s, err) from None
 
 
 def _number(configs: Mapping[str, Any], name: str, default: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from helpers import Ringmaster, base_config, read_all, unique, wait_for
 
+from runtime.config.models import ControlSettings
 from runtime.dev.kafkacluster import ApacheKafkaCluster
 from runtime.kafka.admin import create_topic
 from runtime.kafka.transactions import transactional_id
@@ -181,7 +182,7 @@ def run(row: Row, nc: NetCluster, tmp: Path) -> Observation:
     obs.letters = Counter(m.value().decode() for m in read_all(nc.bootstrap, names["dlq"], timeout_s=60))
     obs.accepted = sum(((rm.status() or {}).get("share") or {}).get("accepted", 0) for rm in daemons.values())
     if "a2" in daemons:  # the members that published their status, as the console reads them
-        status = read_all(nc.bootstrap, "_ringmaster.status." + names["group"], timeout_s=60)
+        status = read_all(nc.bootstrap, ControlSettings().status_topic_for(names["group"]), timeout_s=60)
         obs.members = {m.key().decode() for m in status if m.key()}
         obs.detail["replacement"] = f"{HOSTS['h1']}:{daemons['a2'].proc.pid}"
     obs.seconds = time.monotonic() - started
